@@ -1,0 +1,38 @@
+"""The pipeline end to end: exporter -> codegen, for the Python API and the CLI alike."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aotc import codegen, exporter
+from aotc.codegen.target import Target
+from aotc.options import ExportOptions
+
+
+def export_module(model, example_inputs, path, *, source: str | None = None,
+                  value_ranges: list | None = None, progress=None, **options) -> Path:
+    opts = ExportOptions.from_kwargs(**options)
+    target = Target.parse(opts.target)   # validate before any slow work
+    step = progress or (lambda msg: None)
+    step("capturing and decomposing")
+    program = exporter.export(model, example_inputs, opts, source=source,
+                              value_ranges=value_ranges)
+    step("compiling and writing the artifact")
+    return codegen.compile(program, target, path)
+
+
+def export_file(ref: str, input_specs: list, path, *, init_args: str | None = None,
+                progress=None, **options) -> Path:
+    """`aotc export FILE.py:Name`: build the model with a seeded RNG, then export it."""
+    from aotc.exporter.loader import load_model
+    from aotc.exporter.specs import make_inputs
+    opts = ExportOptions.from_kwargs(**options)
+    Target.parse(opts.target)
+    step = progress or (lambda msg: None)
+    step(f"loading {ref}")
+    torch.manual_seed(0)
+    model = load_model(ref, init_args)
+    inputs = make_inputs(input_specs)
+    return export_module(model, inputs, path, source=ref, progress=progress,
+                         value_ranges=[s.values for s in input_specs], **options)

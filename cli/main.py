@@ -1,0 +1,176 @@
+"""`aotc` commands. Flags of `export` are derived from `ExportOptions`, so the CLI and the Python
+API cannot drift. Errors print as `error: ...` with the class's exit code and no traceback
+unless `--debug` is given; malformed arguments exit 2 before anything is written.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from aotc.errors import AotcError
+from aotc.options import option_fields
+
+
+class _Progress:
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        click.echo(f"[{time.perf_counter() - self.start:6.1f}s] {msg}", err=True)
+
+
+def _run_guarded(ctx: click.Context, fn, *args, **kwargs):
+    """Run a command body, mapping aotc errors to their exit codes."""
+    try:
+        return fn(*args, **kwargs)
+    except AotcError as e:
+        if ctx.obj.get("debug"):
+            raise
+        click.echo(f"error ({type(e).__name__}): {e}", err=True)
+        ctx.exit(e.exit_code)
+    except Exception as e:   # a bug in aotc or torch: say so, keep the trace behind --debug
+        if ctx.obj.get("debug"):
+            raise
+        click.echo(f"internal error: {type(e).__name__}: {e}\n  rerun with --debug for the "
+                   "traceback and report it", err=True)
+        ctx.exit(1)
+
+
+def _option_flags(fn):
+    """One click option per ExportOptions field."""
+    for name, default, help_text in reversed(option_fields()):
+        flag = name.replace("_", "-")
+        if isinstance(default, bool):
+            fn = click.option(f"--{flag}/--no-{flag}", name, default=default, show_default=True,
+                              help=help_text)(fn)
+        else:
+            fn = click.option(f"--{flag}", name, default=default, show_default=True,
+                              type=int if isinstance(default, int) else str, help=help_text)(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
+@click.version_option(package_name="aotc")
+@click.pass_context
+def main(ctx, debug):
+    """aotc: compile PyTorch models ahead of time into self-contained artifacts."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+@main.command()
+@click.argument("model")
+@click.option("--example-input", "-i", "example_inputs", multiple=True, required=True,
+              help="Example input as SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 8x128:int64; "
+                   "repeat for several inputs.")
+@click.option("--output", "-o", type=click.Path(dir_okay=True, file_okay=False),
+              help="Artifact directory to write (default: ./<file stem>.aotc).")
+@click.option("--init-args", default=None, help="JSON object or array passed to the model's "
+                                                "constructor or factory.")
+@_option_flags
+@click.pass_context
+def export(ctx, model, example_inputs, output, init_args, **options):
+    """Capture MODEL (FILE.py:Name) and compile it into an artifact directory."""
+    from aotc.codegen.target import Target
+    from aotc.exporter.loader import parse_init_args, split_ref
+    from aotc.exporter.specs import parse_input_spec
+
+    def usage_checked():
+        specs = [parse_input_spec(s) for s in example_inputs]
+        path, _ = split_ref(model)
+        parse_init_args(init_args)
+        Target.parse(options["target"])
+        return specs, Path(output or f"{path.stem}.aotc")
+
+    try:
+        specs, out = usage_checked()
+    except AotcError as e:
+        raise click.UsageError(str(e)) from None
+
+    def body():
+        from aotc.api import export_file
+        progress = _Progress()
+        path = export_file(model, specs, out, init_args=init_args, progress=progress, **options)
+        progress(f"wrote {path}")
+        click.echo(str(path))
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@click.option("--code", is_flag=True, help="Also print the Python each plan compiles to.")
+@click.pass_context
+def inspect(ctx, artifact, as_json, code):
+    """Show an artifact's inputs, outputs, guards, steps, ops, weights and versions."""
+    from aotc.cli.report import inspect_text
+
+    def body():
+        import aotc
+        from aotc.runtime import format as fmt
+        manifest = fmt.read_manifest(artifact)
+        if as_json:
+            click.echo(fmt.dumps(manifest).decode(), nl=False)
+            return
+        click.echo(inspect_text(Path(artifact), manifest))
+        if code:
+            click.echo("\n" + aotc.load(artifact, device="cpu").code)
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--runs", default=20, show_default=True, type=click.IntRange(1),
+              help="Timed runs.")
+@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0),
+              help="Untimed runs first.")
+@click.option("--device", default=None, help="Device to run on (default: the target's).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the inputs.")
+@click.pass_context
+def run(ctx, artifact, runs, warmup, device, seed):
+    """Run an artifact on random inputs that satisfy its guards; print outputs and latency."""
+    from aotc.cli.report import describe_outputs, time_calls
+
+    def body():
+        import aotc
+        t0 = time.perf_counter()
+        m = aotc.load(artifact, device=device)
+        load_s = time.perf_counter() - t0
+        inputs = m.random_inputs(seed=seed)
+        t0 = time.perf_counter()
+        out = m(*inputs)
+        first_s = time.perf_counter() - t0
+        times = time_calls(lambda: m(*inputs), runs, warmup, m.device)
+        click.echo(m.signature())
+        click.echo(describe_outputs(out))
+        click.echo(f"load {load_s * 1e3:.1f} ms, first call {first_s * 1e3:.2f} ms, "
+                   f"median {times['median'] * 1e3:.3f} ms, p90 {times['p90'] * 1e3:.3f} ms "
+                   f"over {runs} runs")
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default by dtype).")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default by dtype).")
+@click.option("--device", default=None, help="Device to run on (default: the target's).")
+@click.pass_context
+def verify(ctx, artifact, rtol, atol, device):
+    """Rerun the inputs recorded at export and compare with the recorded outputs."""
+    from aotc.cli.report import verify_artifact
+
+    def body():
+        import aotc
+        click.echo(verify_artifact(aotc.load(artifact, device=device), rtol=rtol, atol=atol))
+
+    _run_guarded(ctx, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""What the CLI prints: `inspect` reports, output summaries, timings, verification."""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from aotc.errors import VerifyError
+from aotc.runtime.trees import describe
+
+# Default (rtol, atol) by output dtype for `verify`.
+TOLERANCES = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-4),
+              torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _guard_words(spec: dict) -> list[str]:
+    lines = []
+    for i, inp in enumerate(spec["inputs"]):
+        dims = ", ".join(f"dim {d} == {s}" if isinstance(s, int) else f"dim {d} = {s}"
+                         for d, s in enumerate(inp["shape"]))
+        rng = f", values in [{inp['values'][0]}, {inp['values'][1]}]" if inp.get("values") else ""
+        lines.append(f"  #{i} {inp['name']}: dtype {inp['dtype']}, rank {len(inp['shape'])}"
+                     f"{', ' + dims if dims else ''}{rng}")
+    for name, r in spec.get("symbols", {}).items():
+        lines.append(f"  {r['min']} <= {name} <= {r['max']}")
+    lines += [f"  {rel}" for rel in spec.get("relations", [])]
+    return lines
+
+
+def inspect_text(path: Path, m: dict) -> str:
+    p = m["producer"]
+    t = m["target"]
+    out = [f"{path}  (format {m['format_version']}; aotc {p['aotc']}, torch {p['torch']}, "
+           f"python {p['python']})",
+           f"model:   {m['model']['name']}" + (f"  ({m['model']['source']})"
+                                                if m['model'].get('source') else ""),
+           f"target:  {t['device']}{':' + ','.join(t['archs']) if t['archs'] else ''}"
+           + ("  (portable: extern-only plan, loads on any device)" if t.get("portable") else "")]
+    for name, e in m["entries"].items():
+        ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
+                        for i in e["inputs"])
+        st = e["stats"]
+        extern = st["steps"].get("extern", 0)
+        out += [f"\n{name}({ins})", f"  -> {describe(e['output_tree'], e['outputs'])}",
+                "guards (checked on every call):", *_guard_words(e),
+                "steps:   " + ", ".join(f"{k} {v}" for k, v in st["steps"].items()),
+                f"ops:     {sum(st['ops'].values())} calls of {len(st['ops'])} ATen ops: "
+                f"0 lowered to generated kernels, {extern} extern calls, "
+                f"{st['steps'].get('view', 0)} views",
+                *(f"  {n:>4} x {op}" for op, n in sorted(st["ops"].items(), key=lambda kv: -kv[1])),
+                f"memory:  peak planned intermediates {_bytes(st['peak_bytes'])}"]
+    w = m["weights"]
+    out.append(f"\nweights: {w['count']} tensors, {_bytes(w['bytes'])}"
+               + (f" ({len(w['aliases'])} tied)" if w["aliases"] else ""))
+    out.append("files:")
+    out += [f"  {rel:<32} {_bytes(info['size']):>10}  sha256 {info['sha256'][:16]}"
+            for rel, info in sorted(m["files"].items())]
+    out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m["options"].items())))
+    return "\n".join(out)
+
+
+def describe_outputs(out, prefix: str = "output") -> str:
+    if isinstance(out, torch.Tensor):
+        f = out.float()
+        return (f"{prefix}: {str(out.dtype).removeprefix('torch.')}{list(out.shape)}  "
+                f"mean {f.mean():.4g}  std {f.std() if f.numel() > 1 else 0:.4g}")
+    if isinstance(out, dict):
+        return "\n".join(describe_outputs(v, f"{prefix}[{k!r}]") for k, v in out.items())
+    if isinstance(out, (tuple, list)):
+        return "\n".join(describe_outputs(v, f"{prefix}[{i}]") for i, v in enumerate(out))
+    return f"{prefix}: {out!r}"
+
+
+def time_calls(fn, runs: int, warmup: int, device: torch.device) -> dict:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"median": statistics.median(times), "p90": times[int(0.9 * (len(times) - 1))],
+            "min": times[0]}
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, rtol=None, atol=None) -> tuple[bool, float]:
+    """(within tolerance, max abs difference)."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return False, float("inf")
+    if not (want.dtype.is_floating_point or want.dtype.is_complex):
+        return bool(torch.equal(got.cpu(), want.cpu())), 0.0
+    r, a = TOLERANCES.get(want.dtype, (1e-4, 1e-4))
+    r, a = rtol if rtol is not None else r, atol if atol is not None else a
+    g, w = got.detach().cpu().double(), want.detach().cpu().double()
+    diff = float((g - w).abs().max()) if g.numel() else 0.0
+    return bool(torch.allclose(g, w, rtol=r, atol=a, equal_nan=True)), diff
+
+
+def verify_artifact(module, *, rtol=None, atol=None) -> str:
+    samples = module.recorded_samples()
+    if samples is None:
+        raise VerifyError("the artifact holds no recorded samples", where=str(module.path),
+                          expected="samples/ in the artifact", found="none",
+                          fix="re-export without --no-record-samples")
+    inputs, expected = samples
+    got = module.run_flat("forward", inputs)
+    lines = []
+    for i, (g, w) in enumerate(zip(got, expected)):
+        ok, diff = compare(g, w, rtol, atol)
+        if not ok:
+            raise VerifyError(f"output #{i} differs from the output recorded at export",
+                              where=f"output #{i}", expected=f"{w.dtype}{list(w.shape)} within "
+                              "tolerance", found=f"{g.dtype}{list(g.shape)}, max abs diff {diff:.3g}",
+                              fix="run on the device the artifact was exported for, or pass "
+                                  "--rtol/--atol if the difference is acceptable")
+        lines.append(f"output #{i}: ok  ({str(w.dtype).removeprefix('torch.')}{list(w.shape)}, "
+                     f"max abs diff {diff:.3g})")
+    return "\n".join(lines + [f"verified {len(expected)} outputs against the export-time run"])

@@ -1,0 +1,122 @@
+"""Stage 1, capture: an nn.Module and example inputs in, a `Program` out.
+
+    eager run (output structure, reference outputs)
+      -> torch.export, strict (Dynamo fullgraph capture; failures become ExportErrors)
+      -> aotc's decomposition (functional core ATen, `exporter/decomp.py`)
+      -> Program (JSON graph, weights, guards, output tree spec, samples)
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import torch
+
+from aotc.errors import ExportError, UsageError
+from aotc.exporter.capture import capture, locate
+from aotc.exporter.decomp import decompose
+from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
+from aotc.exporter.program import Program, graph_to_json
+from aotc.options import ExportOptions
+from aotc.runtime.dtypes import dtype_name
+
+__all__ = ["export", "Program"]
+
+
+def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions = ExportOptions(),
+           *, source: str | None = None, value_ranges: list | None = None) -> Program:
+    """Capture `model` called on `example_inputs` into a Program (inference: eval mode)."""
+    args = _check_inputs(example_inputs)
+    src_file = Path(source.rpartition(":")[0]) if source else _source_file(model)
+    model.eval()
+    with torch.no_grad():
+        try:
+            eager = model(*args)
+        except Exception as e:
+            raise ExportError(f"the model failed on the example inputs: {type(e).__name__}: {e}",
+                              where=locate(e, src_file) or "model forward",
+                              expected="a forward pass that runs eagerly on the example inputs",
+                              found=type(e).__name__,
+                              fix="check the --example-input shapes and dtypes against what "
+                                  "the model expects") from e
+    spec, paths = tree_spec(eager)
+    flat_out = tuple(follow(eager, p).detach() for p in paths)
+    ep = capture(FlatOutputs(model, paths), args, strict=options.strict, source=src_file)
+    _refuse_mutations(ep)
+    flat_args, placeholders, weights = _flatten_inputs(ep, args, _input_names(model, len(args)))
+    graph = graph_to_json(decompose(ep.graph_module, flat_args), placeholders)
+    inputs = [{"name": ph["name"], "dtype": dtype_name(a.dtype), "shape": list(a.shape),
+               "values": _value_range(a, (value_ranges or [None] * len(args))[i])}
+              for i, (ph, a) in enumerate(zip([p for p in placeholders if p["kind"] == "input"],
+                                              args))]
+    return Program(name=options.name or type(model).__name__, graph=graph, weights=weights,
+                   inputs=inputs, output_tree=spec,
+                   samples=(args, flat_out) if options.record_samples else None,
+                   source=source, options=options.to_json())
+
+
+def _check_inputs(example_inputs) -> tuple:
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    args = tuple(example_inputs)
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            raise UsageError(f"example input #{i} is a {type(a).__name__}, not a tensor",
+                             where=f"example_inputs[{i}]", expected="torch.Tensor",
+                             found=type(a).__name__, fix="pass a tuple of example tensors")
+    return args
+
+
+def _source_file(model) -> Path | None:
+    try:
+        return Path(inspect.getsourcefile(type(model)))
+    except TypeError:
+        return None
+
+
+def _input_names(model, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [names[i] if i < len(names) else f"input{i}" for i in range(n)]
+
+
+def _value_range(t: torch.Tensor, declared):
+    if declared is not None:
+        return list(declared)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or t.numel() == 0:
+        return None
+    return [int(t.min()), int(t.max())]
+
+
+def _refuse_mutations(ep) -> None:
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind.name != "USER_OUTPUT":
+            raise ExportError(f"the model's forward mutates {spec.target} ({spec.kind.name})",
+                              where=str(spec.target), expected="no buffer or input mutation "
+                              "in an inference forward", found=spec.kind.name,
+                              fix="do not update buffers or inputs in place in eval mode")
+
+
+def _flatten_inputs(ep, args, names):
+    """Real values for every placeholder of the exported graph, and what each one is."""
+    flat, placeholders, weights = [], [], {}
+    user = iter(zip(args, names))
+    for spec in ep.graph_signature.input_specs:
+        kind = spec.kind.name
+        if kind == "USER_INPUT":
+            value, name = next(user)
+            placeholders.append({"kind": "input", "name": name})
+        elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+            value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
+            name = spec.target.removeprefix("m.")
+            weights[name] = value.detach()
+            placeholders.append({"kind": "weight", "name": name})
+        else:
+            raise ExportError(f"the model takes a {kind} input ({spec.target}) aotc cannot store",
+                              where=str(spec.target), expected="tensors", found=kind,
+                              fix="replace custom objects with tensors")
+        flat.append(value)
+    return flat, placeholders, weights

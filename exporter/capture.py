@@ -1,0 +1,71 @@
+"""Capture: `torch.export` (Dynamo bytecode capture, fullgraph) and the translation of its failures
+into `ExportError`s that quote the user's source line, say why, and suggest a fix.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+import sysconfig
+import traceback
+from pathlib import Path
+
+import torch
+
+from aotc.errors import ExportError
+
+# (pattern in the failure text, suggested fix), first match wins.
+_FIXES = (
+    (r"data.dependent|GuardOnDataDependent|generic_jump|Dynamic control flow",
+     "make control flow depend on shapes, not tensor values (use torch.where, or torch.cond "
+     "for real branches)"),
+    (r"\.item\(\)|Tensor\.item|tolist|_local_scalar_dense",
+     "keep values as tensors instead of turning them into Python numbers"),
+    (r"\bprint\b|logging|logger", "remove print and logging calls from forward"),
+    (r"numpy|np\.", "use torch operations instead of NumPy inside forward"),
+    (r"Unsupported|graph break", "rewrite this line with tensor operations, or export with "
+                                 "--no-strict to trace it with Python instead of Dynamo"),
+)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+_LIBRARY_DIRS = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib",
+                                                        "platlib")} | {str(Path(__file__).parents[1])})
+
+
+def _is_library(path: str) -> bool:
+    return path.startswith("<") or path.startswith(_LIBRARY_DIRS) or "site-packages" in path
+
+
+def locate(exc: BaseException, source: Path | None) -> str | None:
+    """file:line: code of the user's line that failed, found in the message or the traceback."""
+    texts = [str(exc), "".join(traceback.format_exception(exc))]
+    frames = [(f, int(n)) for text in texts for f, n in _FRAME.findall(text)]
+    if source is not None:
+        mine = [fr for fr in frames if Path(fr[0]).resolve() == source.resolve()]
+        if mine:
+            frames = mine
+    frames = [fr for fr in frames if not _is_library(fr[0])] or []
+    if not frames:
+        return None
+    file, line = frames[-1]
+    code = linecache.getline(file, line).strip()
+    return f"{file}:{line}: {code}"
+
+
+def suggest(text: str) -> str:
+    for pattern, fix in _FIXES:
+        if re.search(pattern, text):
+            return fix
+    return "simplify the model's forward at this line, or export with --no-strict"
+
+
+def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path | None):
+    try:
+        return torch.export.export(module, args, strict=strict)
+    except Exception as e:   # torch raises many unrelated classes here
+        text = str(e)
+        reason = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+        raise ExportError(f"capturing the model as one graph failed: {reason[:400]}",
+                          where=locate(e, source) or "model forward",
+                          expected="a forward pass torch.export can capture without graph breaks",
+                          found=type(e).__name__, fix=suggest(text)) from e

@@ -1,0 +1,152 @@
+"""Program: the exporter's output and codegen's input, fully serializable.
+
+A Program holds one captured, decomposed ATen graph as JSON (values with their shapes and dtypes,
+nodes naming their ATen overloads, arguments in the plan encoding of `aotc.runtime.plan`), the
+weights, the input guards and the output tree spec, plus the example inputs and eager outputs.
+`save`/`load` write it to a directory (program.json + safetensors), so codegen can be run, and a
+codegen failure reproduced, from a file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.fx
+from safetensors.torch import save_file
+
+from aotc.errors import ExportError
+from aotc.exporter.decomp import UNMIRROR
+from aotc.runtime.dtypes import dtype_name
+from aotc.runtime.plan import encode_arg
+from aotc.runtime.weights import load_safetensors
+
+# Ops that only assert facts at trace time; they do no work and are dropped.
+DROPPED = frozenset({torch.ops.aten._assert_tensor_metadata.default,
+                     torch.ops.aten._assert_scalar.default,
+                     torch.ops.aten.sym_constrain_range_for_size.default})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program:
+    name: str
+    graph: dict                      # {"values", "inputs", "nodes", "outputs"}
+    weights: dict[str, torch.Tensor]
+    inputs: list[dict]               # guard specs: name, dtype, shape, values
+    output_tree: dict
+    symbols: dict = field(default_factory=dict)
+    relations: list = field(default_factory=list)
+    samples: tuple | None = None     # (inputs, flat outputs) from the eager run
+    source: str | None = None        # "file.py:Name" when loaded from a file
+    options: dict = field(default_factory=dict)
+
+    def metadata(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("weights", "samples")}
+
+    def save(self, directory: str | Path) -> Path:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "program.json").write_text(json.dumps(self.metadata(), indent=1, sort_keys=True))
+        save_file({k: v.contiguous() for k, v in self.weights.items()}, d / "weights.safetensors")
+        if self.samples is not None:
+            ins, outs = self.samples
+            save_file({str(i): t.contiguous() for i, t in enumerate(ins)}, d / "inputs.safetensors")
+            save_file({str(i): t.contiguous() for i, t in enumerate(outs)},
+                      d / "outputs.safetensors")
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Program":
+        d = Path(directory)
+        meta = json.loads((d / "program.json").read_text())
+        samples = None
+        if (d / "inputs.safetensors").exists():
+            load = lambda f: tuple(v.clone() for _, v in sorted(
+                load_safetensors(d / f).items(), key=lambda kv: int(kv[0])))
+            samples = (load("inputs.safetensors"), load("outputs.safetensors"))
+        weights = {k: v.clone() for k, v in load_safetensors(d / "weights.safetensors").items()}
+        return cls(weights=weights, samples=samples, **meta)
+
+
+def value_meta(val) -> dict | None:
+    if isinstance(val, torch.Tensor):
+        return {"shape": [_dim(d) for d in val.shape], "dtype": dtype_name(val.dtype)}
+    if isinstance(val, (int, torch.SymInt)):
+        return {"int": _dim(val)}
+    return None
+
+
+def _dim(d):
+    if isinstance(d, int):
+        return d
+    expr = d.node.expr
+    return int(expr) if expr.is_number else str(expr)
+
+
+def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict]) -> dict:
+    """Convert a traced ATen graph. `placeholders` describes each placeholder in order."""
+    values, ids, nodes, inputs = [], {}, [], []
+
+    def new(val) -> int:
+        values.append(value_meta(val))
+        return len(values) - 1
+
+    slot_of = ids.__getitem__
+    phs = iter(placeholders)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            ids[node] = new(node.meta.get("val"))
+            inputs.append(dict(next(phs), value=ids[node]))
+        elif node.op == "call_function" and node.target is operator.getitem:
+            ids[node] = ids[(node.args[0], node.args[1])]
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.target in DROPPED:
+                continue
+            nodes.append(_node_json(node, ids, new, slot_of))
+        elif node.op == "output":
+            outs = node.args[0]
+            outputs = [{"slot": ids[o]} if isinstance(o, torch.fx.Node) else {"const": o}
+                       for o in outs]
+        else:
+            raise ExportError(f"the captured graph holds a {node.op} node {node.target}, which "
+                              "aotc cannot place in a plan", where=str(node.format_node()),
+                              expected="ATen operator calls", found=str(node.target),
+                              fix="remove the construct from forward (control-flow operators and "
+                                  "Python callables are not supported yet)")
+    return {"values": values, "inputs": inputs, "nodes": nodes, "outputs": outputs}
+
+
+def _node_json(node, ids, new, slot_of) -> dict:
+    target = UNMIRROR.get(node.target, node.target)
+    args, kwargs = node.args, node.kwargs
+    if target is not node.target:
+        args, kwargs = _rebind(node.target, target, args, kwargs)
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        out = []
+        for i, v in enumerate(val):
+            ids[(node, i)] = new(v)
+            out.append(ids[(node, i)])
+        single = False
+    else:
+        ids[node] = new(val)
+        out, single = [ids[node]], True
+    return {"op": f"{target._schema.name}.{target._overloadname}",
+            "args": [encode_arg(a, slot_of) for a in args],
+            "kwargs": {k: encode_arg(v, slot_of) for k, v in kwargs.items()},
+            "out": out, "single": single}
+
+
+def _rebind(src, dst, args, kwargs) -> tuple[tuple, dict]:
+    """Map a call of `src` onto `dst`'s schema by argument name (mirror ops -> ATen)."""
+    named = dict(zip((a.name for a in src._schema.arguments), args), **kwargs)
+    pos = []
+    for a in dst._schema.arguments:
+        if a.kwarg_only or a.name not in named:
+            break
+        pos.append(named.pop(a.name))
+    return tuple(pos), named

@@ -1,0 +1,43 @@
+"""Export options, declared once.
+
+`ExportOptions` is the single source of truth: the Python API (`aotc.export(..., **options)`)
+validates keyword arguments against it and the CLI derives its `export` flags from its fields, so
+the two cannot drift. Every option used is recorded in the artifact's manifest.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from aotc.errors import UsageError
+
+
+def _opt(default, help: str, flag: str | None = None):
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExportOptions:
+    target: str = _opt("cpu", "Device to compile for: 'cpu' or 'cuda[:sm_90[,sm_80...]]'.")
+    strict: bool = _opt(True, "Capture with Dynamo bytecode analysis (fullgraph). "
+                              "--no-strict traces with Python instead.")
+    record_samples: bool = _opt(True, "Store the example inputs and eager outputs in the artifact "
+                                      "for `aotc verify`.")
+    name: str | None = _opt(None, "Model name recorded in the manifest (default: the class name).")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "ExportOptions":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise UsageError(f"unknown export option {unknown[0]!r}", expected=sorted(known),
+                             found=unknown, fix="remove the option or correct its spelling")
+        return cls(**kwargs)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def option_fields():
+    """(name, default, help) for each option, in declaration order: what the CLI turns into flags."""
+    return [(f.name, f.default, f.metadata["help"]) for f in dataclasses.fields(ExportOptions)]

@@ -1,0 +1,28 @@
+"""aotc.runtime: load an artifact directory and run it.
+
+Importable without the exporter or codegen: it loads no Dynamo, Inductor, AOTAutograd, export
+tracing or Triton module, nor sympy.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from aotc.runtime import format
+from aotc.runtime.module import CompiledModule, resolve_device
+
+__all__ = ["load", "CompiledModule", "format"]
+
+
+def load(path, device=None, *, check_guards: bool = True,
+         verify_hashes: bool = True) -> CompiledModule:
+    """Load an artifact written by `aotc export`.
+
+    The manifest, its format version and the sha256 of every file are checked before anything
+    else is read. `device` defaults to the device the artifact was built for; portable
+    (extern-only) artifacts may be loaded on any device. Guards are checked on every call unless
+    `check_guards=False`.
+    """
+    path = Path(path)
+    manifest = format.read_manifest(path, verify_hashes=verify_hashes)
+    dev = resolve_device(manifest, device)
+    return CompiledModule(path, manifest, dev, check_guards=check_guards)

@@ -1,0 +1,128 @@
+"""CompiledModule: a loaded artifact, callable like the model it was exported from.
+
+Each call checks the guards (on by default), binds symbolic sizes, runs the entry's compiled plan
+and puts the flat outputs back into the model's own output structure. A CompiledModule holds no
+per-call state, so several threads may call it at once.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from aotc.errors import TargetError
+from aotc.runtime import format as fmt
+from aotc.runtime.executor import PlanFunction
+from aotc.runtime.guards import Guards
+from aotc.runtime.trees import describe, unflatten
+from aotc.runtime.weights import load_safetensors
+
+
+class Entry:
+    """One entry point (`forward`, later `backward`): guards, compiled plan, output structure."""
+
+    def __init__(self, name: str, spec: dict, plan: dict, weights: dict, device: torch.device):
+        self.name, self.spec = name, spec
+        self.guards = Guards(spec["inputs"], spec.get("symbols", {}), spec.get("relations", []))
+        self.plan = plan
+        self.function = PlanFunction(plan, weights, device)
+        self.tree = spec["output_tree"]
+
+
+class CompiledModule:
+    def __init__(self, path: Path, manifest: dict, device: torch.device, *, check_guards: bool):
+        self.path, self.manifest, self.device = path, manifest, device
+        self.check_guards = check_guards
+        weights = load_safetensors(path / fmt.WEIGHTS)
+        for alias, original in manifest["weights"].get("aliases", {}).items():
+            weights[alias] = weights[original]
+        if device.type != "cpu":
+            weights = {k: v.to(device) for k, v in weights.items()}
+        self.weights = weights
+        self.entries = {
+            name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device)
+            for name, spec in manifest["entries"].items()}
+
+    # -------------------------------------------------------------------------------- calling
+    def __call__(self, *args):
+        return self.run("forward", *args)
+
+    def run(self, entry: str, *args):
+        e = self.entries[entry]
+        symbols = e.guards.check(args, self.device) if self.check_guards else {}
+        with torch.no_grad():
+            flat = e.function(args, symbols)
+        return unflatten(e.tree, flat)
+
+    def run_flat(self, entry: str, args) -> tuple:
+        """Run without rebuilding the output structure (benchmarks, `aotc verify`)."""
+        e = self.entries[entry]
+        symbols = e.guards.check(tuple(args), self.device) if self.check_guards else {}
+        with torch.no_grad():
+            return e.function(tuple(args), symbols)
+
+    # --------------------------------------------------------------------------- introspection
+    @property
+    def code(self) -> str:
+        """The Python source each entry's plan was compiled to."""
+        return "\n".join(e.function.source for e in self.entries.values())
+
+    @property
+    def inputs(self) -> list[dict]:
+        return self.entries["forward"].spec["inputs"]
+
+    def signature(self, entry: str = "forward") -> str:
+        spec = self.entries[entry].spec
+        ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
+                        for i in spec["inputs"])
+        return f"{entry}({ins}) -> {describe(spec['output_tree'], spec['outputs'])}"
+
+    def random_inputs(self, entry: str = "forward", *, seed: int = 0,
+                      sizes: dict[str, int] | None = None) -> tuple:
+        """Inputs that satisfy the entry's guards (integer inputs stay in their recorded range)."""
+        gen = torch.Generator().manual_seed(seed)
+        spec = self.entries[entry].spec
+        out = []
+        for inp in spec["inputs"]:
+            shape = [d if isinstance(d, int) else (sizes or {})[d] for d in inp["shape"]]
+            dtype = getattr(torch, inp["dtype"])
+            if dtype.is_floating_point or dtype.is_complex:
+                t = torch.randn(shape, generator=gen).to(dtype)
+            elif dtype == torch.bool:
+                t = torch.randint(0, 2, shape, generator=gen).bool()
+            else:
+                lo, hi = inp.get("values") or (0, 9)
+                t = torch.randint(lo, hi + 1, shape, generator=gen, dtype=dtype)
+            out.append(t.to(self.device))
+        return tuple(out)
+
+    def recorded_samples(self) -> tuple[tuple, tuple] | None:
+        """(inputs, flat outputs) recorded at export, or None if the export recorded none."""
+        files = self.manifest["files"]
+        if fmt.SAMPLE_INPUTS not in files:
+            return None
+        ins = load_safetensors(self.path / fmt.SAMPLE_INPUTS)
+        outs = load_safetensors(self.path / fmt.SAMPLE_OUTPUTS)
+        order = lambda d: tuple(d[k].to(self.device) for k in sorted(d, key=lambda k: int(k)))
+        return order(ins), order(outs)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({str(self.path)!r}, device={self.device}, {self.signature()})"
+
+
+def resolve_device(manifest: dict, device) -> torch.device:
+    """The device to run on: the caller's choice, else the one the artifact was built for."""
+    target = manifest["target"]
+    dev = torch.device(device if device is not None else target["device"])
+    if dev.type != target["device"] and not target.get("portable", False):
+        raise TargetError(f"artifact was built for {target['device']} and cannot run on {dev}",
+                          where=f"target {target}", expected=target["device"], found=str(dev),
+                          fix=f"load it with device='{target['device']}' or re-export with "
+                              f"--target {dev.type}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TargetError("artifact is to run on CUDA but this torch sees no GPU",
+                          where="torch.cuda.is_available()", expected=True, found=False,
+                          fix="run on a GPU host, or load with device='cpu' if the artifact "
+                              "is portable")
+    return dev
