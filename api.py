@@ -19,7 +19,7 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
     program = exporter.export(model, example_inputs, opts, source=source,
                               value_ranges=value_ranges)
     step("compiling and writing the artifact")
-    return codegen.compile(program, target, path)
+    return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa)
 
 
 def export_file(ref: str, input_specs: list, path, *, init_args: str | None = None,

@@ -23,6 +23,10 @@ class ExportOptions:
                               "--no-strict traces with Python instead.")
     record_samples: bool = _opt(True, "Store the example inputs and eager outputs in the artifact "
                                       "for `aotc verify`.")
+    codegen: bool = _opt(True, "Generate fused C++ kernels for the ops aotc lowers; --no-codegen "
+                               "calls ATen for every op (portable to any device).")
+    isa: str = _opt("auto", "CPU instruction set the kernels are built for: auto (this host's "
+                            "best), or a level such as x86-64-v3 for hosts without AVX-512.")
     name: str | None = _opt(None, "Model name recorded in the manifest (default: the class name).")
 
     @classmethod

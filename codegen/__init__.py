@@ -1,8 +1,11 @@
 """Stage 2, codegen: a `Program` and a `Target` in, an artifact directory out.
 
-First form: every ATen op becomes an extern step of the launch plan (the fallback path that
-generated kernels replace op by op). Views are planned as aliases and lifetimes as FREE steps.
-The artifact is written through `aotc.runtime.format`, atomically.
+    lowering (graph.py: ATen graph -> loop IR and extern steps)
+      -> scheduling (scheduler.py: fusion into kernels, with reasons)
+      -> backend (cpp/: C++/OpenMP source, compiled once into a shared library)
+      -> plan (plan.py: lifetimes, frees, stats) and the artifact, written through
+         `aotc.runtime.format`, atomically.
+Ops without a lowering stay extern ATen steps; with codegen off, every op does.
 """
 from __future__ import annotations
 
@@ -14,18 +17,47 @@ import torch
 from safetensors.torch import save
 
 from aotc import __version__
-from aotc.codegen.plan import build_plan
+from aotc.codegen.graph import GraphLowering
+from aotc.codegen.ir import ComputedBuffer
+from aotc.codegen.plan import finalize, step_uses
+from aotc.codegen.scheduler import Kernel, node_loads, schedule
 from aotc.codegen.target import Target
 from aotc.exporter.program import Program
 from aotc.runtime import format as fmt
+from aotc.runtime.dtypes import DTYPES
+from aotc.runtime.plan import StepKind
 
 __all__ = ["compile", "Target"]
 
 
-def compile(program: Program, target: Target, dest: str | Path) -> Path:  # noqa: A001 - stage entry
-    plan = build_plan(program.graph, "forward")
+def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
+            codegen: bool = True, isa: str = "auto") -> Path:
+    use_kernels = codegen and target.device == "cpu"
+    lowered = GraphLowering(program.graph, codegen=use_kernels).run()
+    steps, decisions = schedule(lowered.steps)
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    files, native = {}, None
+    if kernels:
+        from aotc.codegen import cpp
+        level = cpp.resolve_isa(isa)
+        buffers = _buffers(lowered.slots)
+        stored = _stored(steps, lowered.outputs)
+        source, library, signatures = cpp.generate(kernels, buffers, stored, level)
+        files[fmt.KERNEL_SOURCE] = source.encode()
+        files[fmt.KERNEL_LIBRARY] = library
+        native = {"isa": level, "compiler": cpp.compiler_description(),
+                  "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE}
+        steps = [_kernel_step(s, signatures, lowered.slots) if isinstance(s, Kernel) else s
+                 for s in steps]
+        for name in {n for s in kernels for n in (b.name for b in s.writes)} - stored:
+            lowered.slots[int(name[3:])]["local"] = True
+    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, "forward")
+    plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
+                         fallback=dict(sorted(lowered.fallback.items())),
+                         kernels=len(kernels), fusion=decisions)
+    files[fmt.plan_file("forward")] = fmt.dumps(plan)
     weights, aliases = _dedup_weights(program.weights)
-    files = {fmt.WEIGHTS: save(weights), fmt.plan_file("forward"): fmt.dumps(plan)}
+    files[fmt.WEIGHTS] = save(weights)
     if program.samples is not None:
         ins, outs = program.samples
         files[fmt.SAMPLE_INPUTS] = save({str(i): t.contiguous() for i, t in enumerate(ins)})
@@ -39,7 +71,7 @@ def compile(program: Program, target: Target, dest: str | Path) -> Path:  # noqa
         "model": {"name": program.name, "source": program.source},
         "producer": {"aotc": __version__, "torch": torch.__version__.split("+")[0],
                      "python": platform.python_version(), "platform": sys.platform},
-        "target": target.to_json(portable=True),
+        "target": dict(target.to_json(portable=native is None), native=native),
         "options": program.options,
         "entries": {"forward": entry},
         "weights": {"count": len(program.weights),
@@ -47,6 +79,41 @@ def compile(program: Program, target: Target, dest: str | Path) -> Path:  # noqa
                     "aliases": aliases},
     }
     return fmt.write_artifact(dest, files, manifest)
+
+
+def _buffers(slots: list) -> dict:
+    from aotc.codegen.ir import Buffer, sym
+    return {f"buf{s['id']}": Buffer(name=f"buf{s['id']}", slot=s["id"],
+                                    shape=tuple(sym(d) for d in s["shape"]),
+                                    stride=tuple(sym(d) for d in s["stride"]),
+                                    dtype=DTYPES[s["dtype"]])
+            for s in slots if "shape" in s}
+
+
+def _stored(steps: list, outputs: list) -> set:
+    """Kernel-written buffers that something outside their own kernel reads."""
+    needed = {f"buf{o['slot']}" for o in outputs if "slot" in o}
+    for step in steps:
+        if isinstance(step, Kernel):
+            own = {b.name for b in step.writes}
+            for node in step.nodes:
+                loads, _, _ = node_loads(node, len(step.prefix))
+                needed |= {name for name, _ in loads if name not in own}
+            for node in step.nodes:   # pointwise results are always written to memory
+                if not node.is_reduction:
+                    needed |= {b.name for b in node.buffers}
+        else:
+            needed |= {f"buf{s}" for s in step_uses(step)}
+    return needed
+
+
+def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
+    ins, outs = signatures[k.name]
+    return {"kind": StepKind.KERNEL.value, "name": k.name,
+            "args": [int(n[3:]) for n in ins], "out": [int(n[3:]) for n in outs],
+            "fused": [{"buffers": [b.name for b in n.buffers], "ops": list(n.body.origins)}
+                      for n in k.nodes],
+            "reasons": k.reasons}
 
 
 def _dedup_weights(weights: dict) -> tuple[dict, dict]:

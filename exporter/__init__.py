@@ -111,6 +111,7 @@ def _flatten_inputs(ep, args, names):
             placeholders.append({"kind": "input", "name": name})
         elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
             value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
+            value = value.detach().contiguous()   # artifacts store weights contiguous
             name = spec.target.removeprefix("m.")
             weights[name] = value.detach()
             placeholders.append({"kind": "weight", "name": name})

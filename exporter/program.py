@@ -74,7 +74,8 @@ class Program:
 
 def value_meta(val) -> dict | None:
     if isinstance(val, torch.Tensor):
-        return {"shape": [_dim(d) for d in val.shape], "dtype": dtype_name(val.dtype)}
+        return {"shape": [_dim(d) for d in val.shape], "dtype": dtype_name(val.dtype),
+                "stride": [_dim(s) for s in val.stride()]}
     if isinstance(val, (int, torch.SymInt)):
         return {"int": _dim(val)}
     return None

@@ -13,7 +13,25 @@ import re
 import torch
 
 from aotc.errors import ArtifactError
+from aotc.runtime.native import kernel, kernel_failed
 from aotc.runtime.plan import SlotKind, StepKind, decode_arg
+
+
+def _contiguous(shape) -> list:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def _layout(t: torch.Tensor, stride: tuple, contiguous: bool) -> torch.Tensor:
+    """`t` with the strides a kernel was compiled for (a copy only when they differ)."""
+    if contiguous:
+        return t if t.is_contiguous() else t.contiguous()
+    if all(a == b for a, b, n in zip(t.stride(), stride, t.shape) if n > 1):
+        return t
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def resolve_op(qualname: str):
@@ -38,8 +56,11 @@ def _ident(text: str) -> str:
 class PlanFunction:
     """A plan compiled to a Python function `fn(inputs, symbols) -> tuple of outputs`."""
 
-    def __init__(self, plan: dict, weights: dict[str, torch.Tensor], device: torch.device):
-        self.namespace: dict = {"torch": torch, "DEVICE": device}
+    def __init__(self, plan: dict, weights: dict[str, torch.Tensor], device: torch.device,
+                 library=None):
+        self.library = library
+        self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
+                                "layout": _layout, "kernel_failed": kernel_failed}
         self.source = self._emit(plan, weights)
         code = compile(self.source, f"<aotc plan {plan['entry']}>", "exec")
         exec(code, self.namespace)  # noqa: S102 - source generated above from a verified plan
@@ -72,10 +93,14 @@ class PlanFunction:
         ins = [names[i] for i in plan["inputs"]]
         if ins:
             lines.append(f"    {', '.join(ins)}, = inputs")
+        checked: set[int] = set()
         for step in plan["steps"]:
             kind = step["kind"]
             if kind == StepKind.FREE:
                 lines.append(f"    del {', '.join(names[i] for i in step['slots'])}")
+                continue
+            if kind == StepKind.KERNEL:
+                lines += self._kernel(step, slots, names, weights, checked)
                 continue
             if kind not in (StepKind.EXTERN, StepKind.VIEW):
                 raise ArtifactError(f"unknown plan step kind {kind!r}", where=plan["entry"],
@@ -90,6 +115,34 @@ class PlanFunction:
         rets = [names[o["slot"]] if "slot" in o else repr(o["const"]) for o in plan["outputs"]]
         lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(lines) + "\n"
+
+    def _kernel(self, step, slots, names, weights, checked) -> list[str]:
+        """Lines that allocate a kernel's outputs and call it with data pointers."""
+        if self.library is None:
+            raise ArtifactError(f"the plan calls kernel {step['name']} but the artifact has no "
+                                "kernel library", where=step["name"], expected="kernels/",
+                                found="none", fix="re-export the model")
+        fn = self._global(f"k_{step['name']}", kernel(self.library, step["name"],
+                                                      len(step["args"]) + len(step["out"])))
+        lines, ptrs = [], []
+        for i in step["args"]:
+            s = slots[i]
+            if s["kind"] == SlotKind.WEIGHT:
+                ptrs.append(self._global(f"p_{s['weight']}", weights[s["weight"]].data_ptr()))
+                continue
+            if s.get("producer") != "kernel" and i not in checked:
+                checked.add(i)
+                contiguous = s["stride"] == _contiguous(s["shape"])
+                lines.append(f"    {names[i]} = layout({names[i]}, {tuple(s['stride'])}, "
+                             f"{contiguous})")
+            ptrs.append(f"{names[i]}.data_ptr()")
+        for o in step["out"]:
+            s = slots[o]
+            lines.append(f"    {names[o]} = empty({tuple(s['shape'])}, dtype=torch.{s['dtype']}, "
+                         f"device=DEVICE)")
+            ptrs.append(f"{names[o]}.data_ptr()")
+        lines.append(f"    if {fn}({', '.join(ptrs)}): kernel_failed({step['name']!r})")
+        return lines
 
     def __call__(self, inputs, symbols):
         return self.fn(inputs, symbols)

@@ -11,6 +11,8 @@ single weight is read.
       plans/<entry>.json         the launch plan of each entry point
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
       samples/outputs.safetensors eager outputs for those inputs
+      kernels/kernels.cpp        generated C++ kernels (readable source)
+      kernels/kernels.so         the same, compiled for the ISA the manifest names
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ FORMAT_VERSION = 1
 # refused with a clear error; tests/fixtures keeps a small artifact of each.
 CHANGELOG = {
     1: ("2026-11-30", "first format: manifest.json, weights.safetensors, plans/<entry>.json "
-                      "with extern/view/free steps, samples/"),
+                      "with kernel/extern/view/free steps, kernels/ (C++ source and library), "
+                      "samples/"),
 }
 
 MANIFEST = "manifest.json"
@@ -38,6 +41,8 @@ WEIGHTS = "weights.safetensors"
 SAMPLE_INPUTS = "samples/inputs.safetensors"
 SAMPLE_OUTPUTS = "samples/outputs.safetensors"
 KERNELS_DIR = "kernels"
+KERNEL_SOURCE = "kernels/kernels.cpp"
+KERNEL_LIBRARY = "kernels/kernels.so"
 SELF_HASH_KEY = "manifest_sha256"
 
 

@@ -15,6 +15,7 @@ from aotc.errors import TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.guards import Guards
+from aotc.runtime.native import check_isa, load_library
 from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import load_safetensors
 
@@ -22,11 +23,12 @@ from aotc.runtime.weights import load_safetensors
 class Entry:
     """One entry point (`forward`, later `backward`): guards, compiled plan, output structure."""
 
-    def __init__(self, name: str, spec: dict, plan: dict, weights: dict, device: torch.device):
+    def __init__(self, name: str, spec: dict, plan: dict, weights: dict, device: torch.device,
+                 library=None):
         self.name, self.spec = name, spec
         self.guards = Guards(spec["inputs"], spec.get("symbols", {}), spec.get("relations", []))
         self.plan = plan
-        self.function = PlanFunction(plan, weights, device)
+        self.function = PlanFunction(plan, weights, device, library)
         self.tree = spec["output_tree"]
 
 
@@ -40,8 +42,11 @@ class CompiledModule:
         if device.type != "cpu":
             weights = {k: v.to(device) for k, v in weights.items()}
         self.weights = weights
+        native = manifest["target"].get("native")
+        self.library = load_library(path, native) if native else None
         self.entries = {
-            name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device)
+            name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device,
+                        self.library)
             for name, spec in manifest["entries"].items()}
 
     # -------------------------------------------------------------------------------- calling
@@ -120,6 +125,8 @@ def resolve_device(manifest: dict, device) -> torch.device:
                           where=f"target {target}", expected=target["device"], found=str(dev),
                           fix=f"load it with device='{target['device']}' or re-export with "
                               f"--target {dev.type}")
+    if target.get("native"):
+        check_isa(target["native"])
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TargetError("artifact is to run on CUDA but this torch sees no GPU",
                           where="torch.cuda.is_available()", expected=True, found=False,

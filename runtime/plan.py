@@ -15,6 +15,7 @@ from aotc.runtime.dtypes import DTYPES, DTYPE_NAMES, LAYOUTS, MEMORY_FORMATS
 
 
 class StepKind(str, Enum):
+    KERNEL = "kernel"   # a generated, fused kernel from the artifact's native library
     EXTERN = "extern"   # an ATen op called through the dispatcher (vendor library or fallback)
     VIEW = "view"       # an ATen view op: no data moves; the result aliases its base slot
     FREE = "free"       # drop the plan's references to slots whose last use has passed

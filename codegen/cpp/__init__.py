@@ -1,0 +1,30 @@
+"""The C++/OpenMP backend: Kernels in, one C++ source file and one shared library out."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from aotc.codegen.cpp.build import build_library, compiler, compiler_version, resolve_isa
+from aotc.codegen.cpp.kernel import kernel_source
+
+PRELUDE = (Path(__file__).parent / "prelude.h").read_text()
+KERNELS_PER_UNIT = 24
+
+__all__ = ["generate", "resolve_isa", "compiler_description"]
+
+
+def generate(kernels: list, buffers: dict, stored: set, isa: str):
+    """(source text, library bytes, {kernel name: (read buffer names, written buffer names)})."""
+    bodies, signatures = [], {}
+    for k in kernels:
+        src, ins, outs = kernel_source(k, buffers, stored)
+        bodies.append(src)
+        signatures[k.name] = (ins, outs)
+    header = f"// aotc generated kernels: {len(kernels)} kernels, built for -march={isa}\n"
+    source = header + PRELUDE + "\n" + "\n".join(bodies)
+    units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
+             for i in range(0, len(bodies), KERNELS_PER_UNIT)]
+    return source, build_library(units, isa), signatures
+
+
+def compiler_description() -> str:
+    return compiler_version(compiler())

@@ -1,0 +1,353 @@
+"""C++ kernel emission: one fused Kernel in, one `extern "C"` function out.
+
+The loop IR bodies run with `CppHandler`, which prints each op as a C++ statement (common
+subexpressions shared within a loop body). Loop nest: outer loops over the kernel's row prefix
+(OpenMP-parallel), then per node its inner loops, the innermost contiguous and marked
+`#pragma omp simd` so the compiler vectorizes it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Reduction, ReductionType as R,
+                             index_vars, linear_index, product, simplify_index)
+from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, value_type
+from aotc.codegen.scheduler import Kernel
+
+PARALLEL_MIN_ELEMENTS = 32768   # below this a kernel runs on one thread (OpenMP start-up costs)
+
+
+@dataclass(frozen=True, slots=True)
+class CVal:
+    expr: str
+    dtype: torch.dtype
+
+
+class CppHandler:
+    """Ops handler that prints C++ into `lines`."""
+
+    def __init__(self, buffers: dict, ranges: dict, locals_: dict, lines: list, counter: list):
+        self.buffers, self.ranges, self.locals = buffers, ranges, locals_
+        self.lines, self.counter = lines, counter
+        self.cse: dict[str, str] = {}
+        self.vectorizable = True
+        self.read_names: set[str] = set()
+
+    def _var(self, expr: str, dtype) -> CVal:
+        if expr in self.cse:
+            return CVal(self.cse[expr], dtype)
+        name = f"t{self.counter[0]}"
+        self.counter[0] += 1
+        self.lines.append(f"{value_type(dtype)} {name} = {expr};")
+        self.cse[expr] = name
+        return CVal(name, dtype)
+
+    def load(self, name: str, index) -> CVal:
+        index = simplify_index(index, self.ranges)
+        buf = self.buffers[name]
+        if name in self.locals:
+            row_index, var = self.locals[name]
+            if sympy.expand(index - row_index) == 0:
+                return CVal(var, buf.dtype)
+        self.read_names.add(name)
+        access = f"{name}[{cexpr(index)}]"
+        if buf.dtype == torch.bfloat16:
+            access = f"aotc_bf16_to_float({access})"
+        elif buf.dtype == torch.float16:
+            access = f"(float)({access})"
+        return self._var(access, buf.dtype)
+
+    def constant(self, value, dtype) -> CVal:
+        return CVal(constant(value, dtype), dtype)
+
+    def index_expr(self, expr, dtype) -> CVal:
+        text = cexpr(simplify_index(sympy.sympify(expr), self.ranges))
+        return self._var(f"static_cast<{value_type(dtype)}>({text})", dtype)
+
+    def to_dtype(self, x: CVal, dtype) -> CVal:
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self._var(f"({x.expr} != 0)", dtype)
+        ct = value_type(dtype)
+        cast = f"static_cast<{ct}>({x.expr})"
+        if dtype == torch.bfloat16:
+            cast = f"aotc_round_bf16({cast})"
+        elif dtype == torch.float16:
+            cast = f"aotc_round_fp16({cast})"
+        return self._var(cast, dtype)
+
+    def op(self, op, *args: CVal) -> CVal:
+        args = [a if isinstance(a, CVal) else self.constant(a, torch.float32) for a in args]
+        dtype = torch.bool if op in PREDICATES else args[-1].dtype
+        src = args[0].dtype if op in PREDICATES else dtype
+        if op.value == "pow" and args[1].expr in ("2.0f", "2.0"):
+            return self._var(f"({args[0].expr} * {args[0].expr})", dtype)
+        return self._var(op_expr(op, [a.expr for a in args], [a.dtype for a in args],
+                                 value_type(src)), dtype)
+
+    def masked(self, mask: CVal, fn, other, dtype) -> CVal:
+        other = other if isinstance(other, CVal) else self.constant(other, dtype)
+        name = f"t{self.counter[0]}"
+        self.counter[0] += 1
+        self.lines.append(f"{value_type(dtype)} {name} = {other.expr};")
+        self.lines.append(f"if ({mask.expr}) {{")
+        outer_lines, outer_cse = self.lines, self.cse
+        self.lines, self.cse = [], dict(outer_cse)
+        value = self.to_dtype(fn(), dtype)
+        body = self.lines + [f"{name} = {value.expr};"]
+        self.lines, self.cse = outer_lines, outer_cse
+        self.lines += ["    " + ln for ln in body] + ["}"]
+        return CVal(name, dtype)
+
+    def indirect(self, value: CVal, size):
+        """A runtime index: wrapped if negative, checked against `size` (flags aotc_err)."""
+        self.vectorizable = False
+        name = f"i{self.counter[0]}"
+        self.counter[0] += 1
+        n = cexpr(sympy.sympify(size))
+        self.lines += [f"int64_t {name} = static_cast<int64_t>({value.expr});",
+                       f"if ({name} < 0) {name} += {n};",
+                       f"if ({name} < 0 || {name} >= {n}) {{ __atomic_store_n(&aotc_err, 1, "
+                       f"__ATOMIC_RELAXED); {name} = 0; }}"]
+        return sympy.Symbol(name, integer=True)
+
+
+def _store(buf: Buffer, index, value: CVal) -> str:
+    v = value.expr
+    if buf.dtype == torch.bfloat16:
+        v = f"aotc_float_to_bf16({v})"
+    elif buf.dtype == torch.float16:
+        v = f"static_cast<_Float16>({v})"
+    elif value.dtype != buf.dtype:
+        v = f"static_cast<{STORAGE[buf.dtype]}>({v})"
+    return f"{buf.name}[{cexpr(index)}] = {v};"
+
+
+def _loops(vars_, sizes, body: list, last: str | None, first: str | None = None) -> list:
+    """A loop nest with an optional pragma before the innermost (`last`) or outermost loop."""
+    out, pad = [], ""
+    for k, (v, n) in enumerate(zip(vars_, sizes)):
+        if k == 0 and first is not None:
+            out.append(f"{pad}{first}")
+        elif k == len(vars_) - 1 and last is not None:
+            out.append(f"{pad}{last}")
+        out.append(f"{pad}for (int64_t {v} = 0; {v} < {cexpr(n)}; ++{v}) {{")
+        pad += "    "
+    out += [pad + ln for ln in body]
+    for _ in vars_:
+        pad = pad[:-4]
+        out.append(f"{pad}}}")
+    return out
+
+
+_ACC = {  # reduction -> (init(ct, float?), update(acc, v), omp reduction clause)
+    R.SUM: (lambda ct, fp: f"{ct}(0)", lambda a, v: f"{a} = {a} + {v};", "+"),
+    R.PROD: (lambda ct, fp: f"{ct}(1)", lambda a, v: f"{a} = {a} * {v};", "*"),
+    R.MAX: (lambda ct, fp: f"-std::numeric_limits<{ct}>::infinity()" if fp
+            else f"std::numeric_limits<{ct}>::lowest()",
+            lambda a, v: f"{a} = std::max({a}, {v});", "max"),
+    R.MIN: (lambda ct, fp: f"std::numeric_limits<{ct}>::infinity()" if fp
+            else f"std::numeric_limits<{ct}>::max()",
+            lambda a, v: f"{a} = std::min({a}, {v});", "min"),
+    R.ANY: (lambda ct, fp: "0", lambda a, v: f"{a} = {a} | (int)({v} != 0);", "|"),
+    R.ALL: (lambda ct, fp: "1", lambda a, v: f"{a} = {a} & (int)({v} != 0);", "&"),
+}
+
+
+class KernelWriter:
+    """Writes one Kernel as C++. `stored` names the buffers other steps read (kept in memory)."""
+
+    def __init__(self, kernel: Kernel, buffers: dict, stored: set):
+        self.k, self.buffers, self.stored = kernel, buffers, stored
+        self.pvars = index_vars("p", len(kernel.prefix))
+        self.ranges = dict(zip(self.pvars, kernel.prefix))
+        self.locals: dict = {}
+        self.counter = [0]
+        self.reads: set = set()
+        self.mode = self._mode()
+
+    def _mode(self) -> str:
+        rows = product(self.k.prefix)
+        if any(isinstance(n.body, Reduction) for n in self.k.nodes) or not self.k.prefix:
+            return "outer" if self.k.prefix else "full"
+        return "outer" if (not rows.is_Integer or int(rows) >= 8) else "inner"
+
+    def _work(self) -> sympy.Expr:
+        sizes = []
+        for n in self.k.nodes:
+            b = n.body
+            sizes.append(product(b.ranges) * (product(b.reduction_ranges)
+                                              if isinstance(b, Reduction) else 1))
+        return max(sizes, key=lambda e: int(e) if e.is_Integer else 1 << 62)
+
+    def _parallel_clause(self) -> str | None:
+        work = self._work()
+        if work.is_Integer:
+            return "" if int(work) >= PARALLEL_MIN_ELEMENTS else None
+        return f" if({cexpr(work)} >= {PARALLEL_MIN_ELEMENTS})"
+
+    def _handler(self, lines, ranges) -> CppHandler:
+        h = CppHandler(self.buffers, ranges, self.locals, lines, self.counter)
+        return h
+
+    # --------------------------------------------------------------------------- pointwise
+    def pointwise(self, node) -> list:
+        body, buf = node.body, node.buffers[0]
+        k = len(self.pvars)
+        xvars = index_vars("x", len(body.ranges) - k)
+        sizes = body.ranges[k:]
+        ranges = {**self.ranges, **dict(zip(xvars, sizes))}
+        lines: list = []
+        h = self._handler(lines, ranges)
+        value = body.inner_fn(h, self.pvars + xvars)
+        self.reads |= h_reads(h)
+        lines.append(_store(buf, linear_index(self.pvars + xvars, buf.stride), value))
+        par = self._parallel_clause() if self.mode == "inner" else None
+        simd = "#pragma omp simd" if h.vectorizable else None
+        if par is not None and xvars:
+            if len(xvars) == 1:
+                simd = f"#pragma omp parallel for{' simd' if h.vectorizable else ''}{par}"
+            else:
+                lines = _loops(xvars[1:], sizes[1:], lines, simd)
+                return [f"// {buf.name} = {'+'.join(body.origins)}",
+                        *_loops(xvars[:1], sizes[:1], lines, f"#pragma omp parallel for{par}")]
+        return [f"// {buf.name} = {'+'.join(body.origins)}",
+                *(_loops(xvars, sizes, lines, simd) if xvars else ["{", *lines, "}"])]
+
+    # --------------------------------------------------------------------------- reductions
+    def reduction(self, node) -> list:
+        body = node.body
+        rtype = body.reduction_type
+        rvars = index_vars("r", len(body.reduction_ranges))
+        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
+        ct = value_type(body.dtype)
+        fp = body.dtype.is_floating_point
+        head = [f"// {', '.join(b.name for b in node.buffers)} = {rtype.value}"
+                f"({'+'.join(body.origins)}) over {[str(s) for s in body.reduction_ranges]}"]
+        if rtype == R.WELFORD:
+            n = cexpr(product(body.reduction_ranges))
+            s, m = self._fresh("sum"), self._fresh("m2")
+            lines = head + self._accumulate(body, rvars, ranges, R.SUM, s, ct, fp)
+            mean = self._fresh("mean")
+            lines.append(f"{ct} {mean} = {s} / {ct}({n});")
+            lines += self._accumulate(body, rvars, ranges, R.SUM, m, ct, fp,
+                                      center=mean)
+            results = [mean, m]
+        elif rtype in ARG_REDUCTIONS:
+            idx = self._fresh("idx")
+            lines = head + self._argreduce(body, rvars, ranges, rtype, idx, ct)
+            results = [idx]
+        else:
+            acc = self._fresh("acc")
+            lines = head + self._accumulate(body, rvars, ranges, rtype, acc, ct, fp)
+            results = [acc]
+        for buf, var in zip(node.buffers, results):
+            row = sympy.expand(linear_index(self.pvars, buf.stride))
+            self.locals[buf.name] = (row, var)
+            if buf.name in self.stored:
+                lines.append(_store(buf, row, CVal(var, buf.dtype)))
+        return lines
+
+    def _fresh(self, stem: str) -> str:
+        name = f"{stem}{self.counter[0]}"
+        self.counter[0] += 1
+        return name
+
+    def _accumulate(self, body, rvars, ranges, rtype, acc, ct, fp, center=None) -> list:
+        init, update, clause = _ACC[rtype]
+        act = "int" if rtype in (R.ANY, R.ALL) else ct
+        lines: list = []
+        h = self._handler(lines, ranges)
+        v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
+        self.reads |= h_reads(h)
+        val = v.expr
+        if center is not None:
+            d = self._fresh("d")
+            lines.append(f"{ct} {d} = {val} - {center};")
+            val = f"{d} * {d}"
+        lines.append(update(acc, val))
+        reds = [f"reduction({clause}:{acc})"]
+        out = [f"{act} {acc} = {init(ct, fp)};"]
+        nan = None
+        if rtype in (R.MAX, R.MIN) and fp:
+            nan = self._fresh("nan")
+            out.append(f"int {nan} = 0;")
+            lines.append(f"{nan} |= ({val} != {val});")
+            reds.append(f"reduction(|:{nan})")
+        simd = f"#pragma omp simd {' '.join(reds)}" if h.vectorizable else None
+        if self.mode == "full":
+            par = self._parallel_clause()
+            if par is not None:
+                kind = "parallel for simd" if len(rvars) == 1 and h.vectorizable else "parallel for"
+                outer = f"#pragma omp {kind} {' '.join(reds)}{par}"
+                if len(rvars) == 1:
+                    simd = outer
+                else:
+                    inner = _loops(rvars[1:], body.reduction_ranges[1:], lines, simd)
+                    out += _loops(rvars[:1], body.reduction_ranges[:1], inner, outer)
+                    lines = None
+        if lines is not None:
+            out += _loops(rvars, body.reduction_ranges, lines, simd) if rvars else lines
+        if nan is not None:
+            out.append(f"if ({nan}) {acc} = std::numeric_limits<{ct}>::quiet_NaN();")
+        return out
+
+    def _argreduce(self, body, rvars, ranges, rtype, idx, ct) -> list:
+        lines: list = []
+        h = self._handler(lines, ranges)
+        v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype).expr
+        self.reads |= h_reads(h)
+        best = self._fresh("best")
+        cmp = ">" if rtype == R.ARGMAX else "<"
+        lin = cexpr(linear_index(rvars, _strides(body.reduction_ranges)))
+        nan_check = f" || {v} != {v}" if body.dtype.is_floating_point else ""
+        guard = f"!({best} != {best}) && " if body.dtype.is_floating_point else ""
+        lines.append(f"if ({idx} < 0 || ({guard}({v} {cmp} {best}{nan_check}))) "
+                     f"{{ {best} = {v}; {idx} = {lin}; }}")
+        return [f"{ct} {best} = {ct}(0);", f"int64_t {idx} = -1;",
+                *_loops(rvars, body.reduction_ranges, lines, None)]
+
+    # ------------------------------------------------------------------------------ kernel
+    def source(self) -> tuple[str, list[str], list[str]]:
+        """(C++ source, names of buffers read, names of buffers written)."""
+        body: list = []
+        for node in self.k.nodes:
+            body += (self.reduction(node) if isinstance(node.body, Reduction)
+                     else self.pointwise(node))
+        written = [b.name for b in self.k.writes]
+        outs = [n for n in written if n in self.stored]
+        ins = sorted(self.reads - set(written))
+        params = [f"const {STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in ins]
+        params += [f"{STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in outs]
+        lines = [f"// {self.k.name}: " + "; ".join(self.k.reasons),
+                 f'extern "C" int {self.k.name}({", ".join(params)}) {{',
+                 "    int aotc_err = 0;"]
+        if self.mode == "outer" and self.pvars:
+            par = self._parallel_clause()
+            pragma = (f"#pragma omp parallel for collapse({len(self.pvars)}){par}"
+                      if par is not None else None)
+            lines += ["    " + ln for ln in _loops(self.pvars, self.k.prefix, body, None, pragma)]
+        else:
+            inner = body
+            if self.pvars:   # "inner" mode: serial row loops around parallel inner loops
+                inner = _loops(self.pvars, self.k.prefix, body, None)
+            lines += ["    " + ln for ln in inner]
+        lines += ["    return aotc_err;", "}"]
+        return "\n".join(lines) + "\n", ins, outs
+
+
+def _strides(sizes):
+    from aotc.codegen.ir import contiguous_strides
+    return contiguous_strides(sizes)
+
+
+def h_reads(h: CppHandler) -> set:
+    return h.read_names
+
+
+def kernel_source(kernel: Kernel, buffers: dict, stored: set):
+    return KernelWriter(kernel, buffers, stored).source()

@@ -1,0 +1,50 @@
+// aotc C++ kernel prelude: scalar helpers shared by every generated kernel.
+// Plain C++17, no torch headers: kernels outlive torch ABI changes.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <algorithm>
+
+static inline float aotc_bf16_to_float(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t aotc_float_to_bf16(float f) {
+    uint32_t u; std::memcpy(&u, &f, 4);
+    if (f != f) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);   // round to nearest even, as torch does
+    return (uint16_t)(u >> 16);
+}
+static inline float aotc_round_bf16(float f) { return aotc_bf16_to_float(aotc_float_to_bf16(f)); }
+static inline float aotc_round_fp16(float f) { return (float)(_Float16)f; }
+
+template <typename T> static inline T aotc_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> static inline T aotc_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> static inline T aotc_relu(T a) { return a < 0 ? T(0) : a; }
+template <typename T> static inline T aotc_sign(T a) { return T((T(0) < a) - (a < T(0))); }
+template <typename T> static inline T aotc_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+
+static inline double aotc_remainder(double a, double b) {
+    double r = std::fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline float aotc_remainder(float a, float b) {
+    float r = std::fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T aotc_remainder(T a, T b) {
+    T r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline double aotc_floordiv(double a, double b) { return std::floor(a / b); }
+static inline float aotc_floordiv(float a, float b) { return std::floor(a / b); }
+template <typename T> static inline T aotc_floordiv(T a, T b) {
+    T q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> static inline T aotc_ipow(T a, T b) {
+    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+    T r = 1;
+    while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+    return r;
+}

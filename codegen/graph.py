@@ -1,0 +1,313 @@
+"""Graph lowering: a Program's graph in, an ordered list of plan steps and kernel nodes out.
+
+Each graph node is lowered by the registry (`codegen/lowering`) into loop IR, or, when no
+lowering claims it, becomes an extern ATen step. Pointwise results stay lazy and are inlined into
+their consumers (vertical fusion); they are realized into buffers only when an extern op, a
+graph output or an expensive multi-use needs storage. Reductions are always realized. Views of
+realized tensors are index remaps for kernels and are emitted as ATen view steps only when an
+extern op needs the tensor itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import count
+
+import sympy
+import torch
+
+from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, Pointwise, Reduction,
+                             ReductionType, contiguous_strides, index_vars, sym)
+from aotc.codegen.lowering import LOWERINGS
+from aotc.codegen.plan import is_view
+from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.runtime.executor import resolve_op
+from aotc.runtime.plan import SlotKind, StepKind
+
+INLINE_LIMIT = 48        # body size (ops) past which a lazy value is realized
+MULTI_USE_COST = 6       # a value used more than once is realized past this cost
+
+
+class TensorValue:
+    """A tensor during lowering: lazy (a body to inline) or realized (a Buffer), maybe a view."""
+    __slots__ = ("shape", "dtype", "loader", "buffer", "body", "view_of", "vid", "users",
+                 "origins")
+
+    def __init__(self, shape, dtype, loader, *, buffer=None, body=None, view_of=None, vid=None,
+                 origins=()):
+        self.shape, self.dtype, self.loader = tuple(shape), dtype, loader
+        self.buffer, self.body, self.view_of, self.vid = buffer, body, view_of, vid
+        self.users, self.origins = 0, tuple(origins)
+
+
+class CostCounter:
+    """Ops handler that counts the work in a body (for inlining decisions)."""
+
+    def __init__(self):
+        self.ops = 0
+        self.expensive = 0
+
+    def load(self, name, index):
+        self.ops += 1
+        return 0
+
+    def constant(self, value, dtype):
+        return 0
+
+    def index_expr(self, expr, dtype):
+        return 0
+
+    def to_dtype(self, x, dtype):
+        return 0
+
+    def op(self, op, *args):
+        self.ops += 1
+        self.expensive += op in EXPENSIVE
+        return 0
+
+    def masked(self, mask, fn, other, dtype):
+        self.ops += 1
+        return fn()
+
+    def indirect(self, value, size):
+        self.ops += 1
+        return sympy.Integer(0)
+
+
+def body_cost(shape, fn) -> CostCounter:
+    c = CostCounter()
+    fn(c, index_vars("x", len(shape)))
+    return c
+
+
+@dataclass
+class LoweredGraph:
+    slots: list = field(default_factory=list)     # plan slot dicts, by slot id
+    steps: list = field(default_factory=list)     # ComputedBuffer | step dict, in order
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    lowered: dict = field(default_factory=dict)   # op -> count of nodes lowered to loop IR
+    fallback: dict = field(default_factory=dict)  # op -> count of nodes left to ATen
+
+
+class GraphLowering:
+    def __init__(self, graph: dict, *, codegen: bool = True):
+        self.graph, self.codegen = graph, codegen
+        self.values = graph["values"]
+        self.out = LoweredGraph(slots=[self._slot_for(i, m) for i, m in enumerate(self.values)])
+        self.env: dict[int, TensorValue | object] = {}
+        self.names = count()
+        self.users = self._count_users()
+
+    # ------------------------------------------------------------------------------ driving
+    def run(self) -> LoweredGraph:
+        for inp in self.graph["inputs"]:
+            self._bind_input(inp)
+        for node in self.graph["nodes"]:
+            self._lower_node(node)
+        outs = []
+        for o in self.graph["outputs"]:
+            outs.append({"slot": self.materialize(self.env[o["slot"]])} if "slot" in o else o)
+        self.out.outputs = outs
+        return self.out
+
+    def _count_users(self) -> dict[int, int]:
+        users: dict[int, int] = {}
+
+        def visit(a):
+            if isinstance(a, list):
+                for x in a:
+                    visit(x)
+            elif isinstance(a, dict) and "slot" in a:
+                users[a["slot"]] = users.get(a["slot"], 0) + 1
+        for node in self.graph["nodes"]:
+            visit(node["args"])
+            visit(list(node["kwargs"].values()))
+        for o in self.graph["outputs"]:
+            visit(o)
+        return users
+
+    def _slot_for(self, i: int, meta) -> dict:
+        slot = {"id": i, "kind": SlotKind.VALUE.value}
+        if meta and "shape" in meta:
+            slot.update(shape=meta["shape"], dtype=meta["dtype"], stride=meta["stride"])
+        return slot
+
+    def new_slot(self, shape, dtype, stride=None) -> int:
+        sid = len(self.out.slots)
+        self.out.slots.append({"id": sid, "kind": SlotKind.VALUE.value, "shape": _ints(shape),
+                               "dtype": _dtype_name(dtype),
+                               "stride": _ints(stride or contiguous_strides(shape))})
+        return sid
+
+    def _buffer(self, sid: int) -> Buffer:
+        s = self.out.slots[sid]
+        return Buffer(name=f"buf{sid}", slot=sid, shape=tuple(sym(d) for d in s["shape"]),
+                      stride=tuple(sym(d) for d in s["stride"]), dtype=DTYPES[s["dtype"]])
+
+    def _bind_input(self, inp: dict) -> None:
+        sid = inp["value"]
+        slot = self.out.slots[sid]
+        if inp["kind"] == "weight":
+            slot.update(kind=SlotKind.WEIGHT.value, weight=inp["name"])
+        else:
+            slot.update(kind=SlotKind.INPUT.value, name=inp["name"])
+            self.out.inputs.append(sid)
+        if "shape" in slot:
+            self.env[sid] = self.realized(sid)
+
+    def realized(self, sid: int) -> TensorValue:
+        buf = self._buffer(sid)
+        tv = TensorValue(buf.shape, buf.dtype, buf.loader(), buffer=buf, vid=sid)
+        tv.users = self.users.get(sid, 0)
+        return tv
+
+    # ----------------------------------------------------------------------------- one node
+    def _lower_node(self, node: dict) -> None:
+        op = resolve_op(node["op"])
+        fn = LOWERINGS.get(op) if self.codegen else None
+        result = None
+        self.current_op, self.current_node = op, node
+        if fn is not None:
+            args = [self.decode(a) for a in node["args"]]
+            kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
+            metas = [self.values[o] for o in node["out"]]
+            result = fn(self, metas, *args, **kwargs)
+        if result is None:
+            self._extern(node, op)
+            return
+        self.out.lowered[node["op"]] = self.out.lowered.get(node["op"], 0) + 1
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        for vid, tv in zip(node["out"], results):
+            if isinstance(tv, TensorValue):
+                self._name(tv, vid)
+            self.env[vid] = tv
+
+    def _name(self, tv: TensorValue, vid: int) -> None:
+        if tv.vid is None:
+            tv.vid = vid
+        tv.users = max(tv.users, self.users.get(vid, 0))
+        if tv.body is not None and tv.buffer is None:
+            cost = body_cost(tv.shape, tv.loader)
+            if cost.ops > INLINE_LIMIT or (tv.users > 1 and (cost.expensive or
+                                                             cost.ops > MULTI_USE_COST)):
+                self.realize(tv)
+
+    def used(self, i: int) -> bool:
+        """Whether output `i` of the node being lowered is read by anything."""
+        return self.users.get(self.current_node["out"][i], 0) > 0
+
+    def decode(self, a):
+        if isinstance(a, list):
+            return [self.decode(x) for x in a]
+        if not isinstance(a, dict):
+            return a
+        (tag, payload), = a.items()
+        if tag == "slot":
+            return self.env[payload]
+        if tag == "float":
+            return float(payload)
+        if tag == "dtype":
+            return DTYPES[payload]
+        if tag == "device":
+            return torch.device(payload)
+        if tag == "layout":
+            return LAYOUTS[payload]
+        return MEMORY_FORMATS[payload]
+
+    # ------------------------------------------------------------------------- IR creation
+    def pointwise(self, shape, dtype, fn, origin: str) -> TensorValue:
+        shape = tuple(sym(d) for d in shape)
+        body = Pointwise(ranges=shape, dtype=dtype, inner_fn=fn, origins=(origin,))
+        return TensorValue(shape, dtype, fn, body=body, origins=(origin,))
+
+    def view(self, base: TensorValue, shape, fn, recipe) -> TensorValue:
+        """A view: index remap `fn` for kernels; `recipe` (op, args, kwargs) for externs."""
+        tv = TensorValue(shape, base.dtype, fn, view_of=(base, recipe), origins=base.origins)
+        return tv
+
+    def reduction(self, ranges, rranges, rtype: ReductionType, dtype, fn, origin: str,
+                  outputs: int = 1, out_dtypes=None) -> list[TensorValue]:
+        ranges = tuple(sym(d) for d in ranges)
+        body = Reduction(ranges=ranges, reduction_ranges=tuple(sym(d) for d in rranges),
+                         reduction_type=rtype, dtype=dtype, inner_fn=fn, origins=(origin,))
+        bufs = tuple(self._buffer(self.new_slot(ranges, d))
+                     for d in (out_dtypes or [dtype] * outputs))
+        self.out.steps.append(ComputedBuffer(buffers=bufs, body=body))
+        return [TensorValue(ranges, b.dtype, b.loader(), buffer=b, origins=(origin,)) for b in bufs]
+
+    def realize(self, tv: TensorValue) -> Buffer:
+        if tv.buffer is not None:
+            return tv.buffer
+        sid = self.new_slot(tv.shape, tv.dtype)
+        if tv.vid is not None and self.out.slots[tv.vid].get("shape") is not None \
+                and "producer" not in self.out.slots[tv.vid]:
+            sid = self._claim(tv.vid, tv.shape, tv.dtype)
+        buf = self._buffer(sid)
+        body = Pointwise(ranges=tv.shape, dtype=tv.dtype, inner_fn=tv.loader, origins=tv.origins)
+        self.out.steps.append(ComputedBuffer(buffers=(buf,), body=body))
+        tv.buffer, tv.loader, tv.body, tv.view_of = buf, buf.loader(), None, None
+        return buf
+
+    def _claim(self, vid, shape, dtype) -> int:
+        """Reuse graph value `vid`'s slot for a contiguous kernel output (drop the spare)."""
+        self.out.slots.pop()
+        slot = self.out.slots[vid]
+        slot.update(shape=_ints(shape), dtype=_dtype_name(dtype),
+                    stride=_ints(contiguous_strides(shape)), producer="kernel")
+        return vid
+
+    # ----------------------------------------------------------------------------- externs
+    def materialize(self, tv) -> int:
+        """The slot holding `tv` as a real tensor, emitting a view step or a kernel if needed."""
+        if not isinstance(tv, TensorValue):
+            raise TypeError(f"not a tensor: {tv!r}")
+        if tv.buffer is not None:
+            return tv.buffer.slot
+        if tv.view_of is not None:
+            base, (op, args, kwargs) = tv.view_of
+            base_slot = self.materialize(base)
+            sid = tv.vid if tv.vid is not None and "producer" not in self.out.slots[tv.vid] \
+                else None
+            if sid is None or "shape" not in self.out.slots[sid]:
+                return self.realize(tv).slot
+            self.out.slots[sid]["producer"] = "view"
+            self.out.steps.append({"kind": StepKind.VIEW.value, "op": op,
+                                   "args": [{"slot": base_slot}, *args], "kwargs": kwargs,
+                                   "out": [sid], "single": True})
+            tv.buffer = self._buffer(sid)
+            return sid
+        return self.realize(tv).slot
+
+    def _extern(self, node: dict, op) -> None:
+        self.out.fallback[node["op"]] = self.out.fallback.get(node["op"], 0) + 1
+        args = [self._rewrite(a) for a in node["args"]]
+        kwargs = {k: self._rewrite(v) for k, v in node["kwargs"].items()}
+        kind = StepKind.VIEW if is_view(op) else StepKind.EXTERN
+        for vid in node["out"]:
+            self.out.slots[vid]["producer"] = kind.value
+        self.out.steps.append({"kind": kind.value, "op": node["op"], "args": args,
+                               "kwargs": kwargs, "out": list(node["out"]),
+                               "single": node["single"]})
+        for vid in node["out"]:
+            meta = self.values[vid]
+            if meta and "shape" in meta:
+                self.env[vid] = self.realized(vid)
+            else:
+                self.env[vid] = None
+
+    def _rewrite(self, a):
+        if isinstance(a, list):
+            return [self._rewrite(x) for x in a]
+        if isinstance(a, dict) and "slot" in a:
+            return {"slot": self.materialize(self.env[a["slot"]])}
+        return a
+
+
+def _ints(xs) -> list:
+    return [int(x) if (isinstance(x, int) or getattr(x, "is_Integer", False)) else str(x)
+            for x in xs]
+
+
+def _dtype_name(dtype) -> str:
+    from aotc.runtime.dtypes import dtype_name
+    return dtype_name(dtype)

@@ -1,0 +1,230 @@
+"""The loop-level IR, shared by every backend.
+
+Define-by-run, as in TorchInductor: a node's body is a plain Python function `inner_fn(h, index)`
+that computes one element by calling an ops handler `h` (load, constant, index_expr, to_dtype and
+`h.op(Op.X, ...)`). Running the body with a C++ handler emits C++; with a counting handler it
+measures cost; with a recording handler it lists reads. Sizes and indices are sympy expressions
+from day one: a static size is an integer expression, so dynamic shapes need no redesign.
+
+    Pointwise(ranges, inner_fn)                       out[index] = inner_fn(index)
+    Reduction(ranges, reduction_ranges, type, fn)     out[index] = reduce_r fn(index, r)
+    Buffer(name, shape, stride, dtype)                realized storage (plan slot)
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+import sympy
+import torch
+
+
+# ------------------------------------------------------------------------------ index algebra
+
+class FloorDiv(sympy.Function):
+    """Integer floor division of non-negative index expressions."""
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if isinstance(a, FloorDiv):   # (a // b) // c == a // (b * c)
+            return FloorDiv(a.args[0], a.args[1] * b)
+        return None
+
+
+class ModIndex(sympy.Function):
+    """a % b for non-negative index expressions."""
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        return None
+
+
+def sym(n) -> sympy.Expr:
+    return sympy.Integer(n) if isinstance(n, int) else sympy.sympify(n)
+
+
+def index_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n))
+
+
+def product(xs) -> sympy.Expr:
+    out = sympy.Integer(1)
+    for x in xs:
+        out = out * x
+    return out
+
+
+def contiguous_strides(shape) -> tuple[sympy.Expr, ...]:
+    strides, acc = [], sympy.Integer(1)
+    for d in reversed(shape):
+        strides.append(acc)
+        acc = acc * d
+    return tuple(reversed(strides))
+
+
+def linear_index(index, strides) -> sympy.Expr:
+    return sympy.Add(*[i * s for i, s in zip(index, strides)]) if index else sympy.Integer(0)
+
+
+def unravel(flat: sympy.Expr, shape) -> list[sympy.Expr]:
+    """Multi-index of a flat (row-major) position in `shape`."""
+    out, stride = [], product(shape)
+    for d in shape:
+        stride = sympy.cancel(stride / d) if d != 0 else stride
+        out.append(ModIndex(FloorDiv(flat, stride), d) if d != 1 else sympy.Integer(0))
+    return out
+
+
+# ----------------------------------------------------------------------------- ops vocabulary
+
+class Op(str, Enum):
+    NEG = "neg"; ABS = "abs"; EXP = "exp"; EXPM1 = "expm1"; LOG = "log"; LOG1P = "log1p"
+    LOG2 = "log2"; SQRT = "sqrt"; RSQRT = "rsqrt"; SIN = "sin"; COS = "cos"; TAN = "tan"
+    TANH = "tanh"; SIGMOID = "sigmoid"; ERF = "erf"; FLOOR = "floor"; CEIL = "ceil"
+    ROUND = "round"; TRUNC = "trunc"; RECIPROCAL = "reciprocal"; RELU = "relu"; SIGN = "sign"
+    LOGICAL_NOT = "logical_not"; BITWISE_NOT = "bitwise_not"; ISNAN = "isnan"; ISINF = "isinf"
+    ASIN = "asin"; ACOS = "acos"; ATAN = "atan"; SINH = "sinh"; COSH = "cosh"; ASINH = "asinh"
+    ACOSH = "acosh"; ATANH = "atanh"; EXP2 = "exp2"; LOG10 = "log10"; SIGNBIT = "signbit"
+    ADD = "add"; SUB = "sub"; MUL = "mul"; TRUEDIV = "truediv"; FLOORDIV = "floordiv"
+    REMAINDER = "remainder"; FMOD = "fmod"; POW = "pow"; MAXIMUM = "maximum"; MINIMUM = "minimum"
+    EQ = "eq"; NE = "ne"; LT = "lt"; LE = "le"; GT = "gt"; GE = "ge"; ATAN2 = "atan2"
+    LOGICAL_AND = "logical_and"; LOGICAL_OR = "logical_or"; LOGICAL_XOR = "logical_xor"
+    BITWISE_AND = "bitwise_and"; BITWISE_OR = "bitwise_or"; BITWISE_XOR = "bitwise_xor"
+    LSHIFT = "lshift"; RSHIFT = "rshift"; COPYSIGN = "copysign"; HYPOT = "hypot"
+    WHERE = "where"
+
+
+UNARY = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.LOG2, Op.SQRT, Op.RSQRT,
+                   Op.SIN, Op.COS, Op.TAN, Op.TANH, Op.SIGMOID, Op.ERF, Op.FLOOR, Op.CEIL,
+                   Op.ROUND, Op.TRUNC, Op.RECIPROCAL, Op.RELU, Op.SIGN, Op.LOGICAL_NOT,
+                   Op.BITWISE_NOT, Op.ISNAN, Op.ISINF, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH,
+                   Op.COSH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.EXP2, Op.LOG10, Op.SIGNBIT})
+BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.TRUEDIV, Op.FLOORDIV, Op.REMAINDER, Op.FMOD, Op.POW,
+                    Op.MAXIMUM, Op.MINIMUM, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.ATAN2,
+                    Op.LOGICAL_AND, Op.LOGICAL_OR, Op.LOGICAL_XOR, Op.BITWISE_AND, Op.BITWISE_OR,
+                    Op.BITWISE_XOR, Op.LSHIFT, Op.RSHIFT, Op.COPYSIGN, Op.HYPOT})
+TERNARY = frozenset({Op.WHERE})
+PREDICATES = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.LOGICAL_AND, Op.LOGICAL_OR,
+                        Op.LOGICAL_XOR, Op.LOGICAL_NOT, Op.ISNAN, Op.ISINF, Op.SIGNBIT})
+# Ops whose cost justifies realizing a multiply-used value rather than recomputing it.
+EXPENSIVE = frozenset({Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.SIGMOID, Op.ERF, Op.POW,
+                       Op.SIN, Op.COS, Op.TAN, Op.ATAN2, Op.SQRT, Op.RSQRT, Op.TRUEDIV})
+
+
+class ReductionType(str, Enum):
+    SUM = "sum"; PROD = "prod"; MAX = "max"; MIN = "min"; ANY = "any"; ALL = "all"
+    ARGMAX = "argmax"; ARGMIN = "argmin"
+    WELFORD = "welford"     # (mean, m2, count) in one pass: var/var_mean/layer norm
+
+
+ARG_REDUCTIONS = frozenset({ReductionType.ARGMAX, ReductionType.ARGMIN})
+
+
+# ---------------------------------------------------------------------------------- IR nodes
+
+InnerFn = Callable  # (handler, index tuple) -> handler value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Buffer:
+    """Realized storage: a plan slot (input, weight, extern output or kernel output)."""
+    name: str
+    slot: int
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+
+    def loader(self) -> InnerFn:
+        name, stride = self.name, self.stride
+        return lambda h, idx: h.load(name, linear_index(idx, stride))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pointwise:
+    ranges: tuple
+    dtype: torch.dtype
+    inner_fn: InnerFn
+    origins: tuple[str, ...] = ()        # ATen ops folded into this body, for reports
+
+    def loader(self) -> InnerFn:
+        return self.inner_fn
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reduction:
+    ranges: tuple
+    reduction_ranges: tuple
+    reduction_type: ReductionType
+    dtype: torch.dtype                   # accumulation / output dtype
+    inner_fn: InnerFn                    # (h, index, rindex) -> value (welford: value)
+    output_index: int = 0                # welford: 0 mean, 1 m2 (var*count); arg*: index
+    origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputedBuffer:
+    """A Pointwise or Reduction realized into buffers (two for welford): one schedulable node."""
+    buffers: tuple[Buffer, ...]
+    body: Pointwise | Reduction
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.body, Reduction)
+
+
+def replace(node, **changes):
+    return dataclasses.replace(node, **changes)
+
+
+def index_bounds(expr, ranges: dict) -> tuple:
+    """(min, max) of a non-negative index expression over var ranges, or None if unknown."""
+    lo = hi = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            lo, hi = lo + coeff, hi + coeff
+        elif rest in ranges and coeff >= 0:
+            hi = hi + coeff * (ranges[rest] - 1)
+        elif isinstance(rest, ModIndex) and coeff >= 0:
+            hi = hi + coeff * (rest.args[1] - 1)
+        else:
+            return None
+    return lo, hi
+
+
+def simplify_index(expr, ranges: dict):
+    """Fold FloorDiv/ModIndex using the ranges of the loop variables (var -> size)."""
+    def fold(e):
+        if not e.args:
+            return e
+        e = e.func(*[fold(a) for a in e.args])
+        if isinstance(e, (FloorDiv, ModIndex)):
+            a, b = e.args
+            if not b.is_Integer:
+                return e
+            keep, rest = [], []
+            for term in sympy.Add.make_args(sympy.expand(a)):
+                coeff, _ = term.as_coeff_Mul()
+                (keep if coeff.is_Integer and coeff % b == 0 else rest).append(term)
+            rest_e = sympy.Add(*rest)
+            bounds = index_bounds(rest_e, ranges)
+            if bounds is not None and bounds[0] >= 0 and bounds[1] < b:
+                if isinstance(e, FloorDiv):
+                    return sympy.expand(sympy.Add(*keep) / b)
+                return rest_e
+        return e
+    return fold(sympy.expand(expr))

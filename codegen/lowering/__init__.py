@@ -1,0 +1,67 @@
+"""The lowering registry: one small function per ATen overload, building loop IR.
+
+A lowering is called as `fn(g, metas, *args, **kwargs)`: `g` is the GraphLowering (it creates IR
+values: `g.pointwise`, `g.reduction`, `g.view`), `metas` the traced output metadata (shape, dtype,
+stride) of the node, and args are the node's arguments with tensors as `TensorValue`s. It returns
+the output value(s), or None to leave the node to an extern ATen call (e.g. an argument
+combination it does not handle). Registering an op twice is an error.
+"""
+from __future__ import annotations
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from aotc.codegen.ir import sym
+
+LOWERINGS: dict = {}
+Promotion = ELEMENTWISE_TYPE_PROMOTION_KIND
+
+
+def register(*ops):
+    def deco(fn):
+        for op in ops:
+            if op in LOWERINGS:
+                raise RuntimeError(f"duplicate lowering for {op}")
+            LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+def is_tensor(x) -> bool:
+    from aotc.codegen.graph import TensorValue
+    return isinstance(x, TensorValue)
+
+
+def out_shape(metas, i: int = 0) -> tuple:
+    return tuple(sym(d) for d in metas[i]["shape"])
+
+
+def out_dtype(metas, i: int = 0) -> torch.dtype:
+    return getattr(torch, metas[i]["dtype"])
+
+
+def broadcast(tv, shape):
+    """Loader of `tv` read at indices of the (broadcast) output `shape`."""
+    offset = len(shape) - len(tv.shape)
+    keep = [(j + offset) if not (tv.shape[j] == 1 and shape[j + offset] != 1) else None
+            for j in range(len(tv.shape))]
+    load = tv.loader
+    return lambda h, idx: load(h, tuple(idx[k] if k is not None else sym(0) for k in keep))
+
+
+def compute_dtypes(kind, args) -> tuple[torch.dtype, torch.dtype]:
+    """(computation dtype, result dtype) by torch's elementwise type promotion."""
+    fake = [torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta") if is_tensor(a) else a
+            for a in args]
+    return elementwise_dtypes(*fake, type_promotion_kind=kind)
+
+
+def operand(a, shape, dtype):
+    """Loader for a tensor or Python scalar argument, cast to `dtype`."""
+    if is_tensor(a):
+        load = broadcast(a, shape)
+        return lambda h, idx: h.to_dtype(load(h, idx), dtype)
+    return lambda h, idx: h.constant(a, dtype)
+
+
+from aotc.codegen.lowering import pointwise, reductions, views, misc  # noqa: E402,F401

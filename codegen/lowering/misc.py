@@ -1,0 +1,216 @@
+"""Movement and indexing lowerings: cat, constant_pad_nd, flip, roll, embedding, index_select,
+gather, index.Tensor; pooling (max/avg/adaptive avg 2d). These copy data, so they are pointwise
+or reduction bodies with remapped, masked or indirect loads.
+"""
+from __future__ import annotations
+
+import torch
+
+from aotc.codegen.ir import Op, ReductionType as R, product, sym
+from aotc.codegen.lowering import is_tensor, out_dtype, out_shape, register
+from aotc.codegen.lowering.reductions import acc_dtype
+
+aten = torch.ops.aten
+
+
+@register(aten.cat.default)
+def cat(g, metas, tensors, dim=0):
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    dim = dim % len(shape)
+    parts, start = [], 0
+    for t in tensors:
+        if len(t.shape) == 1 and t.shape[0] == 0:
+            continue   # legacy empty tensors are skipped by cat
+        parts.append((start, t))
+        start += int(t.shape[dim])
+
+    def fn(h, idx):
+        def load(k):
+            off, t = parts[k]
+            i = tuple(v - off if d == dim else v for d, v in enumerate(idx))
+            return h.to_dtype(t.loader(h, i), dtype)
+        value = load(len(parts) - 1)
+        for k in range(len(parts) - 2, -1, -1):
+            end = parts[k + 1][0]
+            cond = h.op(Op.LT, h.index_expr(idx[dim], torch.int64), h.constant(end, torch.int64))
+            value = h.masked(cond, (lambda k: lambda: load(k))(k), value, dtype)
+        return value
+    return g.pointwise(shape, dtype, fn, "cat")
+
+
+@register(aten.constant_pad_nd.default)
+def constant_pad(g, metas, x, pad, value=0):
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    n = len(shape)
+    lows = {n - 1 - k // 2: pad[k] for k in range(0, len(pad), 2)}
+
+    def fn(h, idx):
+        src = tuple(v - lows.get(d, 0) for d, v in enumerate(idx))
+        conds = []
+        for d, lo in lows.items():
+            i = h.index_expr(src[d], torch.int64)
+            conds += [h.op(Op.GE, i, h.constant(0, torch.int64)),
+                      h.op(Op.LT, i, h.index_expr(x.shape[d], torch.int64))]
+        if not conds:
+            return x.loader(h, src)
+        mask = conds[0]
+        for c in conds[1:]:
+            mask = h.op(Op.LOGICAL_AND, mask, c)
+        return h.masked(mask, lambda: h.to_dtype(x.loader(h, src), dtype), value, dtype)
+    return g.pointwise(shape, dtype, fn, "pad")
+
+
+@register(aten.flip.default)
+def flip(g, metas, x, dims):
+    dims = {d % len(x.shape) for d in dims}
+    load = x.loader
+    return g.pointwise(x.shape, x.dtype, lambda h, idx: load(h, tuple(
+        (x.shape[d] - 1 - v) if d in dims else v for d, v in enumerate(idx))), "flip")
+
+
+@register(aten.roll.default)
+def roll(g, metas, x, shifts, dims=()):
+    if not dims or len(shifts) != len(dims):
+        return None
+    from aotc.codegen.ir import ModIndex
+    amount = {d % len(x.shape): s for d, s in zip(dims, shifts)}
+    load = x.loader
+    return g.pointwise(x.shape, x.dtype, lambda h, idx: load(h, tuple(
+        ModIndex(v + (x.shape[d] - amount[d] % x.shape[d]), x.shape[d]) if d in amount else v
+        for d, v in enumerate(idx))), "roll")
+
+
+@register(aten.embedding.default)
+def embedding(g, metas, weight, indices, padding_idx=-1, scale_grad=False, sparse=False):
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    nidx = len(indices.shape)
+    lw, li = weight.loader, indices.loader
+
+    def fn(h, idx):
+        row = h.indirect(li(h, tuple(idx[:nidx])), weight.shape[0])
+        return lw(h, (row, idx[nidx]))
+    return g.pointwise(shape, dtype, fn, "embedding")
+
+
+@register(aten.index_select.default)
+def index_select(g, metas, x, dim, index):
+    dim = dim % max(len(x.shape), 1)
+    shape = out_shape(metas)
+    lx, li = x.loader, index.loader
+
+    def fn(h, idx):
+        j = h.indirect(li(h, (idx[dim],)), x.shape[dim])
+        return lx(h, tuple(j if d == dim else v for d, v in enumerate(idx)))
+    return g.pointwise(shape, x.dtype, fn, "index_select")
+
+
+@register(aten.gather.default)
+def gather(g, metas, x, dim, index, sparse_grad=False):
+    dim = dim % max(len(x.shape), 1)
+    lx, li = x.loader, index.loader
+
+    def fn(h, idx):
+        j = h.indirect(li(h, idx), x.shape[dim])
+        return lx(h, tuple(j if d == dim else v for d, v in enumerate(idx)))
+    return g.pointwise(out_shape(metas), x.dtype, fn, "gather")
+
+
+@register(aten.index.Tensor)
+def index(g, metas, x, indices):
+    """Advanced indexing with index tensors on some dims (None elsewhere)."""
+    positions = [d for d, t in enumerate(indices) if t is not None]
+    if not positions or any(not is_tensor(indices[d]) or indices[d].dtype == torch.bool
+                            for d in positions):
+        return None
+    shape = out_shape(metas)
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    bshape_len = len(shape) - (len(x.shape) - len(positions))
+    first = positions[0] if adjacent else 0
+    from aotc.codegen.lowering import broadcast
+
+    def fn(h, idx):
+        bidx = tuple(idx[first:first + bshape_len])
+        bshape = shape[first:first + bshape_len]
+        rest = list(idx[:first]) + list(idx[first + bshape_len:])
+        src, r = [], iter(rest)
+        for d in range(len(x.shape)):
+            if d in positions:
+                t = indices[d]
+                src.append(h.indirect(broadcast(t, bshape)(h, bidx), x.shape[d]))
+            else:
+                src.append(next(r))
+        return x.loader(h, tuple(src))
+    return g.pointwise(shape, x.dtype, fn, "index")
+
+
+def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=None,
+            count=None):
+    """A 2d pooling window as a reduction over (kh, kw) for each output element."""
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    kh, kw = kernel
+    sh, sw = stride or kernel
+    ph, pw = padding
+    dh, dw = dilation
+    H, W = x.shape[-2], x.shape[-1]
+    acc = acc_dtype(dtype)
+    lx = x.loader
+    pad_value = float("-inf") if rtype == R.MAX else 0.0
+
+    def body(h, idx, ridx):
+        ih = idx[-2] * sh - ph + ridx[0] * dh
+        iw = idx[-1] * sw - pw + ridx[1] * dw
+        src = tuple(idx[:-2]) + (ih, iw)
+        if ph == 0 and pw == 0:
+            return h.to_dtype(lx(h, src), acc)
+        i, j = h.index_expr(ih, torch.int64), h.index_expr(iw, torch.int64)
+        zero = h.constant(0, torch.int64)
+        mask = h.op(Op.LOGICAL_AND, h.op(Op.LOGICAL_AND, h.op(Op.GE, i, zero),
+                                         h.op(Op.LT, i, h.index_expr(H, torch.int64))),
+                    h.op(Op.LOGICAL_AND, h.op(Op.GE, j, zero),
+                         h.op(Op.LT, j, h.index_expr(W, torch.int64))))
+        return h.masked(mask, lambda: h.to_dtype(lx(h, src), acc), pad_value, acc)
+    red, = g.reduction(shape, (kh, kw), rtype, acc, body, origin)
+    if post is None and acc == dtype:
+        return red
+    load = red.loader
+    return g.pointwise(shape, dtype, lambda h, i: h.to_dtype(
+        post(h, load(h, i)) if post else load(h, i), dtype), origin)
+
+
+@register(aten.max_pool2d_with_indices.default)
+def max_pool2d(g, metas, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    if g.used(1) or len(kernel) != 2:
+        return None
+    padding = tuple(padding) * (2 // len(padding)) if padding else (0, 0)
+    dilation = tuple(dilation) * (2 // len(dilation)) if dilation else (1, 1)
+    stride = tuple(stride) * (2 // len(stride)) if stride else tuple(kernel)
+    return _window(g, metas, x, kernel, stride, padding, dilation, R.MAX, "max_pool2d"), None
+
+
+@register(aten.avg_pool2d.default)
+def avg_pool2d(g, metas, x, kernel, stride=(), padding=(0, 0), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    kernel = tuple(kernel) * (2 // len(kernel))
+    padding = tuple(padding) * (2 // len(padding)) if padding else (0, 0)
+    stride = tuple(stride) * (2 // len(stride)) if stride else kernel
+    if ceil_mode or (any(padding) and not count_include_pad):
+        return None
+    div = divisor_override or kernel[0] * kernel[1]
+    acc = acc_dtype(out_dtype(metas))
+    return _window(g, metas, x, kernel, stride, padding, (1, 1), R.SUM, "avg_pool2d",
+                   post=lambda h, v: h.op(Op.TRUEDIV, v, h.constant(div, acc)))
+
+
+@register(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(g, metas, x, output_size):
+    H, W = x.shape[-2], x.shape[-1]
+    oh, ow = output_size
+    if not (H.is_Integer and W.is_Integer) or int(H) % oh or int(W) % ow:
+        return None
+    kh, kw = int(H) // oh, int(W) // ow
+    acc = acc_dtype(out_dtype(metas))
+    return _window(g, metas, x, (kh, kw), (kh, kw), (0, 0), (1, 1), R.SUM, "adaptive_avg_pool2d",
+                   post=lambda h, v: h.op(Op.TRUEDIV, v, h.constant(kh * kw, acc)))
+
+
+del product, sym

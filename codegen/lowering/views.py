@@ -1,0 +1,138 @@
+"""View lowerings: index remaps. A view's loader reads its base at remapped indices, so kernels
+never copy; its recipe (the ATen view call) is replayed only if an extern op needs the tensor.
+"""
+from __future__ import annotations
+
+import torch
+
+from aotc.codegen.ir import contiguous_strides, linear_index, product, sym, unravel
+from aotc.codegen.lowering import out_shape, register
+
+aten = torch.ops.aten
+
+
+def _recipe(g):
+    node = g.current_node
+    return node["op"], node["args"][1:], node["kwargs"]
+
+
+def _view(g, x, shape, remap, recipe=None):
+    load = x.loader
+    return g.view(x, shape, lambda h, idx: load(h, remap(idx)), recipe or _recipe(g))
+
+
+@register(aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+def view(g, metas, x, size):
+    shape = out_shape(metas)
+    if tuple(shape) == tuple(x.shape):
+        return _view(g, x, shape, lambda idx: idx)
+    out_strides = contiguous_strides(shape)
+    remap = lambda idx: tuple(unravel(linear_index(idx, out_strides), x.shape))
+    return _view(g, x, shape, remap, ("aten::view.default", [[int(s) for s in shape]], {}))
+
+
+@register(aten.permute.default)
+def permute(g, metas, x, dims):
+    dims = [d % len(x.shape) for d in dims]
+    inverse = [dims.index(i) for i in range(len(dims))]
+    return _view(g, x, out_shape(metas), lambda idx: tuple(idx[inverse[i]]
+                                                           for i in range(len(dims))))
+
+
+@register(aten.t.default, aten.transpose.int)
+def transpose(g, metas, x, d0=0, d1=1):
+    n = len(x.shape)
+    if n < 2:
+        return _view(g, x, out_shape(metas), lambda idx: idx)
+    d0, d1 = d0 % n, d1 % n
+
+    def remap(idx):
+        idx = list(idx)
+        idx[d0], idx[d1] = idx[d1], idx[d0]
+        return tuple(idx)
+    return _view(g, x, out_shape(metas), remap)
+
+
+@register(aten.expand.default)
+def expand(g, metas, x, size, implicit=False):
+    shape = out_shape(metas)
+    off = len(shape) - len(x.shape)
+    return _view(g, x, shape, lambda idx: tuple(
+        sym(0) if x.shape[j] == 1 and shape[j + off] != 1 else idx[j + off]
+        for j in range(len(x.shape))))
+
+
+@register(aten.unsqueeze.default)
+def unsqueeze(g, metas, x, dim):
+    dim = dim % (len(x.shape) + 1)
+    return _view(g, x, out_shape(metas), lambda idx: tuple(idx[:dim]) + tuple(idx[dim + 1:]))
+
+
+@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def squeeze(g, metas, x, dims=None):
+    n = len(x.shape)
+    if dims is None:
+        dims = [d for d in range(n) if x.shape[d] == 1]
+    dims = {d % n for d in ([dims] if isinstance(dims, int) else dims) if x.shape[d % n] == 1}
+    kept = [d for d in range(n) if d not in dims]
+
+    def remap(idx):
+        full = [sym(0)] * n
+        for d, i in zip(kept, idx):
+            full[d] = i
+        return tuple(full)
+    return _view(g, x, out_shape(metas), remap)
+
+
+def _slice_view(g, x, shape, dim, start, step, recipe=None):
+    def remap(idx):
+        idx = list(idx)
+        idx[dim] = idx[dim] * step + start
+        return tuple(idx)
+    return _view(g, x, shape, remap, recipe)
+
+
+@register(aten.slice.Tensor)
+def slice_(g, metas, x, dim=0, start=None, end=None, step=1):
+    n = len(x.shape)
+    dim = dim % n
+    size = x.shape[dim]
+    start = 0 if start is None else start
+    if not size.is_Integer:
+        return None
+    start = max(0, min(int(size), start + int(size) if start < 0 else start))
+    return _slice_view(g, x, out_shape(metas), dim, start, step)
+
+
+@register(aten.select.int)
+def select(g, metas, x, dim, index):
+    dim = dim % len(x.shape)
+    if not x.shape[dim].is_Integer:
+        return None
+    index = index + int(x.shape[dim]) if index < 0 else index
+    return _view(g, x, out_shape(metas), lambda idx: tuple(idx[:dim]) + (sym(index),)
+                 + tuple(idx[dim:]))
+
+
+@register(aten.split.Tensor, aten.split_with_sizes.default)
+def split(g, metas, x, sizes, dim=0):
+    dim = dim % len(x.shape)
+    outs, start = [], 0
+    for i, meta in enumerate(metas):
+        shape = out_shape(metas, i)
+        length = int(shape[dim])
+        recipe = ("aten::slice.Tensor", [dim, start, start + length, 1], {})
+        outs.append(_slice_view(g, x, shape, dim, start, 1, recipe))
+        start += length
+    return outs
+
+
+@register(aten.unbind.int)
+def unbind(g, metas, x, dim=0):
+    dim = dim % len(x.shape)
+    return [_view(g, x, out_shape(metas, i),
+                  (lambda k: lambda idx: tuple(idx[:dim]) + (sym(k),) + tuple(idx[dim:]))(i),
+                  ("aten::select.int", [dim, i], {})) for i in range(len(metas))]
+
+
+del product

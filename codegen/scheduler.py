@@ -1,0 +1,145 @@
+"""Scheduling: realized loop-IR nodes in, kernels (fusion groups) out, each decision with a reason.
+
+A kernel is an outer loop nest over a `prefix` of sizes shared by all its nodes; inside it, each
+node runs its own inner loops (a pointwise node over the rest of its dims, a reduction over its
+reduction dims). Nodes join the current kernel when
+
+  * their iteration space starts with the kernel's prefix (a reduction: equals it), and
+  * every value they read from a node already in the kernel lies in the same prefix row, so
+    the loop order inside the row makes the fusion legal (softmax: max, sum, normalize; layer
+    norm: statistics, then normalize; a pointwise epilogue after a reduction).
+
+Fused nodes never recompute work: bodies were inlined during lowering, and a realized node is
+computed once. Reduction results read only inside their kernel stay in registers (no buffer).
+Nodes with the same prefix and no dependence fuse horizontally (one loop nest, one launch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from aotc.codegen.ir import (ComputedBuffer, Reduction, index_bounds, index_vars, linear_index,
+                             product)
+
+
+@dataclass
+class Kernel:
+    name: str
+    prefix: tuple
+    nodes: list = field(default_factory=list)      # ComputedBuffers, in order
+    reasons: list = field(default_factory=list)    # one line per decision
+    local: set = field(default_factory=set)        # buffer names kept in registers
+
+    @property
+    def writes(self) -> list:
+        return [b for n in self.nodes for b in n.buffers]
+
+
+class LoadRecorder:
+    """Ops handler that records (buffer, index) of every load in a body."""
+
+    def __init__(self):
+        self.loads: list[tuple[str, sympy.Expr]] = []
+
+    def load(self, name, index):
+        self.loads.append((name, sympy.expand(index)))
+        return 0
+
+    def constant(self, value, dtype):
+        return 0
+
+    def index_expr(self, expr, dtype):
+        return 0
+
+    def to_dtype(self, x, dtype):
+        return 0
+
+    def op(self, op, *args):
+        return 0
+
+    def masked(self, mask, fn, other, dtype):
+        return fn()
+
+    def indirect(self, value, size):
+        return sympy.Symbol(f"indirect{len(self.loads)}", integer=True, nonnegative=True)
+
+
+def node_prefix(node: ComputedBuffer) -> tuple:
+    body = node.body
+    if isinstance(body, Reduction):
+        return tuple(body.ranges)
+    r = tuple(body.ranges)
+    return r[:-1] if len(r) >= 2 else r
+
+
+def node_loads(node: ComputedBuffer, prefix_len: int) -> tuple[list, tuple, dict]:
+    """Loads of a node's body with row vars p0.. for the first `prefix_len` dims, and the
+    ranges of its inner loop vars."""
+    body = node.body
+    rec = LoadRecorder()
+    pvars = index_vars("p", prefix_len)
+    if isinstance(body, Reduction):
+        inner, sizes = index_vars("r", len(body.reduction_ranges)), body.reduction_ranges
+        body.inner_fn(rec, pvars, inner)
+    else:
+        inner = index_vars("x", len(body.ranges) - prefix_len)
+        sizes = body.ranges[prefix_len:]
+        body.inner_fn(rec, pvars + inner)
+    return rec.loads, pvars, dict(zip(inner, sizes))
+
+
+def _row_local(index, buf, prefix, pvars, inner_ranges) -> bool:
+    """Whether `index` into `buf` (written earlier in the same kernel) stays in the current row:
+    the row's base, plus an offset over the reader's inner vars that stays inside the row."""
+    k = len(prefix)
+    rest = sympy.expand(index - linear_index(pvars, buf.stride[:k]))
+    if rest.free_symbols - set(inner_ranges):
+        return False
+    bounds = index_bounds(rest, inner_ranges)
+    return bounds is not None and bounds[0] >= 0 and bounds[1] < product(buf.shape[k:])
+
+
+def can_fuse(kernel: Kernel, node: ComputedBuffer) -> tuple[bool, str]:
+    prefix = kernel.prefix
+    body = node.body
+    ranges = tuple(body.ranges)
+    what = f"{node.buffers[0].name} ({'+'.join(body.origins)})"
+    if isinstance(body, Reduction) and ranges != prefix:
+        return False, f"{what}: reduction rows {list(ranges)} != kernel rows {list(prefix)}"
+    if ranges[:len(prefix)] != prefix or (not prefix and ranges):
+        return False, f"{what}: iteration space {list(ranges)} does not start with {list(prefix)}"
+    loads, pvars, inner_ranges = node_loads(node, len(prefix))
+    written = {b.name: b for b in kernel.writes}
+    dependent = False
+    for name, index in loads:
+        if name in written:
+            dependent = True
+            if not _row_local(index, written[name], prefix, pvars, inner_ranges):
+                return False, f"{what}: reads {name} outside the current row"
+    how = "vertical (reads values of this row)" if dependent else "horizontal (independent)"
+    return True, f"{what}: {how}, rows {list(prefix)}"
+
+
+def schedule(steps: list) -> tuple[list, list]:
+    """Group runs of consecutive ComputedBuffers into Kernels. Returns (steps, decisions)."""
+    out, decisions, current = [], [], None
+    for step in steps:
+        if not isinstance(step, ComputedBuffer):
+            current = None
+            out.append(step)
+            continue
+        if current is not None:
+            ok, why = can_fuse(current, step)
+            if ok:
+                current.nodes.append(step)
+                current.reasons.append("fused " + why)
+                decisions.append(f"{current.name}: fused {why}")
+                continue
+            decisions.append(f"{current.name}: not fused {why}")
+        current = Kernel(name=f"kernel{sum(isinstance(s, Kernel) for s in out)}",
+                         prefix=node_prefix(step), nodes=[step])
+        current.reasons.append(f"starts with {step.buffers[0].name} ({'+'.join(step.body.origins)})"
+                               f", rows {list(current.prefix)}")
+        out.append(current)
+    return out, decisions
