@@ -36,3 +36,11 @@ def export_file(ref: str, input_specs: list, path, *, init_args: str | None = No
     inputs = make_inputs(input_specs)
     return export_module(model, inputs, path, source=ref, progress=progress,
                          value_ranges=[s.values for s in input_specs], **options)
+
+
+def compile_function(fn, example_inputs, path, **options) -> Path:
+    """Trace a plain tensor function (no Dynamo) and compile it: codegen tests op by op."""
+    opts = ExportOptions.from_kwargs(**options)
+    program = exporter.trace_function(fn, tuple(example_inputs))
+    return codegen.compile(program, Target.parse(opts.target), path, codegen=opts.codegen,
+                           isa=opts.isa)

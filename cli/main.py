@@ -104,8 +104,10 @@ def export(ctx, model, example_inputs, output, init_args, **options):
 @click.argument("artifact", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.option("--code", is_flag=True, help="Also print the Python each plan compiles to.")
+@click.option("--fusion", is_flag=True, help="Show each kernel, the ops it fuses and why, and "
+                                             "the fusions declined.")
 @click.pass_context
-def inspect(ctx, artifact, as_json, code):
+def inspect(ctx, artifact, as_json, code, fusion):
     """Show an artifact's inputs, outputs, guards, steps, ops, weights and versions."""
     from aotc.cli.report import inspect_text
 
@@ -116,7 +118,7 @@ def inspect(ctx, artifact, as_json, code):
         if as_json:
             click.echo(fmt.dumps(manifest).decode(), nl=False)
             return
-        click.echo(inspect_text(Path(artifact), manifest))
+        click.echo(inspect_text(Path(artifact), manifest, fusion=fusion))
         if code:
             click.echo("\n" + aotc.load(artifact, device="cpu").code)
 
@@ -170,6 +172,10 @@ def verify(ctx, artifact, rtol, atol, device):
         click.echo(verify_artifact(aotc.load(artifact, device=device), rtol=rtol, atol=atol))
 
     _run_guarded(ctx, body)
+
+
+from aotc.cli.bench import bench  # noqa: E402
+main.add_command(bench)
 
 
 if __name__ == "__main__":

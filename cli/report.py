@@ -36,28 +36,61 @@ def _guard_words(spec: dict) -> list[str]:
     return lines
 
 
-def inspect_text(path: Path, m: dict) -> str:
+def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool) -> list[str]:
+    ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
+                    for i in e["inputs"])
+    st = e["stats"]
+    lowered, fallback = st.get("lowered", {}), st.get("fallback", {})
+    steps = st["steps"]
+    out = [f"\n{name}({ins})", f"  -> {describe(e['output_tree'], e['outputs'])}",
+           "guards (checked on every call):", *_guard_words(e),
+           "steps:   " + ", ".join(f"{k} {v}" for k, v in steps.items()),
+           f"ops:     {sum(lowered.values())} ATen calls lowered into "
+           f"{st.get('kernels', 0)} generated kernels; {steps.get('extern', 0)} extern calls; "
+           f"{steps.get('view', 0)} views"]
+    if lowered:
+        out.append("  lowered:  " + ", ".join(f"{op.split('::')[1]} x{n}"
+                                              for op, n in _by_count(lowered)))
+    if fallback:
+        out.append("  extern:   " + ", ".join(f"{op.split('::')[1]} x{n}"
+                                              for op, n in _by_count(fallback)))
+    out.append(f"memory:  peak planned intermediates {_bytes(st['peak_bytes'])}"
+               + (f" ({_bytes(st['peak_bytes_without_reuse'])} without buffer reuse)"
+                  if st.get("peak_bytes_without_reuse", st["peak_bytes"]) != st["peak_bytes"]
+                  else ""))
+    if fusion and plan is not None:
+        out.append("kernels (what each fuses, and why):")
+        for step in plan["steps"]:
+            if step["kind"] == "kernel":
+                out.append(f"  {step['name']}: " + " | ".join(
+                    f"{'+'.join(f['ops'])} -> {','.join(f['buffers'])}" for f in step["fused"]))
+                out += [f"      {r}" for r in step["reasons"]]
+        rejected = [d for d in st.get("fusion", []) if ": not fused " in d]
+        if rejected:
+            out.append("fusions declined:")
+            out += [f"  {d}" for d in rejected]
+    return out
+
+
+def _by_count(counts: dict):
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
+    import json
     p = m["producer"]
     t = m["target"]
+    native = t.get("native")
     out = [f"{path}  (format {m['format_version']}; aotc {p['aotc']}, torch {p['torch']}, "
            f"python {p['python']})",
            f"model:   {m['model']['name']}" + (f"  ({m['model']['source']})"
                                                 if m['model'].get('source') else ""),
            f"target:  {t['device']}{':' + ','.join(t['archs']) if t['archs'] else ''}"
-           + ("  (portable: extern-only plan, loads on any device)" if t.get("portable") else "")]
+           + (f"  (kernels built for {native['isa']} with {native['compiler']})" if native
+              else "  (portable: extern-only plan, loads on any device)")]
     for name, e in m["entries"].items():
-        ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
-                        for i in e["inputs"])
-        st = e["stats"]
-        extern = st["steps"].get("extern", 0)
-        out += [f"\n{name}({ins})", f"  -> {describe(e['output_tree'], e['outputs'])}",
-                "guards (checked on every call):", *_guard_words(e),
-                "steps:   " + ", ".join(f"{k} {v}" for k, v in st["steps"].items()),
-                f"ops:     {sum(st['ops'].values())} calls of {len(st['ops'])} ATen ops: "
-                f"0 lowered to generated kernels, {extern} extern calls, "
-                f"{st['steps'].get('view', 0)} views",
-                *(f"  {n:>4} x {op}" for op, n in sorted(st["ops"].items(), key=lambda kv: -kv[1])),
-                f"memory:  peak planned intermediates {_bytes(st['peak_bytes'])}"]
+        plan = json.loads((path / e["plan"]).read_text()) if fusion else None
+        out += _entry_lines(name, e, plan, fusion)
     w = m["weights"]
     out.append(f"\nweights: {w['count']} tensors, {_bytes(w['bytes'])}"
                + (f" ({len(w['aliases'])} tied)" if w["aliases"] else ""))

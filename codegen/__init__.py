@@ -22,6 +22,7 @@ from aotc.codegen.ir import ComputedBuffer
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, node_loads, schedule
 from aotc.codegen.target import Target
+from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
 from aotc.runtime import format as fmt
 from aotc.runtime.dtypes import DTYPES
@@ -30,11 +31,19 @@ from aotc.runtime.plan import StepKind
 __all__ = ["compile", "Target"]
 
 
+def lower_and_schedule(program: Program, *, codegen: bool = True):
+    """The compiler-free half of codegen: (lowered graph, scheduled steps, fusion decisions).
+    Kernel-count tests and `aotc inspect --fusion` read this; no C++ compiler is involved."""
+    lowered = GraphLowering(program.graph, codegen=codegen).run()
+    verify_lowered(lowered)
+    steps, decisions = schedule(lowered.steps)
+    return lowered, steps, decisions
+
+
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
             codegen: bool = True, isa: str = "auto") -> Path:
-    use_kernels = codegen and target.device == "cpu"
-    lowered = GraphLowering(program.graph, codegen=use_kernels).run()
-    steps, decisions = schedule(lowered.steps)
+    lowered, steps, decisions = lower_and_schedule(
+        program, codegen=codegen and target.device == "cpu")
     kernels = [s for s in steps if isinstance(s, Kernel)]
     files, native = {}, None
     if kernels:

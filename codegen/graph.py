@@ -97,6 +97,7 @@ class GraphLowering:
         self.env: dict[int, TensorValue | object] = {}
         self.names = count()
         self.users = self._count_users()
+        self.arg_origins: tuple = ()
 
     # ------------------------------------------------------------------------------ driving
     def run(self) -> LoweredGraph:
@@ -170,6 +171,7 @@ class GraphLowering:
         if fn is not None:
             args = [self.decode(a) for a in node["args"]]
             kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
+            self.arg_origins = _lazy_origins(args + list(kwargs.values()))
             metas = [self.values[o] for o in node["out"]]
             result = fn(self, metas, *args, **kwargs)
         if result is None:
@@ -217,8 +219,9 @@ class GraphLowering:
     # ------------------------------------------------------------------------- IR creation
     def pointwise(self, shape, dtype, fn, origin: str) -> TensorValue:
         shape = tuple(sym(d) for d in shape)
-        body = Pointwise(ranges=shape, dtype=dtype, inner_fn=fn, origins=(origin,))
-        return TensorValue(shape, dtype, fn, body=body, origins=(origin,))
+        origins = _merge(self.arg_origins, (origin,))
+        body = Pointwise(ranges=shape, dtype=dtype, inner_fn=fn, origins=origins)
+        return TensorValue(shape, dtype, fn, body=body, origins=origins)
 
     def view(self, base: TensorValue, shape, fn, recipe) -> TensorValue:
         """A view: index remap `fn` for kernels; `recipe` (op, args, kwargs) for externs."""
@@ -229,7 +232,8 @@ class GraphLowering:
                   outputs: int = 1, out_dtypes=None) -> list[TensorValue]:
         ranges = tuple(sym(d) for d in ranges)
         body = Reduction(ranges=ranges, reduction_ranges=tuple(sym(d) for d in rranges),
-                         reduction_type=rtype, dtype=dtype, inner_fn=fn, origins=(origin,))
+                         reduction_type=rtype, dtype=dtype, inner_fn=fn,
+                         origins=_merge(self.arg_origins, (origin,)))
         bufs = tuple(self._buffer(self.new_slot(ranges, d))
                      for d in (out_dtypes or [dtype] * outputs))
         self.out.steps.append(ComputedBuffer(buffers=bufs, body=body))
@@ -301,6 +305,21 @@ class GraphLowering:
         if isinstance(a, dict) and "slot" in a:
             return {"slot": self.materialize(self.env[a["slot"]])}
         return a
+
+
+def _lazy_origins(args) -> tuple:
+    """Origins of the lazy values among `args`: the ops a new body will inline."""
+    out: tuple = ()
+    for a in args:
+        if isinstance(a, list):
+            out = _merge(out, _lazy_origins(a))
+        elif isinstance(a, TensorValue) and a.buffer is None:
+            out = _merge(out, a.origins)
+    return out
+
+
+def _merge(a: tuple, b: tuple) -> tuple:
+    return tuple(dict.fromkeys(a + b))
 
 
 def _ints(xs) -> list:

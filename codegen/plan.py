@@ -56,7 +56,52 @@ def finalize(slots: list, steps: list, inputs: list, outputs: list, entry: str) 
             final.append({"kind": StepKind.FREE.value, "slots": dead})
     plan = {"entry": entry, "slots": slots, "inputs": inputs, "steps": final, "outputs": outputs}
     plan["stats"] = plan_stats(plan)
+    plan["stats"]["peak_bytes_without_reuse"] = plan["stats"]["peak_bytes"]
+    plan_reuse(plan)
+    plan["stats"]["peak_bytes"] = plan_stats(plan)["peak_bytes"]
     return plan
+
+
+def plan_reuse(plan: dict) -> None:
+    """Let kernel outputs take over the storage of dead kernel buffers of the same dtype and
+    size. A buffer is dead at the FREE step that drops it together with its last live view; that
+    FREE step then keeps it bound (`donate`) and the kernel step names it (`reuse`)."""
+    slots, steps = plan["slots"], plan["steps"]
+    takers: dict[tuple, list] = {}
+    views: dict[int, set] = {}
+    for idx, step in enumerate(steps):
+        if step["kind"] == StepKind.KERNEL.value:
+            for o in step["out"]:
+                takers.setdefault(_key(slots[o]), []).append((idx, o))
+        for o in step.get("out") or []:
+            if o is not None and slots[o].get("base") is not None:
+                views.setdefault(slots[o]["base"], set()).add(o)
+    taken, freed = set(), set()
+    for idx, step in enumerate(steps):
+        if step["kind"] != StepKind.FREE.value:
+            continue
+        freed |= set(step["slots"])
+        for s in list(step["slots"]):
+            slot = slots[s]
+            if slot.get("producer") != "kernel" or not views.get(s, set()) <= freed \
+                    or _key(slot) is None:
+                continue
+            taker = next(((i, o) for i, o in takers.get(_key(slot), [])
+                          if i > idx and o not in taken), None)
+            if taker is None:
+                continue
+            taken.add(taker[1])
+            step["slots"].remove(s)
+            step.setdefault("donate", []).append(s)
+            steps[taker[0]].setdefault("reuse", {})[str(taker[1])] = s
+    plan["steps"] = [s for s in steps if s["kind"] != StepKind.FREE.value
+                     or s["slots"] or s.get("donate")]
+
+
+def _key(slot):
+    if "shape" not in slot or not all(isinstance(d, int) for d in slot["shape"]):
+        return None
+    return slot["dtype"], nbytes(slot)
 
 
 def nbytes(slot) -> int:
@@ -73,7 +118,9 @@ def plan_stats(plan: dict) -> dict:
     slots = plan["slots"]
     live: dict[int, set] = {}          # storage root -> live slots viewing it
     cur = peak = 0
+    reused = set()
     for step in plan["steps"]:
+        reused |= {int(o) for o in step.get("reuse", {})}
         if step["kind"] == StepKind.FREE.value:
             for s in step["slots"]:
                 root = slots[s].get("base", s)
@@ -90,7 +137,7 @@ def plan_stats(plan: dict) -> dict:
                 continue
             if root not in live:
                 live[root] = set()
-                cur += nbytes(slots[root])
+                cur += 0 if o in reused else nbytes(slots[root])
             live[root].add(o)
         peak = max(peak, cur)
     kinds = Counter(s["kind"] for s in plan["steps"])

@@ -122,24 +122,45 @@ def can_fuse(kernel: Kernel, node: ComputedBuffer) -> tuple[bool, str]:
 
 
 def schedule(steps: list) -> tuple[list, list]:
-    """Group runs of consecutive ComputedBuffers into Kernels. Returns (steps, decisions)."""
-    out, decisions, current = [], [], None
+    """Group runs of ComputedBuffers (between extern steps) into Kernels.
+
+    A node may join any kernel of the current run that comes no earlier than the last kernel
+    producing something it reads: first the one it depends on (vertical fusion), then the
+    others, latest first (horizontal fusion). Returns (steps, decisions).
+    """
+    out, decisions, run = [], [], []
+    count = 0
     for step in steps:
         if not isinstance(step, ComputedBuffer):
-            current = None
+            run = []
             out.append(step)
             continue
-        if current is not None:
-            ok, why = can_fuse(current, step)
+        deps = _producers(step, run)
+        first = max(deps, default=0)
+        order = ([first] if deps else []) + [i for i in range(len(run) - 1, first - 1, -1)
+                                             if i not in deps[-1:]]
+        placed = False
+        for i in order:
+            ok, why = can_fuse(run[i], step)
             if ok:
-                current.nodes.append(step)
-                current.reasons.append("fused " + why)
-                decisions.append(f"{current.name}: fused {why}")
-                continue
-            decisions.append(f"{current.name}: not fused {why}")
-        current = Kernel(name=f"kernel{sum(isinstance(s, Kernel) for s in out)}",
-                         prefix=node_prefix(step), nodes=[step])
-        current.reasons.append(f"starts with {step.buffers[0].name} ({'+'.join(step.body.origins)})"
-                               f", rows {list(current.prefix)}")
-        out.append(current)
+                run[i].nodes.append(step)
+                run[i].reasons.append("fused " + why)
+                decisions.append(f"{run[i].name}: fused {why}")
+                placed = True
+                break
+            decisions.append(f"{run[i].name}: not fused {why}")
+        if not placed:
+            k = Kernel(name=f"kernel{count}", prefix=node_prefix(step), nodes=[step])
+            count += 1
+            k.reasons.append(f"starts with {step.buffers[0].name} "
+                             f"({'+'.join(step.body.origins)}), rows {list(k.prefix)}")
+            run.append(k)
+            out.append(k)
     return out, decisions
+
+
+def _producers(node: ComputedBuffer, run: list) -> list[int]:
+    """Indices of the kernels in `run` that write a buffer `node` reads, ascending."""
+    loads, _, _ = node_loads(node, len(node_prefix(node)))
+    names = {n for n, _ in loads}
+    return [i for i, k in enumerate(run) if names & {b.name for b in k.writes}]

@@ -121,3 +121,22 @@ def _flatten_inputs(ep, args, names):
                               fix="replace custom objects with tensors")
         flat.append(value)
     return flat, placeholders, weights
+
+
+def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:
+    """A Program for a plain function of tensors, traced without Dynamo (make_fx + aotc's
+    decomposition). For tests and tools that exercise codegen op by op (OpInfo samples);
+    models go through `export`."""
+    args = _check_inputs(example_inputs)
+    with torch.no_grad():
+        eager = fn(*args)
+    spec, paths = tree_spec(eager)
+    flat_out = tuple(follow(eager, p).detach() for p in paths)
+    flat_fn = lambda *a: tuple(follow(fn(*a), p) for p in paths)
+    placeholders = [{"kind": "input", "name": f"input{i}"} for i in range(len(args))]
+    gm = torch.fx.experimental.proxy_tensor.make_fx(flat_fn)(*args)
+    graph = graph_to_json(decompose(gm, list(args)), placeholders)
+    inputs = [{"name": f"input{i}", "dtype": dtype_name(a.dtype), "shape": list(a.shape),
+               "values": _value_range(a, None)} for i, a in enumerate(args)]
+    return Program(name=name, graph=graph, weights={}, inputs=inputs, output_tree=spec,
+                   samples=(args, flat_out), options={})

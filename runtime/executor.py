@@ -97,7 +97,8 @@ class PlanFunction:
         for step in plan["steps"]:
             kind = step["kind"]
             if kind == StepKind.FREE:
-                lines.append(f"    del {', '.join(names[i] for i in step['slots'])}")
+                if step["slots"]:   # donated slots stay bound until a kernel reuses them
+                    lines.append(f"    del {', '.join(names[i] for i in step['slots'])}")
                 continue
             if kind == StepKind.KERNEL:
                 lines += self._kernel(step, slots, names, weights, checked)
@@ -136,10 +137,16 @@ class PlanFunction:
                 lines.append(f"    {names[i]} = layout({names[i]}, {tuple(s['stride'])}, "
                              f"{contiguous})")
             ptrs.append(f"{names[i]}.data_ptr()")
+        reuse = step.get("reuse", {})
         for o in step["out"]:
             s = slots[o]
-            lines.append(f"    {names[o]} = empty({tuple(s['shape'])}, dtype=torch.{s['dtype']}, "
-                         f"device=DEVICE)")
+            if str(o) in reuse:   # memory planning: take over a dead buffer's storage
+                donor = names[reuse[str(o)]]
+                lines.append(f"    {names[o]} = {donor}.view({tuple(s['shape'])})")
+                lines.append(f"    del {donor}")
+            else:
+                lines.append(f"    {names[o]} = empty({tuple(s['shape'])}, "
+                             f"dtype=torch.{s['dtype']}, device=DEVICE)")
             ptrs.append(f"{names[o]}.data_ptr()")
         lines.append(f"    if {fn}({', '.join(ptrs)}): kernel_failed({step['name']!r})")
         return lines

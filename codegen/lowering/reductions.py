@@ -201,3 +201,13 @@ def batch_norm(g, metas, x, weight, bias, running_mean, running_var, momentum, e
             v = h.op(Op.ADD, v, h.to_dtype(lb(h, c), acc))
         return h.to_dtype(v, dtype)
     return g.pointwise(shape, dtype, fn, "batch_norm"), None, None
+
+
+@register(aten.native_batch_norm.default)
+def native_batch_norm(g, metas, x, weight, bias, running_mean, running_var, training, momentum,
+                      eps):
+    """Inference batch norm as traced without export (training=False): same as the no-training
+    variant; training mode stays an extern call (it updates running statistics)."""
+    if training or running_mean is None or running_var is None:
+        return None
+    return batch_norm(g, metas, x, weight, bias, running_mean, running_var, momentum, eps)

@@ -1,0 +1,149 @@
+"""Fusion: kernel counts for canonical patterns and key lines of the emitted C++.
+
+These run the compiler-free half of codegen (lowering + scheduling + C++ text); no C++ compiler
+and no GPU is involved, except in the final end-to-end checks.
+"""
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aotc
+from aotc.api import compile_function
+from aotc.codegen import lower_and_schedule
+from aotc.codegen.cpp.kernel import kernel_source
+from aotc.codegen.scheduler import Kernel
+from aotc.exporter import trace_function
+from aotc import codegen as cg
+
+
+def schedule(fn, *args):
+    program = trace_function(fn, args)
+    lowered, steps, decisions = lower_and_schedule(program)
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    externs = [s for s in steps if isinstance(s, dict) and s["kind"] == "extern"]
+    return program, lowered, steps, kernels, externs
+
+
+def cpp(fn, *args) -> str:
+    _, lowered, steps, kernels, _ = schedule(fn, *args)
+    buffers = cg._buffers(lowered.slots)
+    stored = cg._stored(steps, lowered.outputs)
+    return "\n".join(kernel_source(k, buffers, stored)[0] for k in kernels)
+
+
+x2 = torch.randn(16, 64)
+w = torch.randn(32, 64)
+b = torch.randn(32)
+
+
+def test_linear_bias_gelu_is_one_extern_and_one_kernel():
+    _, _, _, kernels, externs = schedule(lambda x, w, b: F.gelu(F.linear(x, w, b)), x2, w, b)
+    assert len(externs) == 1 and externs[0]["op"] == "aten::addmm.default"
+    assert len(kernels) == 1
+
+
+def test_softmax_is_one_kernel():
+    _, _, _, kernels, externs = schedule(lambda x: torch.softmax(x, -1), x2)
+    assert (len(kernels), len(externs)) == (1, 0)
+    assert len(kernels[0].nodes) == 3     # max, sum of exp, normalize
+
+
+def test_layernorm_is_one_kernel():
+    wn, bn = torch.randn(64), torch.randn(64)
+    _, _, _, kernels, externs = schedule(lambda x, w, b: F.layer_norm(x, (64,), w, b), x2, wn, bn)
+    assert (len(kernels), len(externs)) == (1, 0)
+
+
+def test_residual_add_layernorm_is_one_kernel():
+    wn, bn = torch.randn(64), torch.randn(64)
+    _, _, _, kernels, _ = schedule(lambda x, y, w, b: F.layer_norm(x + y, (64,), w, b),
+                                   x2, torch.randn(16, 64), wn, bn)
+    assert len(kernels) == 1
+    assert "add" in kernels[0].nodes[-1].body.origins
+
+
+def test_conv_batchnorm_relu_is_conv_plus_one_kernel():
+    x = torch.randn(2, 3, 8, 8)
+    cw = torch.randn(4, 3, 3, 3)
+    rm, rv, g, bb = torch.randn(4), torch.rand(4) + 0.5, torch.randn(4), torch.randn(4)
+    fn = lambda x, cw, rm, rv, g, bb: F.relu(F.batch_norm(F.conv2d(x, cw), rm, rv, g, bb,
+                                                          training=False))
+    _, _, _, kernels, externs = schedule(fn, x, cw, rm, rv, g, bb)
+    assert [e["op"] for e in externs] == ["aten::convolution.default"]
+    assert len(kernels) == 1
+
+
+def test_pointwise_chain_is_one_kernel_with_one_store():
+    src = cpp(lambda x: torch.sigmoid((x * 2 + 1).relu()), x2)
+    assert src.count('extern "C"') == 1
+    assert src.count("] = ") == 1            # intermediates never touch memory
+
+
+def test_independent_outputs_fuse_horizontally():
+    _, _, _, kernels, _ = schedule(lambda x: (x.sin(), x.cos()), x2)
+    assert len(kernels) == 1 and len(kernels[0].nodes) == 2
+
+
+def test_reduction_over_other_rows_is_not_fused():
+    _, _, _, kernels, _ = schedule(lambda x: (torch.softmax(x, -1), x.sum(0)), x2)
+    assert len(kernels) == 2
+
+
+def test_softmax_emits_vectorized_reductions():
+    src = cpp(lambda x: torch.softmax(x, -1), x2)
+    assert "#pragma omp simd reduction(max:" in src
+    assert "#pragma omp simd reduction(+:" in src
+    assert "std::exp(" in src
+    assert "__restrict__" in src
+
+
+def test_layernorm_emits_two_pass_statistics_in_registers():
+    wn, bn = torch.randn(64), torch.randn(64)
+    src = cpp(lambda x, w, b: F.layer_norm(x, (64,), w, b), x2, wn, bn)
+    assert src.count("reduction(+:") == 2       # mean, then centered sum of squares
+    assert src.count("] = ") == 1               # statistics stay in registers
+    assert "std::sqrt(" in src
+
+
+def test_large_kernels_are_parallel():
+    big = torch.randn(256, 512)
+    src = cpp(lambda x: torch.softmax(x, -1), big)
+    assert "#pragma omp parallel for" in src
+
+
+def test_memory_planning_reuses_dead_kernel_buffers(tmp_path):
+    def fn(x):
+        a = torch.softmax(x, -1)
+        y = a @ a.t()
+        c = torch.softmax(y, -1)
+        return c @ c
+    x = torch.randn(64, 64)
+    p = compile_function(fn, (x,), tmp_path / "reuse.aotc")
+    m = aotc.load(p)
+    plan = m.entries["forward"].plan
+    assert any(s.get("reuse") for s in plan["steps"] if s["kind"] == "kernel")
+    torch.testing.assert_close(m(x), fn(x), rtol=1e-5, atol=1e-5)
+
+
+def test_loading_and_calling_never_starts_a_compiler(tmp_path, monkeypatch):
+    p = compile_function(lambda x: torch.softmax(x * 3, -1), (x2,), tmp_path / "nocc.aotc")
+
+    def refuse(*a, **k):
+        raise AssertionError(f"a process was started after export: {a}")
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    m = aotc.load(p)
+    torch.testing.assert_close(m(x2), torch.softmax(x2 * 3, -1))
+
+
+def test_out_of_range_index_raises_guard_error(tmp_path):
+    table = torch.randn(10, 4)
+    ids = torch.tensor([[1, 2], [3, 4]])
+    p = compile_function(lambda t, i: F.embedding(i, t) * 2, (table, ids), tmp_path / "emb.aotc")
+    m = aotc.load(p)
+    torch.testing.assert_close(m(table, ids), F.embedding(ids, table) * 2)
+    with pytest.raises(aotc.GuardError, match="out of range"):
+        m(table, torch.tensor([[1, 2], [3, 40]]))
+    torch.testing.assert_close(m(table, ids), F.embedding(ids, table) * 2)
