@@ -6,7 +6,8 @@ from pathlib import Path
 from aotc.codegen.cpp.build import build_library, compiler, compiler_version, resolve_isa
 from aotc.codegen.cpp.kernel import kernel_source
 
-PRELUDE = (Path(__file__).parent / "prelude.h").read_text()
+PRELUDE = "\n".join((Path(__file__).parent / name).read_text()
+                    for name in ("prelude.h", "vecmath.h"))
 KERNELS_PER_UNIT = 24
 
 __all__ = ["generate", "resolve_isa", "compiler_description"]

@@ -89,9 +89,16 @@ _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUEDIV: "/", Op.EQ: "==", O
           Op.LSHIFT: "<<", Op.RSHIFT: ">>"}
 
 
+# float versions that vectorize (codegen/cpp/vecmath.h); double keeps libm's
+_VECTOR_FLOAT = {Op.EXP: "aotc_expf", Op.TANH: "aotc_tanhf", Op.ERF: "aotc_erff",
+                 Op.SIGMOID: "aotc_sigmoidf"}
+
+
 def op_expr(op: Op, args: list[str], dtypes: list[torch.dtype], ct: str) -> str:
     """C++ expression for `op` on C operands `args` (all held in C type `ct`)."""
     a = args[0]
+    if ct == "float" and op in _VECTOR_FLOAT:
+        return f"{_VECTOR_FLOAT[op]}({a})"
     fp = dtypes[0].is_floating_point
     if op in _INFIX:
         return f"({a} {_INFIX[op]} {args[1]})"
