@@ -11,13 +11,14 @@ from aotc.options import ExportOptions
 
 
 def export_module(model, example_inputs, path, *, source: str | None = None,
-                  value_ranges: list | None = None, progress=None, **options) -> Path:
+                  value_ranges: list | None = None, dynamic_shapes=None, progress=None,
+                  **options) -> Path:
     opts = ExportOptions.from_kwargs(**options)
     target = Target.parse(opts.target)   # validate before any slow work
     step = progress or (lambda msg: None)
     step("capturing and decomposing")
     program = exporter.export(model, example_inputs, opts, source=source,
-                              value_ranges=value_ranges)
+                              value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
     step("compiling and writing the artifact")
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa)
 
@@ -26,7 +27,7 @@ def export_file(ref: str, input_specs: list, path, *, init_args: str | None = No
                 progress=None, **options) -> Path:
     """`aotc export FILE.py:Name`: build the model with a seeded RNG, then export it."""
     from aotc.exporter.loader import load_model
-    from aotc.exporter.specs import make_inputs
+    from aotc.exporter.specs import dynamic_shapes, make_inputs
     opts = ExportOptions.from_kwargs(**options)
     Target.parse(opts.target)
     step = progress or (lambda msg: None)
@@ -35,7 +36,8 @@ def export_file(ref: str, input_specs: list, path, *, init_args: str | None = No
     model = load_model(ref, init_args)
     inputs = make_inputs(input_specs)
     return export_module(model, inputs, path, source=ref, progress=progress,
-                         value_ranges=[s.values for s in input_specs], **options)
+                         value_ranges=[s.values for s in input_specs],
+                         dynamic_shapes=dynamic_shapes(input_specs), **options)
 
 
 def compile_function(fn, example_inputs, path, **options) -> Path:

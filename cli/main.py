@@ -64,8 +64,8 @@ def main(ctx, debug):
 @main.command()
 @click.argument("model")
 @click.option("--example-input", "-i", "example_inputs", multiple=True, required=True,
-              help="Example input as SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 8x128:int64; "
-                   "repeat for several inputs.")
+              help="Example input as SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224, 8x128:int64, "
+                   "or with a dynamic dim batch=8[1..64]x128; repeat for several inputs.")
 @click.option("--output", "-o", type=click.Path(dir_okay=True, file_okay=False),
               help="Artifact directory to write (default: ./<file stem>.aotc).")
 @click.option("--init-args", default=None, help="JSON object or array passed to the model's "
@@ -76,10 +76,10 @@ def export(ctx, model, example_inputs, output, init_args, **options):
     """Capture MODEL (FILE.py:Name) and compile it into an artifact directory."""
     from aotc.codegen.target import Target
     from aotc.exporter.loader import parse_init_args, split_ref
-    from aotc.exporter.specs import parse_input_spec
+    from aotc.exporter.specs import parse_input_specs
 
     def usage_checked():
-        specs = [parse_input_spec(s) for s in example_inputs]
+        specs = parse_input_specs(example_inputs)
         path, _ = split_ref(model)
         parse_init_args(init_args)
         Target.parse(options["target"])

@@ -60,7 +60,8 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
                  for s in steps]
         for name in {n for s in kernels for n in (b.name for b in s.writes)} - stored:
             lowered.slots[int(name[3:])]["local"] = True
-    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, "forward")
+    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, "forward",
+                    {k: v["max"] for k, v in program.symbols.items()})
     plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
                          fallback=dict(sorted(lowered.fallback.items())),
                          kernels=len(kernels), fusion=decisions)
@@ -117,9 +118,10 @@ def _stored(steps: list, outputs: list) -> set:
 
 
 def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
-    ins, outs = signatures[k.name]
+    ins, outs, sizes = signatures[k.name]
     return {"kind": StepKind.KERNEL.value, "name": k.name,
             "args": [int(n[3:]) for n in ins], "out": [int(n[3:]) for n in outs],
+            "sizes": sizes,
             "fused": [{"buffers": [b.name for b in n.buffers], "ops": list(n.body.origins)}
                       for n in k.nodes],
             "reasons": k.reasons}

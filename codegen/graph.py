@@ -9,6 +9,7 @@ extern op needs the tensor itself.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -130,14 +131,16 @@ class GraphLowering:
     def _slot_for(self, i: int, meta) -> dict:
         slot = {"id": i, "kind": SlotKind.VALUE.value}
         if meta and "shape" in meta:
-            slot.update(shape=meta["shape"], dtype=meta["dtype"], stride=meta["stride"])
+            slot.update(shape=meta["shape"], dtype=meta["dtype"], stride=meta["stride"],
+                        contiguous=_is_contiguous(meta["shape"], meta["stride"]))
         return slot
 
     def new_slot(self, shape, dtype, stride=None) -> int:
         sid = len(self.out.slots)
+        stride = stride or contiguous_strides(shape)
         self.out.slots.append({"id": sid, "kind": SlotKind.VALUE.value, "shape": _ints(shape),
-                               "dtype": _dtype_name(dtype),
-                               "stride": _ints(stride or contiguous_strides(shape))})
+                               "dtype": _dtype_name(dtype), "stride": _ints(stride),
+                               "contiguous": _is_contiguous(shape, stride)})
         return sid
 
     def _buffer(self, sid: int) -> Buffer:
@@ -173,7 +176,12 @@ class GraphLowering:
             kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
             self.arg_origins = _lazy_origins(args + list(kwargs.values()))
             metas = [self.values[o] for o in node["out"]]
-            result = fn(self, metas, *args, **kwargs)
+            try:
+                result = fn(self, metas, *args, **kwargs)
+            except (TypeError, ValueError):
+                if not _symbolic(node):
+                    raise
+                result = None   # a lowering that needs concrete sizes: leave it to ATen
         if result is None:
             self._extern(node, op)
             return
@@ -206,6 +214,9 @@ class GraphLowering:
         (tag, payload), = a.items()
         if tag == "slot":
             return self.env[payload]
+        if tag == "sym":
+            e = sym(payload)
+            return int(e) if e.is_Integer else e
         if tag == "float":
             return float(payload)
         if tag == "dtype":
@@ -257,7 +268,7 @@ class GraphLowering:
         self.out.slots.pop()
         slot = self.out.slots[vid]
         slot.update(shape=_ints(shape), dtype=_dtype_name(dtype),
-                    stride=_ints(contiguous_strides(shape)), producer="kernel")
+                    stride=_ints(contiguous_strides(shape)), producer="kernel", contiguous=True)
         return vid
 
     # ----------------------------------------------------------------------------- externs
@@ -305,6 +316,17 @@ class GraphLowering:
         if isinstance(a, dict) and "slot" in a:
             return {"slot": self.materialize(self.env[a["slot"]])}
         return a
+
+
+def _is_contiguous(shape, stride) -> bool:
+    """Row-major contiguity, ignoring the strides of size-1 dims (as torch does)."""
+    want = contiguous_strides([sym(d) for d in shape])
+    return all(sym(d) == 1 or sympy.simplify(sym(s) - w) == 0
+               for d, s, w in zip(shape, stride, want))
+
+
+def _symbolic(node: dict) -> bool:
+    return '"sym"' in json.dumps([node["args"], node["kwargs"]])
 
 
 def _lazy_origins(args) -> tuple:

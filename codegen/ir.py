@@ -13,6 +13,7 @@ from day one: a static size is an integer expression, so dynamic shapes need no 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
@@ -53,8 +54,23 @@ class ModIndex(sympy.Function):
         return None
 
 
+def size_symbol(name: str) -> sympy.Symbol:
+    """The symbol of a dynamic dim: a positive integer (loop/index vars are only non-negative,
+    which is how printers tell them apart)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
 def sym(n) -> sympy.Expr:
-    return sympy.Integer(n) if isinstance(n, int) else sympy.sympify(n)
+    """A size as a sympy expression: ints, sympy expressions, or Python-syntax strings over dim
+    names ("2*seq", "batch // 2") as Programs and plans carry them."""
+    if isinstance(n, int):
+        return sympy.Integer(n)
+    if isinstance(n, str):
+        names = set(re.findall(r"[A-Za-z_]\w*", n)) - {"min", "max"}
+        local = {k: size_symbol(k) for k in names}
+        local.update(min=sympy.Min, max=sympy.Max)
+        return sympy.sympify(n, locals=local)
+    return n
 
 
 def index_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
@@ -190,20 +206,34 @@ def replace(node, **changes):
     return dataclasses.replace(node, **changes)
 
 
-def index_bounds(expr, ranges: dict) -> tuple:
-    """(min, max) of a non-negative index expression over var ranges, or None if unknown."""
+def index_bounds(expr, ranges: dict) -> tuple | None:
+    """(min, max) of a non-negative index expression over loop-var ranges (var -> size), as
+    expressions in the dim sizes; None if a term's sign or range is unknown."""
     lo = hi = sympy.Integer(0)
     for term in sympy.Add.make_args(sympy.expand(expr)):
-        coeff, rest = term.as_coeff_Mul()
-        if rest == 1:
-            lo, hi = lo + coeff, hi + coeff
-        elif rest in ranges and coeff >= 0:
-            hi = hi + coeff * (ranges[rest] - 1)
-        elif isinstance(rest, ModIndex) and coeff >= 0:
-            hi = hi + coeff * (rest.args[1] - 1)
+        loops = [v for v in term.free_symbols if v in ranges]
+        mods = [f for f in sympy.Mul.make_args(term) if isinstance(f, ModIndex)]
+        if not loops and not mods:
+            if not term.is_nonnegative:
+                return None
+            lo, hi = lo + term, hi + term
+        elif len(loops) == 1 and not mods and sympy.degree(term, loops[0]) == 1:
+            factor = sympy.cancel(term / loops[0])
+            if not factor.is_nonnegative:
+                return None
+            hi = hi + factor * (ranges[loops[0]] - 1)
+        elif len(mods) == 1 and not (term.free_symbols & set(ranges)) - mods[0].free_symbols:
+            factor = sympy.cancel(term / mods[0])
+            if not factor.is_nonnegative or factor.free_symbols & set(ranges):
+                return None
+            hi = hi + factor * (mods[0].args[1] - 1)
         else:
             return None
     return lo, hi
+
+
+def _divisible(term, b) -> bool:
+    return sympy.fraction(sympy.cancel(term / b))[1] == 1
 
 
 def simplify_index(expr, ranges: dict):
@@ -214,15 +244,13 @@ def simplify_index(expr, ranges: dict):
         e = e.func(*[fold(a) for a in e.args])
         if isinstance(e, (FloorDiv, ModIndex)):
             a, b = e.args
-            if not b.is_Integer:
-                return e
             keep, rest = [], []
             for term in sympy.Add.make_args(sympy.expand(a)):
-                coeff, _ = term.as_coeff_Mul()
-                (keep if coeff.is_Integer and coeff % b == 0 else rest).append(term)
+                (keep if _divisible(term, b) else rest).append(term)
             rest_e = sympy.Add(*rest)
             bounds = index_bounds(rest_e, ranges)
-            if bounds is not None and bounds[0] >= 0 and bounds[1] < b:
+            if bounds is not None and sympy.simplify(bounds[0]).is_nonnegative and \
+                    sympy.simplify(b - 1 - bounds[1]).is_nonnegative:
                 if isinstance(e, FloorDiv):
                     return sympy.expand(sympy.Add(*keep) / b)
                 return rest_e

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from aotc.runtime.dtypes import DTYPES
+from aotc.runtime.guards import compile_expr, evaluate
 from aotc.runtime.plan import SlotKind, StepKind
 
 
@@ -32,7 +33,10 @@ def is_view(op) -> bool:
     return bool(ret) and ret[0].alias_info is not None and not ret[0].alias_info.is_write
 
 
-def finalize(slots: list, steps: list, inputs: list, outputs: list, entry: str) -> dict:
+def finalize(slots: list, steps: list, inputs: list, outputs: list, entry: str,
+             bindings: dict | None = None) -> dict:
+    """Frees, buffer reuse and statistics. Symbolic sizes are measured at `bindings` (the
+    declared maxima) for the memory statistics."""
     outs = {o["slot"] for o in outputs if "slot" in o}
     last_use = {}
     for idx, step in enumerate(steps):
@@ -55,10 +59,10 @@ def finalize(slots: list, steps: list, inputs: list, outputs: list, entry: str) 
         if dead:
             final.append({"kind": StepKind.FREE.value, "slots": dead})
     plan = {"entry": entry, "slots": slots, "inputs": inputs, "steps": final, "outputs": outputs}
-    plan["stats"] = plan_stats(plan)
+    plan["stats"] = plan_stats(plan, bindings)
     plan["stats"]["peak_bytes_without_reuse"] = plan["stats"]["peak_bytes"]
     plan_reuse(plan)
-    plan["stats"]["peak_bytes"] = plan_stats(plan)["peak_bytes"]
+    plan["stats"]["peak_bytes"] = plan_stats(plan, bindings)["peak_bytes"]
     return plan
 
 
@@ -104,16 +108,20 @@ def _key(slot):
     return slot["dtype"], nbytes(slot)
 
 
-def nbytes(slot) -> int:
-    if "shape" not in slot or not all(isinstance(d, int) for d in slot["shape"]):
+def nbytes(slot, bindings: dict | None = None) -> int:
+    if "shape" not in slot:
         return 0
     n = DTYPES[slot["dtype"]].itemsize
     for d in slot["shape"]:
+        if not isinstance(d, int):
+            if bindings is None:
+                return 0
+            d = evaluate(compile_expr(d), bindings)
         n *= d
     return n
 
 
-def plan_stats(plan: dict) -> dict:
+def plan_stats(plan: dict, bindings: dict | None = None) -> dict:
     """Step counts, op counts and the peak of live intermediate bytes (views share storage)."""
     slots = plan["slots"]
     live: dict[int, set] = {}          # storage root -> live slots viewing it
@@ -127,7 +135,7 @@ def plan_stats(plan: dict) -> dict:
                 live.get(root, set()).discard(s)
                 if root in live and not live[root]:
                     del live[root]
-                    cur -= nbytes(slots[root])
+                    cur -= nbytes(slots[root], bindings)
             continue
         for o in step["out"]:
             if o is None:
@@ -137,7 +145,7 @@ def plan_stats(plan: dict) -> dict:
                 continue
             if root not in live:
                 live[root] = set()
-                cur += 0 if o in reused else nbytes(slots[root])
+                cur += 0 if o in reused else nbytes(slots[root], bindings)
             live[root].add(o)
         peak = max(peak, cur)
     kinds = Counter(s["kind"] for s in plan["steps"])

@@ -17,6 +17,7 @@ from aotc.exporter.capture import capture, locate
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import Program, graph_to_json
+from aotc.exporter.symbols import SymbolNamer
 from aotc.options import ExportOptions
 from aotc.runtime.dtypes import dtype_name
 
@@ -24,9 +25,13 @@ __all__ = ["export", "Program"]
 
 
 def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions = ExportOptions(),
-           *, source: str | None = None, value_ranges: list | None = None) -> Program:
-    """Capture `model` called on `example_inputs` into a Program (inference: eval mode)."""
+           *, source: str | None = None, value_ranges: list | None = None,
+           dynamic_shapes=None) -> Program:
+    """Capture `model` called on `example_inputs` into a Program (inference: eval mode).
+    `dynamic_shapes` is torch.export's: Dims per input dim, by position or argument name."""
     args = _check_inputs(example_inputs)
+    names = _input_names(model, len(args))
+    dyn = normalize_dynamic_shapes(dynamic_shapes, names, args)
     src_file = Path(source.rpartition(":")[0]) if source else _source_file(model)
     model.eval()
     with torch.no_grad():
@@ -41,18 +46,81 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
                                   "the model expects") from e
     spec, paths = tree_spec(eager)
     flat_out = tuple(follow(eager, p).detach() for p in paths)
-    ep = capture(FlatOutputs(model, paths), args, strict=options.strict, source=src_file)
+    ep = capture(FlatOutputs(model, paths), args, strict=options.strict, source=src_file,
+                 dynamic_shapes=(dyn,) if dyn is not None else None)
     _refuse_mutations(ep)
-    flat_args, placeholders, weights = _flatten_inputs(ep, args, _input_names(model, len(args)))
-    graph = graph_to_json(decompose(ep.graph_module, flat_args), placeholders)
-    inputs = [{"name": ph["name"], "dtype": dtype_name(a.dtype), "shape": list(a.shape),
+    flat_args, placeholders, weights = _flatten_inputs(ep, args, names)
+    namer, symbols = name_symbols(ep, dyn)
+    if dyn is not None:   # trace with export's symbolic inputs, so sizes stay symbolic
+        flat_args = [n.meta["val"] for n in _placeholders(ep)]
+    graph = graph_to_json(decompose(ep.graph_module, flat_args, symbolic=dyn is not None),
+                          placeholders, namer)
+    user = [i for i in graph["inputs"] if i["kind"] == "input"]
+    inputs = [{"name": ph["name"], "dtype": dtype_name(a.dtype),
+               "shape": graph["values"][ph["value"]]["shape"],
                "values": _value_range(a, (value_ranges or [None] * len(args))[i])}
-              for i, (ph, a) in enumerate(zip([p for p in placeholders if p["kind"] == "input"],
-                                              args))]
+              for i, (ph, a) in enumerate(zip(user, args))]
     return Program(name=options.name or type(model).__name__, graph=graph, weights=weights,
-                   inputs=inputs, output_tree=spec,
+                   inputs=inputs, output_tree=spec, symbols=symbols,
                    samples=(args, flat_out) if options.record_samples else None,
                    source=source, options=options.to_json())
+
+
+def normalize_dynamic_shapes(dynamic_shapes, names: list[str], args: tuple):
+    """torch.export dynamic shapes, positional (by forward's argument names if a dict), with
+    example sizes checked: a dynamic dim needs an example size of at least 2."""
+    if dynamic_shapes is None:
+        return None
+    if isinstance(dynamic_shapes, dict):
+        unknown = sorted(set(dynamic_shapes) - set(names))
+        if unknown:
+            raise UsageError(f"dynamic_shapes names unknown inputs {unknown}",
+                             where="dynamic_shapes", expected=names, found=unknown,
+                             fix="key dynamic_shapes by forward's argument names, or pass a "
+                                 "tuple by position")
+        dynamic_shapes = [dynamic_shapes.get(n) for n in names]
+    dyn = tuple(dynamic_shapes)
+    if len(dyn) != len(args):
+        raise UsageError("dynamic_shapes has the wrong number of entries", where="dynamic_shapes",
+                         expected=len(args), found=len(dyn), fix="give one entry per input")
+    for i, (spec, a) in enumerate(zip(dyn, args)):
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        for d, dim in items:
+            if dim is not None and hasattr(dim, "__name__") and a.shape[d] < 2:
+                raise UsageError(f"input {names[i]!r} dim {d} is dynamic ({dim.__name__}) but "
+                                 f"its example size is {a.shape[d]}",
+                                 where=f"input {names[i]!r}, dim {d}", expected="size >= 2",
+                                 found=a.shape[d],
+                                 fix="export with an example size of 2 or more; torch.export "
+                                     "specializes sizes 0 and 1 (the range may include 1)")
+    return dyn
+
+
+def _placeholders(ep):
+    return [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+
+
+def name_symbols(ep, dyn) -> tuple[SymbolNamer, dict]:
+    """Export's shape symbols renamed to the user's dim names, with their ranges."""
+    if dyn is None:
+        return SymbolNamer(), {}
+    user = [n for n, s in zip(_placeholders(ep), ep.graph_signature.input_specs)
+            if s.kind.name == "USER_INPUT"]
+    names = {}
+    for node, spec in zip(user, dyn):
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        for d, dim in items:
+            expr = node.meta["val"].shape[d]
+            if dim is not None and isinstance(expr, torch.SymInt) and expr.node.expr.is_Symbol:
+                names[expr.node.expr] = dim.__name__
+    symbols = {}
+    for sym, vr in ep.range_constraints.items():
+        if sym in names:
+            hi = vr.upper
+            symbols[names[sym]] = {"min": int(vr.lower),
+                                   "max": int(hi) if getattr(hi, "is_finite", True) and
+                                   str(hi) not in ("oo", "int_oo") else 2**62}
+    return SymbolNamer(names), symbols
 
 
 def _check_inputs(example_inputs) -> tuple:

@@ -15,6 +15,9 @@ from aotc.errors import ExportError
 
 # (pattern in the failure text, suggested fix), first match wins.
 _FIXES = (
+    (r"Constraints violated|specializ|not in range|ConstraintViolation",
+     "the model's code fixes or narrows a dynamic dim (see the line above); widen the code "
+     "path, narrow the declared range to what the error suggests, or make the dim static"),
     (r"data.dependent|GuardOnDataDependent|generic_jump|Dynamic control flow",
      "make control flow depend on shapes, not tensor values (use torch.where, or torch.cond "
      "for real branches)"),
@@ -28,8 +31,10 @@ _FIXES = (
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
+_AOTC = Path(__file__).parents[1]
 _LIBRARY_DIRS = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib",
-                                                        "platlib")} | {str(Path(__file__).parents[1])})
+                                                        "platlib")}
+                      | {str(_AOTC / stage) for stage in ("exporter", "codegen", "runtime", "cli")})
 
 
 def _is_library(path: str) -> bool:
@@ -40,11 +45,9 @@ def locate(exc: BaseException, source: Path | None) -> str | None:
     """file:line: code of the user's line that failed, found in the message or the traceback."""
     texts = [str(exc), "".join(traceback.format_exception(exc))]
     frames = [(f, int(n)) for text in texts for f, n in _FRAME.findall(text)]
-    if source is not None:
-        mine = [fr for fr in frames if Path(fr[0]).resolve() == source.resolve()]
-        if mine:
-            frames = mine
-    frames = [fr for fr in frames if not _is_library(fr[0])] or []
+    mine = [fr for fr in frames if source is not None
+            and Path(fr[0]).resolve() == source.resolve()]
+    frames = mine or [fr for fr in frames if not _is_library(fr[0])]
     if not frames:
         return None
     file, line = frames[-1]
@@ -59,9 +62,10 @@ def suggest(text: str) -> str:
     return "simplify the model's forward at this line, or export with --no-strict"
 
 
-def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path | None):
+def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path | None,
+            dynamic_shapes=None):
     try:
-        return torch.export.export(module, args, strict=strict)
+        return torch.export.export(module, args, strict=strict, dynamic_shapes=dynamic_shapes)
     except Exception as e:   # torch raises many unrelated classes here
         text = str(e)
         reason = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)

@@ -20,9 +20,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 aten = torch.ops.aten
 
 # Ops kept whole: vendor kernels (matmul family, convolution, attention) and fused norms that the
-# codegen lowers as one reduction kernel rather than as a chain of small ops.
+# codegen lowers as one reduction kernel rather than as a chain of small ops. (linear and matmul
+# are composites: their table entries turn them, symbolically, into the matmul family.)
 KEEP = frozenset({
-    aten.linear.default, aten.matmul.default, aten.addmm.default, aten.mm.default,
+    aten.addmm.default, aten.mm.default,
     aten.bmm.default, aten.baddbmm.default,
     aten.convolution.default,
     aten.native_layer_norm.default,
@@ -60,22 +61,82 @@ def decomposition_table() -> dict:
     return table
 
 
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out = out * x
+    return out
+
+
+def _linear(x, weight, bias=None):
+    """linear as addmm/mm on x folded to 2-D: size-generic (torch's composite reads ints)."""
+    n, k = weight.shape
+    x2 = aten.reshape.default(x, [_prod(x.shape[:-1]), k]) if x.dim() != 2 else x
+    wt = aten.permute.default(weight, [1, 0])
+    y = aten.addmm.default(bias, x2, wt) if bias is not None else aten.mm.default(x2, wt)
+    return aten.reshape.default(y, [*x.shape[:-1], n]) if x.dim() != 2 else y
+
+
+def _matmul(a, b):
+    """matmul for the shapes models use (N-d @ 2-d, batched @ batched of equal batch dims) as
+    mm/bmm on folded views; other forms keep torch's composite."""
+    if a.dim() >= 2 and b.dim() == 2:
+        if a.dim() == 2:
+            return aten.mm.default(a, b)
+        a2 = aten.reshape.default(a, [_prod(a.shape[:-1]), a.shape[-1]])
+        return aten.reshape.default(aten.mm.default(a2, b), [*a.shape[:-1], b.shape[-1]])
+    if a.dim() == b.dim() >= 3 and list(a.shape[:-2]) == list(b.shape[:-2]):
+        batch = _prod(a.shape[:-2])
+        a3 = aten.reshape.default(a, [batch, a.shape[-2], a.shape[-1]])
+        b3 = aten.reshape.default(b, [batch, b.shape[-2], b.shape[-1]])
+        return aten.reshape.default(aten.bmm.default(a3, b3),
+                                    [*a.shape[:-2], a.shape[-2], b.shape[-1]])
+    return aten.matmul.default(a, b)
+
+
+# aotc's own decompositions of composite ops, applied while replaying the exported graph.
+OWN = {aten.linear.default: _linear, aten.matmul.default: _matmul}
+
+
 class _Replay(torch.fx.Interpreter):
-    """Replays an exported graph: views become reshapes, kept composites become mirrors."""
+    """Replays an exported graph: views become reshapes, kept composites become mirrors, and
+    linear and matmul run aotc's own decompositions (their C++ composites read sizes as plain
+    ints, which would freeze dynamic dims)."""
 
     def call_function(self, target, args, kwargs):
+        if target in OWN:
+            return OWN[target](*args, **kwargs)
+        if target is aten.size.default:     # keep sizes symbolic (the op's meta makes ints)
+            return tuple(args[0].shape)
+        if target is aten.sym_size.int:
+            return args[0].shape[args[1]]
+        if target is aten.stride.default:
+            return tuple(args[0].stride())
         return super().call_function(_REPLACE.get(target, target), args, kwargs)
 
 
-def decompose(gm: torch.fx.GraphModule, flat_args: list) -> torch.fx.GraphModule:
-    """Re-trace `gm` (called with `flat_args`) into aotc's core ATen op set, functionalized."""
+def decompose(gm: torch.fx.GraphModule, flat_args: list, *,
+              symbolic: bool = False) -> torch.fx.GraphModule:
+    """Re-trace `gm` (called with `flat_args`) into aotc's core ATen op set, functionalized.
+    With `symbolic`, user inputs are export's fake tensors with symbolic sizes: the re-trace
+    runs in export's fake mode so the sizes stay symbols."""
+    table = decomposition_table()
+
     def replay(*args):
         return _Replay(gm).run(*args)
 
     functional = torch.func.functionalize(replay, remove="mutations")
-    with torch.no_grad():
-        traced = make_fx(functional, decomposition_table=decomposition_table(),
-                         tracing_mode="fake", _allow_non_fake_inputs=True)(*flat_args)
+    if symbolic:
+        from torch._guards import detect_fake_mode
+        fake_mode = detect_fake_mode(flat_args)
+        fakes = [a if isinstance(a, torch._subclasses.FakeTensor)
+                 else fake_mode.from_tensor(a, static_shapes=True) for a in flat_args]
+        with fake_mode, torch.no_grad():
+            traced = make_fx(functional, decomposition_table=table, tracing_mode="real")(*fakes)
+    else:
+        with torch.no_grad():
+            traced = make_fx(functional, decomposition_table=table, tracing_mode="fake",
+                             _allow_non_fake_inputs=True)(*flat_args)
     traced.graph.eliminate_dead_code()
     traced.recompile()
     return traced

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from aotc.errors import ExportError
 from aotc.exporter.decomp import UNMIRROR
+from aotc.exporter.symbols import SymbolNamer
 from aotc.runtime.dtypes import dtype_name
 from aotc.runtime.plan import encode_arg
 from aotc.runtime.weights import load_safetensors
@@ -72,33 +73,49 @@ class Program:
         return cls(weights=weights, samples=samples, **meta)
 
 
-def value_meta(val) -> dict | None:
+def value_meta(val, namer: SymbolNamer) -> dict | None:
     if isinstance(val, torch.Tensor):
-        return {"shape": [_dim(d) for d in val.shape], "dtype": dtype_name(val.dtype),
-                "stride": [_dim(s) for s in val.stride()]}
+        return {"shape": [_dim(d, namer) for d in val.shape], "dtype": dtype_name(val.dtype),
+                "stride": [_dim(s, namer) for s in val.stride()]}
     if isinstance(val, (int, torch.SymInt)):
-        return {"int": _dim(val)}
+        return {"int": _dim(val, namer)}
     return None
 
 
-def _dim(d):
+def _dim(d, namer: SymbolNamer):
     if isinstance(d, int):
         return d
     expr = d.node.expr
-    return int(expr) if expr.is_number else str(expr)
+    return int(expr) if expr.is_number else namer.expr(expr)
 
 
-def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict]) -> dict:
-    """Convert a traced ATen graph. `placeholders` describes each placeholder in order."""
-    values, ids, nodes, inputs = [], {}, [], []
+def _is_symint_node(node) -> bool:
+    return isinstance(node.meta.get("val"), (torch.SymInt, int)) and not isinstance(
+        node.meta.get("val"), bool) and node.op == "call_function"
+
+
+def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
+                  namer: SymbolNamer | None = None) -> dict:
+    """Convert a traced ATen graph. `placeholders` describes each placeholder in order;
+    `namer` names the symbolic sizes of a dynamic-shape graph."""
+    namer = namer or SymbolNamer()
+    values, ids, nodes, inputs, syms = [], {}, [], [], {}
 
     def new(val) -> int:
-        values.append(value_meta(val))
+        values.append(value_meta(val, namer))
         return len(values) - 1
 
-    slot_of = ids.__getitem__
+    def slot_of(node):
+        if node in syms:
+            return {"sym": syms[node]}
+        return {"slot": ids[node]}
     phs = iter(placeholders)
     for node in gm.graph.nodes:
+        if node.op == "call_function" and _is_symint_node(node) and (
+                node.target is torch.ops.aten.sym_size.int
+                or not isinstance(node.target, torch._ops.OpOverload)):
+            syms[node] = _dim(node.meta["val"], namer)   # size arithmetic: an expression
+            continue
         if node.op == "placeholder":
             ids[node] = new(node.meta.get("val"))
             inputs.append(dict(next(phs), value=ids[node]))
@@ -110,7 +127,7 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict]) -> dict:
             nodes.append(_node_json(node, ids, new, slot_of))
         elif node.op == "output":
             outs = node.args[0]
-            outputs = [{"slot": ids[o]} if isinstance(o, torch.fx.Node) else {"const": o}
+            outputs = [slot_of(o) if isinstance(o, torch.fx.Node) else {"const": o}
                        for o in outs]
         else:
             raise ExportError(f"the captured graph holds a {node.op} node {node.target}, which "

@@ -14,15 +14,13 @@ import torch
 
 from aotc.errors import ArtifactError
 from aotc.runtime.native import kernel, kernel_failed
-from aotc.runtime.plan import SlotKind, StepKind, decode_arg
+from aotc.runtime.plan import SlotKind, StepKind, decode_arg, sym_source
 
 
-def _contiguous(shape) -> list:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
+def _shape(dims) -> str:
+    """Python source of a shape or stride tuple whose entries may be symbol expressions."""
+    parts = [str(d) if isinstance(d, int) else sym_source(d) for d in dims]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 def _layout(t: torch.Tensor, stride: tuple, contiguous: bool) -> torch.Tensor:
@@ -90,6 +88,7 @@ class PlanFunction:
         slot_name = names.__getitem__
         device = self.namespace["DEVICE"]
         lines = [f"def plan_{plan['entry']}(inputs, symbols):"]
+        lines += [f"    S_{n} = symbols[{n!r}]" for n in sorted(self._symbols(plan))]
         ins = [names[i] for i in plan["inputs"]]
         if ins:
             lines.append(f"    {', '.join(ins)}, = inputs")
@@ -123,8 +122,10 @@ class PlanFunction:
             raise ArtifactError(f"the plan calls kernel {step['name']} but the artifact has no "
                                 "kernel library", where=step["name"], expected="kernels/",
                                 found="none", fix="re-export the model")
+        sizes = step.get("sizes", [])
         fn = self._global(f"k_{step['name']}", kernel(self.library, step["name"],
-                                                      len(step["args"]) + len(step["out"])))
+                                                      len(step["args"]) + len(step["out"]),
+                                                      len(sizes)))
         lines, ptrs = [], []
         for i in step["args"]:
             s = slots[i]
@@ -133,8 +134,8 @@ class PlanFunction:
                 continue
             if s.get("producer") != "kernel" and i not in checked:
                 checked.add(i)
-                contiguous = s["stride"] == _contiguous(s["shape"])
-                lines.append(f"    {names[i]} = layout({names[i]}, {tuple(s['stride'])}, "
+                contiguous = s.get("contiguous", False)
+                lines.append(f"    {names[i]} = layout({names[i]}, {_shape(s['stride'])}, "
                              f"{contiguous})")
             ptrs.append(f"{names[i]}.data_ptr()")
         reuse = step.get("reuse", {})
@@ -142,14 +143,24 @@ class PlanFunction:
             s = slots[o]
             if str(o) in reuse:   # memory planning: take over a dead buffer's storage
                 donor = names[reuse[str(o)]]
-                lines.append(f"    {names[o]} = {donor}.view({tuple(s['shape'])})")
+                lines.append(f"    {names[o]} = {donor}.view({_shape(s['shape'])})")
                 lines.append(f"    del {donor}")
             else:
-                lines.append(f"    {names[o]} = empty({tuple(s['shape'])}, "
+                lines.append(f"    {names[o]} = empty({_shape(s['shape'])}, "
                              f"dtype=torch.{s['dtype']}, device=DEVICE)")
             ptrs.append(f"{names[o]}.data_ptr()")
+        ptrs += [f"S_{n}" for n in sizes]
         lines.append(f"    if {fn}({', '.join(ptrs)}): kernel_failed({step['name']!r})")
         return lines
+
+    @staticmethod
+    def _symbols(plan) -> set[str]:
+        names = set()
+        for s in plan["slots"]:
+            for d in s.get("shape", []) + s.get("stride", []):
+                if isinstance(d, str):
+                    names |= set(re.findall(r"[A-Za-z_]\w*", d)) - {"min", "max"}
+        return names
 
     def __call__(self, inputs, symbols):
         return self.fn(inputs, symbols)

@@ -34,9 +34,9 @@ def load_library(path: Path, native: dict) -> ctypes.CDLL:
     return ctypes.CDLL(str(path / native["library"]))
 
 
-def kernel(lib: ctypes.CDLL, name: str, nargs: int):
+def kernel(lib: ctypes.CDLL, name: str, nargs: int, nsizes: int = 0):
     fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p] * nargs
+    fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
     fn.restype = ctypes.c_int
     return fn
 

@@ -7,6 +7,7 @@ reads them with `decode_arg`.
 from __future__ import annotations
 
 import math
+import re
 from enum import Enum
 
 import torch
@@ -31,10 +32,11 @@ _LAYOUT_NAMES = {v: k for k, v in LAYOUTS.items()}
 _FORMAT_NAMES = {v: k for k, v in MEMORY_FORMATS.items()}
 
 
-def encode_arg(value, slot_of):
-    """JSON form of one op argument; `slot_of(node)` maps a graph value to its slot number."""
+def encode_arg(value, ref):
+    """JSON form of one op argument; `ref(node)` maps a graph value to its encoding: a tensor
+    to {"slot": n}, a symbolic integer to {"sym": "2*batch"}."""
     if isinstance(value, (list, tuple)):
-        return [encode_arg(v, slot_of) for v in value]
+        return [encode_arg(v, ref) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -47,7 +49,16 @@ def encode_arg(value, slot_of):
         return {"layout": _LAYOUT_NAMES[value]}
     if isinstance(value, torch.memory_format):
         return {"memory_format": _FORMAT_NAMES[value]}
-    return {"slot": slot_of(value)}
+    return ref(value)
+
+
+_NAME = re.compile(r"\b([A-Za-z_]\w*)\b")
+
+
+def sym_source(text: str) -> str:
+    """Python source of a symbol expression inside a plan function, where each size symbol
+    `name` is bound to the local `S_name`."""
+    return _NAME.sub(lambda m: m[1] if m[1] in ("min", "max") else f"S_{m[1]}", str(text))
 
 
 def decode_arg(value, slot_name, device: torch.device) -> str:
@@ -59,6 +70,8 @@ def decode_arg(value, slot_name, device: torch.device) -> str:
     (tag, payload), = value.items()
     if tag == "slot":
         return slot_name(payload)
+    if tag == "sym":
+        return f"({sym_source(payload)})"
     if tag == "float":
         return f"float({payload!r})"
     if tag == "dtype":

@@ -14,12 +14,12 @@ __all__ = ["generate", "resolve_isa", "compiler_description"]
 
 
 def generate(kernels: list, buffers: dict, stored: set, isa: str):
-    """(source text, library bytes, {kernel name: (read buffer names, written buffer names)})."""
+    """(source text, library bytes, {kernel name: (buffers read, buffers written, sizes)})."""
     bodies, signatures = [], {}
     for k in kernels:
-        src, ins, outs = kernel_source(k, buffers, stored)
+        src, ins, outs, sizes = kernel_source(k, buffers, stored)
         bodies.append(src)
-        signatures[k.name] = (ins, outs)
+        signatures[k.name] = (ins, outs, sizes)
     header = f"// aotc generated kernels: {len(kernels)} kernels, built for -march={isa}\n"
     source = header + PRELUDE + "\n" + "\n".join(bodies)
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])

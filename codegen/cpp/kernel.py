@@ -7,6 +7,7 @@ subexpressions shared within a loop body). Loop nest: outer loops over the kerne
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import sympy
@@ -312,8 +313,8 @@ class KernelWriter:
                 *_loops(rvars, body.reduction_ranges, lines, None)]
 
     # ------------------------------------------------------------------------------ kernel
-    def source(self) -> tuple[str, list[str], list[str]]:
-        """(C++ source, names of buffers read, names of buffers written)."""
+    def source(self) -> tuple[str, list[str], list[str], list[str]]:
+        """(C++ source, buffers read, buffers written, dim-size symbols taken as arguments)."""
         body: list = []
         for node in self.k.nodes:
             body += (self.reduction(node) if isinstance(node.body, Reduction)
@@ -323,6 +324,9 @@ class KernelWriter:
         ins = sorted(self.reads - set(written))
         params = [f"const {STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in ins]
         params += [f"{STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in outs]
+        text = "\n".join(body) + " ".join(cexpr(p) for p in self.k.prefix)
+        sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
+        params += [f"int64_t s_{n}" for n in sizes]
         lines = [f"// {self.k.name}: " + "; ".join(self.k.reasons),
                  f'extern "C" int {self.k.name}({", ".join(params)}) {{',
                  "    int aotc_err = 0;"]
@@ -337,7 +341,7 @@ class KernelWriter:
                 inner = _loops(self.pvars, self.k.prefix, body, None)
             lines += ["    " + ln for ln in inner]
         lines += ["    return aotc_err;", "}"]
-        return "\n".join(lines) + "\n", ins, outs
+        return "\n".join(lines) + "\n", ins, outs, sizes
 
 
 def _strides(sizes):

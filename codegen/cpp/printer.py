@@ -28,11 +28,17 @@ def cexpr(e) -> str:
         n = int(e)
         return f"{n}L" if abs(n) >= 2**31 else str(n)
     if e.is_Symbol:
-        return e.name
+        return f"s_{e.name}" if e.is_positive else e.name   # dim sizes are kernel arguments
+    if isinstance(e, (sympy.Min, sympy.Max)):
+        fn = "std::min" if isinstance(e, sympy.Min) else "std::max"
+        out = cexpr(e.args[0])
+        for a in e.args[1:]:
+            out = f"{fn}<int64_t>({out}, {cexpr(a)})"
+        return out
     if isinstance(e, FloorDiv):
-        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
+        return f"({cexpr(e.args[0])} / ({cexpr(e.args[1])}))"
     if isinstance(e, ModIndex):
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
+        return f"({cexpr(e.args[0])} % ({cexpr(e.args[1])}))"
     if e.is_Add:
         terms = sorted(e.args, key=sympy.default_sort_key)
         out = cexpr(terms[0])
@@ -53,7 +59,7 @@ def cexpr(e) -> str:
     if isinstance(e, sympy.floor) or isinstance(e, sympy.Mod):
         a, b = (e.args[0].as_numer_denom() if isinstance(e, sympy.floor) else e.args)
         op = "/" if isinstance(e, sympy.floor) else "%"
-        return f"({cexpr(a)} {op} {cexpr(b)})"
+        return f"({cexpr(a)} {op} ({cexpr(b)}))"
     raise NotImplementedError(f"cannot print index expression {e!r}")
 
 

@@ -32,6 +32,13 @@ def is_tensor(x) -> bool:
     return isinstance(x, TensorValue)
 
 
+def size_args(shape) -> list:
+    """A shape as ATen call arguments in a plan: ints, or {"sym": expr} for symbolic sizes."""
+    from aotc.exporter.symbols import SymbolNamer
+    namer = SymbolNamer()
+    return [int(d) if getattr(d, "is_Integer", True) else {"sym": namer.expr(d)} for d in shape]
+
+
 def out_shape(metas, i: int = 0) -> tuple:
     return tuple(sym(d) for d in metas[i]["shape"])
 

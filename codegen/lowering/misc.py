@@ -22,7 +22,7 @@ def cat(g, metas, tensors, dim=0):
         if len(t.shape) == 1 and t.shape[0] == 0:
             continue   # legacy empty tensors are skipped by cat
         parts.append((start, t))
-        start += int(t.shape[dim])
+        start = start + t.shape[dim]
 
     def fn(h, idx):
         def load(k):
@@ -32,7 +32,7 @@ def cat(g, metas, tensors, dim=0):
         value = load(len(parts) - 1)
         for k in range(len(parts) - 2, -1, -1):
             end = parts[k + 1][0]
-            cond = h.op(Op.LT, h.index_expr(idx[dim], torch.int64), h.constant(end, torch.int64))
+            cond = h.op(Op.LT, h.index_expr(idx[dim], torch.int64), h.index_expr(end, torch.int64))
             value = h.masked(cond, (lambda k: lambda: load(k))(k), value, dtype)
         return value
     return g.pointwise(shape, dtype, fn, "cat")
@@ -97,6 +97,11 @@ def index_select(g, metas, x, dim, index):
     dim = dim % max(len(x.shape), 1)
     shape = out_shape(metas)
     lx, li = x.loader, index.loader
+    if not x.shape:   # 0-d source: the one index must be 0; the result is 0-d
+        from aotc.codegen.ir import sym as zero_index
+        first = tuple(zero_index(0) for _ in index.shape)
+        return g.pointwise(shape, x.dtype, lambda h, idx: (
+            h.indirect(li(h, first), 1), lx(h, ()))[1], "index_select")
 
     def fn(h, idx):
         j = h.indirect(li(h, (idx[dim],)), x.shape[dim])
@@ -108,6 +113,9 @@ def index_select(g, metas, x, dim, index):
 def gather(g, metas, x, dim, index, sparse_grad=False):
     dim = dim % max(len(x.shape), 1)
     lx, li = x.loader, index.loader
+    if not x.shape:   # 0-d source: every index must be 0
+        return g.pointwise(out_shape(metas), x.dtype, lambda h, idx: (
+            h.indirect(li(h, idx), 1), lx(h, ()))[1], "gather")
 
     def fn(h, idx):
         j = h.indirect(li(h, idx), x.shape[dim])

@@ -101,6 +101,8 @@ def _elementwise(op: Op, kind):
 
 def _common(args) -> torch.dtype:
     tensors = [a for a in args if is_tensor(a)]
+    if len(args) == 1 and tensors:   # torch.result_type takes two operands
+        return tensors[0].dtype
     return torch.result_type(*[torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta")
                                if is_tensor(a) else a for a in args]) if tensors else torch.float32
 
@@ -161,13 +163,13 @@ def clamp(g, metas, x, lo=None, hi=None):
 
 
 def _activation(name, body):
-    def lower(g, metas, x, *params):
+    def lower(g, metas, x, *params, **kwargs):
         shape, dtype = out_shape(metas), out_dtype(metas)
         compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
         lx = operand(x, shape, compute)
 
         def fn(h, i):
-            return h.to_dtype(body(h, lx(h, i), compute, *params), dtype)
+            return h.to_dtype(body(h, lx(h, i), compute, *params, **kwargs), dtype)
         return g.pointwise(shape, dtype, fn, name)
     return lower
 
@@ -289,6 +291,8 @@ def div_mode(g, metas, a, b, rounding_mode=None):
     def fn(h, i):
         if op is None:   # trunc: divide then truncate (integers divide in C already truncate)
             q = h.op(Op.TRUEDIV, la(h, i), lb(h, i))
+            if dtype in (torch.float16, torch.bfloat16):
+                q = h.to_dtype(q, dtype)   # torch rounds the quotient to fp16/bf16 first
             return h.to_dtype(q if not compute.is_floating_point else h.op(Op.TRUNC, q), dtype)
         return h.to_dtype(h.op(op, la(h, i), lb(h, i)), dtype)
     return g.pointwise(shape, dtype, fn, f"div_{rounding_mode}")

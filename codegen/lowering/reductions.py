@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from aotc.codegen.ir import Op, ReductionType as R, product, sym
-from aotc.codegen.lowering import out_dtype, out_shape, register
+from aotc.codegen.lowering import out_dtype, out_shape, register, size_args
 
 aten = torch.ops.aten
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -17,6 +17,8 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 def _dims(x, dims) -> list[int]:
     if dims is None or dims == []:
         return list(range(len(x.shape)))
+    if not x.shape:   # a 0-d tensor reduced over dim 0 or -1 is itself
+        return []
     dims = [dims] if isinstance(dims, int) else list(dims)
     return sorted({d % max(len(x.shape), 1) for d in dims})
 
@@ -48,7 +50,7 @@ def keepdim_view(g, red, shape, dims):
     load = red.loader
     kept = [d for d in range(len(shape)) if d not in dims]
     fn = lambda h, idx: load(h, tuple(idx[d] for d in kept))
-    return g.view(red, shape, fn, ("aten::view.default", [[int(s) for s in shape]], {}))
+    return g.view(red, shape, fn, ("aten::view.default", [size_args(shape)], {}))
 
 
 def _finish(g, metas, red, dims, keepdim, post=None, origin="reduce"):

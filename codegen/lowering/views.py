@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from aotc.codegen.ir import contiguous_strides, linear_index, product, sym, unravel
-from aotc.codegen.lowering import out_shape, register
+from aotc.codegen.lowering import out_shape, register, size_args
 
 aten = torch.ops.aten
 
@@ -28,7 +28,7 @@ def view(g, metas, x, size):
         return _view(g, x, shape, lambda idx: idx)
     out_strides = contiguous_strides(shape)
     remap = lambda idx: tuple(unravel(linear_index(idx, out_strides), x.shape))
-    return _view(g, x, shape, remap, ("aten::view.default", [[int(s) for s in shape]], {}))
+    return _view(g, x, shape, remap, ("aten::view.default", [size_args(shape)], {}))
 
 
 @register(aten.permute.default)
@@ -71,6 +71,8 @@ def unsqueeze(g, metas, x, dim):
 @register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
 def squeeze(g, metas, x, dims=None):
     n = len(x.shape)
+    if n == 0:   # squeezing a 0-d tensor (dim 0 or -1) is the identity
+        return _view(g, x, out_shape(metas), lambda idx: idx)
     if dims is None:
         dims = [d for d in range(n) if x.shape[d] == 1]
     dims = {d % n for d in ([dims] if isinstance(dims, int) else dims) if x.shape[d % n] == 1}
@@ -120,8 +122,8 @@ def split(g, metas, x, sizes, dim=0):
     outs, start = [], 0
     for i, meta in enumerate(metas):
         shape = out_shape(metas, i)
-        length = int(shape[dim])
-        recipe = ("aten::slice.Tensor", [dim, start, start + length, 1], {})
+        length = shape[dim]
+        recipe = ("aten::slice.Tensor", [dim, *size_args([start, start + length]), 1], {})
         outs.append(_slice_view(g, x, shape, dim, start, 1, recipe))
         start += length
     return outs

@@ -1,0 +1,242 @@
+"""Shared fixtures and helpers for the aotc test suite.
+
+Exports are the slow part (seconds each), so every sample is exported at most once per session
+(`exported`); tests that damage an artifact work on a copy (`artifact_copy`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+import aotc
+from aotc.runtime import format as fmt
+
+AOTC_ROOT = Path(aotc.__file__).resolve().parent
+SAMPLES_DIR = AOTC_ROOT / "samples"
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+RTOL = ATOL = 1e-5
+
+
+# --------------------------------------------------------------------------------- importing
+
+def import_file(path: Path, name: str | None = None):
+    """Import a Python file as a module registered in sys.modules (so inspect can find it)."""
+    path = Path(path).resolve()
+    name = name or "aotc_test_" + path.stem + "_" + hashlib.sha256(
+        str(path).encode()).hexdigest()[:10]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------ samples
+
+@dataclass(frozen=True)
+class Sample:
+    file: str
+    attr: str
+    cli_specs: tuple[str, ...]
+    make_inputs: Callable[[torch.Generator], tuple]
+    hf: bool = False
+
+    @property
+    def ref(self) -> str:
+        return f"{SAMPLES_DIR / self.file}:{self.attr}"
+
+    def build(self) -> torch.nn.Module:
+        """The model as `aotc export FILE:Name` builds it: seeded with 0, no init args."""
+        if self.hf:
+            pytest.importorskip("transformers")
+        module = import_file(SAMPLES_DIR / self.file)
+        torch.manual_seed(0)
+        return getattr(module, self.attr)().eval()
+
+    def inputs(self, seed: int) -> tuple:
+        return self.make_inputs(torch.Generator().manual_seed(seed))
+
+
+def _ids(g):
+    return (torch.randint(0, 1000, (2, 32), generator=g, dtype=torch.int64),)
+
+
+SAMPLES = {
+    "mlp": Sample("mlp.py", "Net", ("32x64",), lambda g: (torch.randn(32, 64, generator=g),)),
+    "cnn": Sample("cnn.py", "Net", ("8x3x32x32",),
+                  lambda g: (torch.randn(8, 3, 32, 32, generator=g),)),
+    "transformer": Sample("transformer.py", "Net", ("2x64x128",),
+                          lambda g: (torch.randn(2, 64, 128, generator=g),)),
+    "gpt2": Sample("hf_models.py", "gpt2", ("2x32:int64:0..999",), _ids, hf=True),
+    "bert": Sample("hf_models.py", "bert", ("2x32:int64:0..999",), _ids, hf=True),
+}
+
+
+@dataclass
+class Exported:
+    name: str
+    model: torch.nn.Module
+    inputs: tuple
+    path: Path
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """exported(name) -> Exported: the sample exported once per session through the Python API.
+
+    Tests must not modify `path`; copy it first (`artifact_copy`)."""
+    cache: dict[str, Exported] = {}
+
+    def get(name: str) -> Exported:
+        if name not in cache:
+            sample = SAMPLES[name]
+            model = sample.build()
+            inputs = sample.inputs(seed=0)
+            dest = tmp_path_factory.mktemp(f"export_{name}") / f"{name}.aotc"
+            path = aotc.export(model, inputs, dest)
+            assert Path(path) == dest.absolute()
+            cache[name] = Exported(name, model, inputs, Path(path))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def mlp_artifact(exported) -> Path:
+    return exported("mlp").path
+
+
+@pytest.fixture
+def artifact_copy(mlp_artifact, tmp_path) -> Path:
+    """A private copy of the mlp artifact, free to damage."""
+    dest = tmp_path / "copy.aotc"
+    shutil.copytree(mlp_artifact, dest)
+    return dest
+
+
+# ------------------------------------------------------------------------------ comparisons
+
+def eager(model, inputs):
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def assert_matches(got, want, *, rtol=RTOL, atol=ATOL, path="output"):
+    """`got` (from a CompiledModule) equals `want` (eager) in value and structure.
+
+    Dicts and ModelOutputs must come back as plain dicts with the same keys in the same order.
+    """
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{path}: expected a tensor, got {type(got)}"
+        assert got.shape == want.shape, f"{path}: shape {got.shape} != {want.shape}"
+        assert got.dtype == want.dtype, f"{path}: dtype {got.dtype} != {want.dtype}"
+        assert got.device == want.device, f"{path}: device {got.device} != {want.device}"
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=lambda m: f"{path}: {m}")
+    elif isinstance(want, dict):   # includes transformers' ModelOutput
+        assert type(got) is dict, f"{path}: expected a plain dict, got {type(got)}"
+        assert list(got) == list(want.keys()), f"{path}: keys {list(got)} != {list(want.keys())}"
+        for k in want.keys():
+            assert_matches(got[k], want[k], rtol=rtol, atol=atol, path=f"{path}[{k!r}]")
+    elif isinstance(want, (tuple, list)):
+        assert type(got) is type(want), f"{path}: {type(got)} != {type(want)}"
+        assert len(got) == len(want), f"{path}: length {len(got)} != {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_matches(g, w, rtol=rtol, atol=atol, path=f"{path}[{i}]")
+    else:
+        assert got == want, f"{path}: {got!r} != {want!r}"
+
+
+def flat_tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k in value.keys() for t in flat_tensors(value[k])]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in flat_tensors(v)]
+    return []
+
+
+# -------------------------------------------------------------------------------- artifacts
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Every file under an artifact directory: relative path -> bytes."""
+    path = Path(path)
+    return {p.relative_to(path).as_posix(): p.read_bytes()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def read_raw_manifest(path: Path) -> dict:
+    return json.loads((Path(path) / fmt.MANIFEST).read_bytes())
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    """Write `manifest` with a valid self-hash, exactly as `write_artifact` computes it."""
+    manifest = {k: v for k, v in manifest.items() if k != fmt.SELF_HASH_KEY}
+    manifest[fmt.SELF_HASH_KEY] = hashlib.sha256(fmt.dumps(manifest)).hexdigest()
+    (Path(path) / fmt.MANIFEST).write_bytes(fmt.dumps(manifest))
+
+
+def replace_file(path: Path, rel: str, data: bytes) -> None:
+    """Replace one file of an artifact and re-sign the manifest, so the artifact stays valid."""
+    path = Path(path)
+    (path / rel).write_bytes(data)
+    manifest = read_raw_manifest(path)
+    manifest["files"][rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    write_manifest(path, manifest)
+
+
+def flip_byte(file: Path, offset: int, mask: int = 0xFF) -> None:
+    data = bytearray(file.read_bytes())
+    data[offset] ^= mask
+    file.write_bytes(bytes(data))
+
+
+# ------------------------------------------------------------------------------- processes
+
+def aotc_exe() -> list[str]:
+    exe = shutil.which("aotc")
+    assert exe, "the `aotc` console script is not on PATH (pip install -e .)"
+    return [exe]
+
+
+def run_aotc(*args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """Run the installed `aotc` console script."""
+    return subprocess.run(aotc_exe() + [str(a) for a in args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=subprocess_env())
+
+
+def run_python(script: str, *args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env())
+
+
+def subprocess_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "2")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@pytest.fixture(scope="session")
+def cli_mlp_artifact(tmp_path_factory) -> Path:
+    """samples/mlp.py:Net exported by the installed `aotc` console script, in a subprocess."""
+    out = tmp_path_factory.mktemp("cli_mlp") / "mlp.aotc"
+    proc = run_aotc("export", SAMPLES["mlp"].ref, "-i", "32x64", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(out.absolute()), proc.stdout
+    return out

@@ -1,0 +1,132 @@
+"""Export failures are ExportErrors that name the user's file and line."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import aotc
+from aotc.api import export_file
+from aotc.errors import ExportError, UsageError
+from aotc.exporter.specs import parse_input_spec
+from conftest import MODELS_DIR, import_file
+
+
+def _line_of(path: Path, marker: str) -> tuple[int, str]:
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if marker in line:
+            return n, line.split("#")[0].strip()
+    raise AssertionError(f"{marker} not in {path}")
+
+
+@pytest.fixture
+def user_model(tmp_path):
+    """Copy a model file from tests/models/ to a folder outside the aotc tree, like a user's."""
+    def make(name: str) -> Path:
+        dest = tmp_path / "user_code" / name
+        dest.parent.mkdir(exist_ok=True)
+        shutil.copy(MODELS_DIR / name, dest)
+        return dest
+    return make
+
+
+def _assert_where(err: ExportError, path: Path, marker: str):
+    line, code = _line_of(path, marker)
+    assert err.where is not None
+    parts = err.where.split(":", 2)
+    assert len(parts) == 3, f"`where` does not name file:line: {err.where!r}"
+    file, lineno, rest = parts
+    assert Path(file).resolve() == path.resolve(), err.where
+    assert int(lineno) == line, err.where
+    assert code in rest, err.where
+    assert f"{path.name}:{line}" in str(err)
+
+
+def test_data_dependent_control_flow(user_model):
+    path = user_model("data_dependent.py")
+    model = import_file(path).Net()
+    with pytest.raises(ExportError) as info:
+        aotc.export(model, (torch.randn(2, 4),), path.parent / "out.aotc")
+    _assert_where(info.value, path, "DATA-DEPENDENT")
+    assert "torch.where" in info.value.fix or "torch.cond" in info.value.fix
+    assert info.value.exit_code == 3
+    assert not (path.parent / "out.aotc").exists()
+
+
+def test_data_dependent_control_flow_from_file_ref(user_model, tmp_path):
+    path = user_model("data_dependent.py")
+    with pytest.raises(ExportError) as info:
+        export_file(f"{path}:Net", [parse_input_spec("2x4")], tmp_path / "out.aotc")
+    _assert_where(info.value, path, "DATA-DEPENDENT")
+
+
+@pytest.mark.parametrize("name,marker", [("data_dependent.py", "DATA-DEPENDENT"),
+                                         ("eager_failure.py", "EAGER-FAILURE")])
+def test_error_located_in_model_file_inside_aotc_tree(name, marker, tmp_path):
+    path = MODELS_DIR / name     # tests/models/ lies inside the aotc package root
+    model = import_file(path).Net()
+    with pytest.raises(ExportError) as info:
+        aotc.export(model, (torch.randn(2, 4),), tmp_path / "out.aotc")
+    _assert_where(info.value, path, marker)
+
+
+def test_forward_fails_eagerly(user_model):
+    path = user_model("eager_failure.py")
+    model = import_file(path).Net()
+    with pytest.raises(ExportError) as info:
+        aotc.export(model, (torch.randn(2, 4),), path.parent / "out.aotc")
+    _assert_where(info.value, path, "EAGER-FAILURE")
+    assert "failed on the example inputs" in str(info.value)
+    assert info.value.found == "RuntimeError"
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert not (path.parent / "out.aotc").exists()
+
+
+def test_returns_non_tensor_object(user_model):
+    path = user_model("returns_object.py")
+    model = import_file(path).Net()
+    with pytest.raises(ExportError) as info:
+        aotc.export(model, (torch.randn(2, 4),), path.parent / "out.aotc")
+    assert "Result" in str(info.value) and info.value.found == "Result"
+    assert not (path.parent / "out.aotc").exists()
+
+
+@pytest.mark.parametrize("value", [lambda x: {x.sum().item()}, lambda x: (x, object())])
+def test_returns_other_non_tensors(value, tmp_path):
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return value(x)
+
+    with pytest.raises(ExportError, match="cannot put in an artifact"):
+        aotc.export(Net(), (torch.randn(2, 4),), tmp_path / "out.aotc")
+
+
+def test_import_error_in_model_file(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import torch\n\nraise RuntimeError('boom at import')\n")
+    with pytest.raises(ExportError) as info:
+        export_file(f"{path}:Net", [parse_input_spec("2x4")], tmp_path / "out.aotc")
+    assert "boom at import" in str(info.value)
+    assert f"{path}:3" in info.value.where
+
+
+def test_example_inputs_must_be_tensors(tmp_path):
+    with pytest.raises(UsageError, match="example input #1"):
+        aotc.export(torch.nn.Linear(4, 4), (torch.randn(2, 4), 3), tmp_path / "out.aotc")
+
+
+def test_unknown_export_option(tmp_path):
+    with pytest.raises(UsageError, match="unknown export option 'stict'"):
+        aotc.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),), tmp_path / "out.aotc",
+                    stict=False)
+
+
+def test_bad_target_refused_before_capture(tmp_path, monkeypatch):
+    import aotc.exporter
+    monkeypatch.setattr(aotc.exporter, "export", lambda *a, **k: pytest.fail("captured"))
+    with pytest.raises(UsageError, match="unknown target"):
+        aotc.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),), tmp_path / "out.aotc",
+                    target="tpu")
+    assert not (tmp_path / "out.aotc").exists()
