@@ -133,17 +133,21 @@ def inspect(ctx, artifact, as_json, code, fusion):
               help="Untimed runs first.")
 @click.option("--device", default=None, help="Device to run on (default: the target's).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for the inputs.")
+@click.option("--size", "sizes", multiple=True, metavar="NAME=INT",
+              help="Size of a dynamic dim for the random inputs, e.g. --size batch=4 "
+                   "(default: the size it was exported with).")
 @click.pass_context
-def run(ctx, artifact, runs, warmup, device, seed):
+def run(ctx, artifact, runs, warmup, device, seed, sizes):
     """Run an artifact on random inputs that satisfy its guards; print outputs and latency."""
     from aotc.cli.report import describe_outputs, time_calls
+    parsed = _parse_sizes(sizes)
 
     def body():
         import aotc
         t0 = time.perf_counter()
         m = aotc.load(artifact, device=device)
         load_s = time.perf_counter() - t0
-        inputs = m.random_inputs(seed=seed)
+        inputs = m.random_inputs(seed=seed, sizes=parsed)
         t0 = time.perf_counter()
         out = m(*inputs)
         first_s = time.perf_counter() - t0
@@ -155,6 +159,16 @@ def run(ctx, artifact, runs, warmup, device, seed):
                    f"over {runs} runs")
 
     _run_guarded(ctx, body)
+
+
+def _parse_sizes(pairs) -> dict:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier() or not value.strip().isdigit():
+            raise click.UsageError(f"--size expects NAME=INT, got {pair!r} (e.g. --size batch=4)")
+        out[name] = int(value)
+    return out
 
 
 @main.command()

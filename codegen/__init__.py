@@ -70,8 +70,9 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
     files[fmt.WEIGHTS] = save(weights)
     if program.samples is not None:
         ins, outs = program.samples
-        files[fmt.SAMPLE_INPUTS] = save({str(i): t.contiguous() for i, t in enumerate(ins)})
-        files[fmt.SAMPLE_OUTPUTS] = save({str(i): t.contiguous() for i, t in enumerate(outs)})
+        own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
+        files[fmt.SAMPLE_INPUTS] = save(own(ins))     # copies: samples may share memory
+        files[fmt.SAMPLE_OUTPUTS] = save(own(outs))
     values = program.graph["values"]
     entry = {"plan": fmt.plan_file("forward"), "inputs": program.inputs,
              "symbols": program.symbols, "relations": program.relations,

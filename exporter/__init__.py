@@ -50,7 +50,7 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
                  dynamic_shapes=(dyn,) if dyn is not None else None)
     _refuse_mutations(ep)
     flat_args, placeholders, weights = _flatten_inputs(ep, args, names)
-    namer, symbols = name_symbols(ep, dyn)
+    namer, symbols = name_symbols(ep, dyn, args)
     if dyn is not None:   # trace with export's symbolic inputs, so sizes stay symbolic
         flat_args = [n.meta["val"] for n in _placeholders(ep)]
     graph = graph_to_json(decompose(ep.graph_module, flat_args, symbolic=dyn is not None),
@@ -100,24 +100,26 @@ def _placeholders(ep):
     return [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
 
 
-def name_symbols(ep, dyn) -> tuple[SymbolNamer, dict]:
-    """Export's shape symbols renamed to the user's dim names, with their ranges."""
+def name_symbols(ep, dyn, args) -> tuple[SymbolNamer, dict]:
+    """Export's shape symbols renamed to the user's dim names, with their ranges and the
+    example sizes they were exported with."""
     if dyn is None:
         return SymbolNamer(), {}
     user = [n for n, s in zip(_placeholders(ep), ep.graph_signature.input_specs)
             if s.kind.name == "USER_INPUT"]
-    names = {}
-    for node, spec in zip(user, dyn):
+    names, examples = {}, {}
+    for node, spec, a in zip(user, dyn, args):
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
         for d, dim in items:
             expr = node.meta["val"].shape[d]
             if dim is not None and isinstance(expr, torch.SymInt) and expr.node.expr.is_Symbol:
                 names[expr.node.expr] = dim.__name__
+                examples[dim.__name__] = int(a.shape[d])
     symbols = {}
     for sym, vr in ep.range_constraints.items():
         if sym in names:
             hi = vr.upper
-            symbols[names[sym]] = {"min": int(vr.lower),
+            symbols[names[sym]] = {"min": int(vr.lower), "example": examples[names[sym]],
                                    "max": int(hi) if getattr(hi, "is_finite", True) and
                                    str(hi) not in ("oo", "int_oo") else 2**62}
     return SymbolNamer(names), symbols

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from aotc.errors import TargetError
+from aotc.errors import GuardError, TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.guards import Guards
@@ -86,11 +86,20 @@ class CompiledModule:
     def random_inputs(self, entry: str = "forward", *, seed: int = 0,
                       sizes: dict[str, int] | None = None) -> tuple:
         """Inputs that satisfy the entry's guards (integer inputs stay in their recorded range)."""
+        from aotc.runtime.guards import compile_expr, evaluate
         gen = torch.Generator().manual_seed(seed)
         spec = self.entries[entry].spec
+        bound = {name: r.get("example", r["min"]) for name, r in spec.get("symbols", {}).items()}
+        unknown = sorted(set(sizes or {}) - set(bound))
+        if unknown:
+            raise GuardError(f"no dynamic dim named {unknown[0]!r}", where="sizes",
+                             expected=sorted(bound) or "no dynamic dims", found=unknown,
+                             fix="name one of the artifact's dynamic dims")
+        bound.update(sizes or {})
         out = []
         for inp in spec["inputs"]:
-            shape = [d if isinstance(d, int) else (sizes or {})[d] for d in inp["shape"]]
+            shape = [d if isinstance(d, int) else evaluate(compile_expr(d), bound)
+                     for d in inp["shape"]]
             dtype = getattr(torch, inp["dtype"])
             if dtype.is_floating_point or dtype.is_complex:
                 t = torch.randn(shape, generator=gen).to(dtype)

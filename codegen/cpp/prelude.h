@@ -36,8 +36,19 @@ template <typename T> static inline T aotc_remainder(T a, T b) {
     T r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-static inline double aotc_floordiv(double a, double b) { return std::floor(a / b); }
-static inline float aotc_floordiv(float a, float b) { return std::floor(a / b); }
+// Floating floor division exactly as torch's c10::div_floor_floating: from fmod, so that a
+// quotient that rounds up to an integer (1 / 0.1f) still floors to the true result.
+template <typename T> static inline T aotc_floordiv_fp(T a, T b) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+    if (div == 0) return std::copysign(T(0), a / b);
+    T fl = std::floor(div);
+    return (div - fl > T(0.5)) ? fl + T(1) : fl;
+}
+static inline double aotc_floordiv(double a, double b) { return aotc_floordiv_fp(a, b); }
+static inline float aotc_floordiv(float a, float b) { return aotc_floordiv_fp(a, b); }
 template <typename T> static inline T aotc_floordiv(T a, T b) {
     T q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
