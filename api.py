@@ -16,9 +16,18 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
     opts = ExportOptions.from_kwargs(**options)
     target = Target.parse(opts.target)   # validate before any slow work
     step = progress or (lambda msg: None)
-    step("capturing and decomposing")
-    program = exporter.export(model, example_inputs, opts, source=source,
-                              value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
+    step("capturing and decomposing" + (" (forward and backward)" if opts.train else ""))
+    if opts.train:
+        if dynamic_shapes is not None:
+            from aotc.errors import UsageError
+            raise UsageError("training artifacts have static shapes", where="--train",
+                             expected="no dynamic dims", found="dynamic_shapes",
+                             fix="export training with static example sizes")
+        program = exporter.export_training(model, example_inputs, opts, source=source,
+                                           value_ranges=value_ranges)
+    else:
+        program = exporter.export(model, example_inputs, opts, source=source,
+                                  value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
     step("compiling and writing the artifact")
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa)
 

@@ -27,6 +27,8 @@ class ExportOptions:
                                "calls ATen for every op (portable to any device).")
     isa: str = _opt("auto", "CPU instruction set the kernels are built for: auto (this host's "
                             "best), or a level such as x86-64-v3 for hosts without AVX-512.")
+    train: bool = _opt(False, "Export a training artifact: forward and precomputed backward, "
+                              "loaded as an nn.Module whose parameters train with any optimizer.")
     name: str | None = _opt(None, "Model name recorded in the manifest (default: the class name).")
 
     @classmethod

@@ -31,10 +31,12 @@ from aotc.runtime.plan import StepKind
 __all__ = ["compile", "Target"]
 
 
-def lower_and_schedule(program: Program, *, codegen: bool = True):
-    """The compiler-free half of codegen: (lowered graph, scheduled steps, fusion decisions).
-    Kernel-count tests and `aotc inspect --fusion` read this; no C++ compiler is involved."""
-    lowered = GraphLowering(program.graph, codegen=codegen).run()
+def lower_and_schedule(graph: dict, *, codegen: bool = True):
+    """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
+    decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs."""
+    if isinstance(graph, Program):
+        graph = graph.graph
+    lowered = GraphLowering(graph, codegen=codegen).run()
     verify_lowered(lowered)
     steps, decisions = schedule(lowered.steps)
     return lowered, steps, decisions
@@ -42,30 +44,24 @@ def lower_and_schedule(program: Program, *, codegen: bool = True):
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
             codegen: bool = True, isa: str = "auto") -> Path:
-    lowered, steps, decisions = lower_and_schedule(
-        program, codegen=codegen and target.device == "cpu")
-    kernels = [s for s in steps if isinstance(s, Kernel)]
-    files, native = {}, None
-    if kernels:
-        from aotc.codegen import cpp
-        level = cpp.resolve_isa(isa)
-        buffers = _buffers(lowered.slots)
-        stored = _stored(steps, lowered.outputs)
-        source, library, signatures = cpp.generate(kernels, buffers, stored, level)
-        files[fmt.KERNEL_SOURCE] = source.encode()
-        files[fmt.KERNEL_LIBRARY] = library
-        native = {"isa": level, "compiler": cpp.compiler_description(),
-                  "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE}
-        steps = [_kernel_step(s, signatures, lowered.slots) if isinstance(s, Kernel) else s
-                 for s in steps]
-        for name in {n for s in kernels for n in (b.name for b in s.writes)} - stored:
-            lowered.slots[int(name[3:])]["local"] = True
-    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, "forward",
-                    {k: v["max"] for k, v in program.symbols.items()})
-    plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
-                         fallback=dict(sorted(lowered.fallback.items())),
-                         kernels=len(kernels), fusion=decisions)
-    files[fmt.plan_file("forward")] = fmt.dumps(plan)
+    target = _resolve_archs(target, codegen)
+    graphs = {"forward": program.graph}
+    if program.backward is not None:
+        graphs["backward"] = program.backward
+    parts = {}
+    for name, graph in graphs.items():
+        lowered, steps, decisions = lower_and_schedule(graph, codegen=codegen)
+        kernels = [s for s in steps if isinstance(s, Kernel)]
+        if len(graphs) > 1:   # one library for all entries: kernel names must be unique
+            for k in kernels:
+                k.name = f"{name}_{k.name}"
+        parts[name] = (lowered, steps, decisions, kernels)
+    files, native, signatures = _build_native(parts, isa, target)
+    bindings = {k: v["max"] for k, v in program.symbols.items()}
+    plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
+             for name, (lowered, steps, decisions, kernels) in parts.items()}
+    for name, plan in plans.items():
+        files[fmt.plan_file(name)] = fmt.dumps(plan)
     weights, aliases = _dedup_weights(program.weights)
     files[fmt.WEIGHTS] = save(weights)
     if program.samples is not None:
@@ -73,23 +69,74 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
         own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
         files[fmt.SAMPLE_INPUTS] = save(own(ins))     # copies: samples may share memory
         files[fmt.SAMPLE_OUTPUTS] = save(own(outs))
-    values = program.graph["values"]
-    entry = {"plan": fmt.plan_file("forward"), "inputs": program.inputs,
-             "symbols": program.symbols, "relations": program.relations,
-             "outputs": [values[o["slot"]] for o in program.graph["outputs"]],
-             "output_tree": program.output_tree, "stats": plan["stats"]}
     manifest = {
         "model": {"name": program.name, "source": program.source},
         "producer": {"aotc": __version__, "torch": torch.__version__.split("+")[0],
                      "python": platform.python_version(), "platform": sys.platform},
         "target": dict(target.to_json(portable=native is None), native=native),
         "options": program.options,
-        "entries": {"forward": entry},
+        "entries": _entries(program, plans),
         "weights": {"count": len(program.weights),
                     "bytes": sum(t.numel() * t.element_size() for t in weights.values()),
                     "aliases": aliases},
     }
+    if program.training is not None:
+        manifest["training"] = {k: v for k, v in program.training.items()
+                                if k != "backward_inputs"}
     return fmt.write_artifact(dest, files, manifest)
+
+
+def _build_native(parts: dict, isa: str, target: Target):
+    """Compile every entry's kernels into one library: (files, manifest native, signatures)."""
+    groups = [(kernels, _buffers(lowered.slots), _stored(steps, lowered.outputs))
+              for lowered, steps, _, kernels in parts.values() if kernels]
+    if not groups:
+        return {}, None, {}
+    if target.device == "cuda":
+        return _build_triton(parts, groups, target)
+    from aotc.codegen import cpp
+    level = cpp.resolve_isa(isa)
+    source, library, signatures = cpp.generate(groups, level)
+    files = {fmt.KERNEL_SOURCE: source.encode(), fmt.KERNEL_LIBRARY: library}
+    native = {"isa": level, "compiler": cpp.compiler_description(),
+              "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE}
+    for lowered, steps, _, kernels in parts.values():
+        stored = _stored(steps, lowered.outputs)
+        for name in {b.name for k in kernels for b in k.writes} - stored:
+            lowered.slots[int(name[3:])]["local"] = True
+    return files, native, signatures
+
+
+def _plan(name, lowered, steps, decisions, kernels, signatures, bindings) -> dict:
+    steps = [_kernel_step(s, signatures, lowered.slots) if isinstance(s, Kernel) else s
+             for s in steps]
+    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, name, bindings)
+    plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
+                         fallback=dict(sorted(lowered.fallback.items())),
+                         kernels=len(kernels), fusion=decisions)
+    return plan
+
+
+def _entries(program: Program, plans: dict) -> dict:
+    """Manifest entry points: inputs and guards, outputs and their structure, plan stats."""
+    values = program.graph["values"]
+    outputs = [values[o["slot"]] if "slot" in o else None for o in program.graph["outputs"]]
+    out = {"forward": {"plan": fmt.plan_file("forward"), "inputs": program.inputs,
+                       "symbols": program.symbols, "relations": program.relations,
+                       "outputs": outputs, "output_tree": program.output_tree,
+                       "stats": plans["forward"]["stats"]}}
+    if program.backward is not None:
+        bvalues = program.backward["values"]
+        bouts = [bvalues[o["slot"]] if "slot" in o else None
+                 for o in program.backward["outputs"]]
+        tree = {"kind": "tuple", "items": [{"kind": "tensor", "index": i} if o is not None
+                                           else {"kind": "const", "value": None}
+                                           for i, o in enumerate(bouts)]}
+        out["backward"] = {"plan": fmt.plan_file("backward"),
+                           "inputs": program.training["backward_inputs"], "symbols": {},
+                           "relations": [], "outputs": bouts, "output_tree": tree,
+                           "stats": plans["backward"]["stats"]}
+    return out
 
 
 def _buffers(slots: list) -> dict:
@@ -118,14 +165,52 @@ def _stored(steps: list, outputs: list) -> set:
     return needed
 
 
+def _resolve_archs(target: Target, codegen: bool) -> Target:
+    """`cuda` without archs means this machine's GPU; cross-compiling needs them named."""
+    if target.device != "cuda" or target.archs or not codegen:
+        return target
+    if not torch.cuda.is_available():
+        from aotc.errors import UsageError
+        raise UsageError("target cuda names no GPU architecture and this machine has no GPU",
+                         where="--target", expected="cuda:sm_XX[,sm_YY]", found=str(target),
+                         fix="name the archs to cross-compile for, e.g. --target cuda:sm_90")
+    major, minor = torch.cuda.get_device_capability()
+    return Target(device="cuda", archs=(f"sm_{major}{minor}",))
+
+
+def _build_triton(parts: dict, groups: list, target: Target):
+    """CUDA: Triton kernels compiled for each arch of `target` (codegen/triton): (files,
+    manifest native, signatures with each kernel's launch: grid, spec file, error code)."""
+    from aotc.codegen import triton as tb
+    files, signatures, code = {}, {}, 1
+    for kernels, buffers, stored in groups:
+        out, specs = tb.generate(kernels, buffers, stored, list(target.archs), first_code=code)
+        code += len(kernels)
+        files.update(out)
+        for name, spec in specs.items():
+            launch = {"grid": spec["grid"], "spec": fmt.triton_launch_file(name),
+                      "error_code": spec["error_code"]}
+            signatures[name] = (spec["inputs"], spec["outputs"], spec["sizes"], launch)
+    for lowered, steps, _, kernels in parts.values():
+        stored = _stored(steps, lowered.outputs)
+        for name in {b.name for k in kernels for b in k.writes} - stored:
+            lowered.slots[int(name[3:])]["local"] = True
+    native = {"kind": "triton", "triton": tb.triton_version(), "archs": list(target.archs),
+              "kernels": sorted(signatures)}
+    return files, native, signatures
+
+
 def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
-    ins, outs, sizes = signatures[k.name]
-    return {"kind": StepKind.KERNEL.value, "name": k.name,
+    ins, outs, sizes, *launch = signatures[k.name]
+    step = {"kind": StepKind.KERNEL.value, "name": k.name,
             "args": [int(n[3:]) for n in ins], "out": [int(n[3:]) for n in outs],
             "sizes": sizes,
             "fused": [{"buffers": [b.name for b in n.buffers], "ops": list(n.body.origins)}
                       for n in k.nodes],
             "reasons": k.reasons}
+    if launch:   # Triton kernels: grid over the size symbols, launch spec file, error code
+        step["launch"] = launch[0]
+    return step
 
 
 def _dedup_weights(weights: dict) -> tuple[dict, dict]:

@@ -260,7 +260,15 @@ class GraphLowering:
         buf = self._buffer(sid)
         body = Pointwise(ranges=tv.shape, dtype=tv.dtype, inner_fn=tv.loader, origins=tv.origins)
         self.out.steps.append(ComputedBuffer(buffers=(buf,), body=body))
-        tv.buffer, tv.loader, tv.body, tv.view_of = buf, buf.loader(), None, None
+        # `tv` keeps its lazy loader: bodies built before this point may read it at any time
+        # (they recompute the value inline). Later consumers get a value that loads the buffer.
+        tv.buffer = buf
+        loaded = TensorValue(tv.shape, tv.dtype, buf.loader(), buffer=buf, vid=tv.vid,
+                             origins=tv.origins)
+        loaded.users = tv.users
+        for key, value in list(self.env.items()):
+            if value is tv:
+                self.env[key] = loaded
         return buf
 
     def _claim(self, vid, shape, dtype) -> int:

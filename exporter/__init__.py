@@ -193,6 +193,38 @@ def _flatten_inputs(ep, args, names):
     return flat, placeholders, weights
 
 
+def export_training(model: torch.nn.Module, example_inputs: tuple,
+                    options: ExportOptions = ExportOptions(), *, source: str | None = None,
+                    value_ranges: list | None = None) -> Program:
+    """Capture one training step of `model` (forward and precomputed backward) into a Program."""
+    from aotc.exporter.train import capture_training, training_graphs
+    args = _check_inputs(example_inputs)
+    src_file = Path(source.rpartition(":")[0]) if source else _source_file(model)
+    names = _input_names(model, len(args))
+    try:
+        fw, bw, spec, meta, leaves = capture_training(model, args, strict=options.strict,
+                                                      source=src_file, capture=capture)
+    except ExportError:
+        raise
+    except Exception as e:
+        raise ExportError(f"capturing the training step failed: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:300] if str(e) else ''}",
+                          where=locate(e, src_file) or "model forward/backward",
+                          expected="a forward AOTAutograd can differentiate",
+                          found=type(e).__name__, fix="check the model trains eagerly") from e
+    fgraph, bgraph, finputs, binputs = training_graphs(fw, bw, meta, args)
+    for spec_in, name, a, rng in zip(finputs, names, args, value_ranges or [None] * len(args)):
+        spec_in.update(name=name, values=_value_range(a, rng))
+    for ph, name in zip([i for i in fgraph["inputs"] if i["kind"] == "input"], names):
+        ph["name"] = name
+    weights = {n: t.detach().contiguous() for n, t in
+               list(model.named_parameters()) + list(model.named_buffers())}
+    meta["backward_inputs"] = binputs
+    return Program(name=options.name or type(model).__name__, graph=fgraph, weights=weights,
+                   inputs=finputs, output_tree=spec, backward=bgraph, training=meta,
+                   samples=None, source=source, options=options.to_json())
+
+
 def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:
     """A Program for a plain function of tensors, traced without Dynamo (make_fx + aotc's
     decomposition). For tests and tools that exercise codegen op by op (OpInfo samples);

@@ -43,6 +43,8 @@ class Program:
     samples: tuple | None = None     # (inputs, flat outputs) from the eager run
     source: str | None = None        # "file.py:Name" when loaded from a file
     options: dict = field(default_factory=dict)
+    backward: dict | None = None     # training: the backward graph ...
+    training: dict | None = None     # ... and how forward/backward values map to the module
 
     def metadata(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

@@ -25,4 +25,9 @@ def load(path, device=None, *, check_guards: bool = True,
     path = Path(path)
     manifest = format.read_manifest(path, verify_hashes=verify_hashes)
     dev = resolve_device(manifest, device)
+    if "training" in manifest:
+        from aotc.runtime.module import load_library_for, load_weights
+        from aotc.runtime.training import TrainableModule
+        return TrainableModule(path, manifest, dev, load_weights(path, manifest, dev),
+                               load_library_for(path, manifest), check_guards=check_guards)
     return CompiledModule(path, manifest, dev, check_guards=check_guards)

@@ -55,8 +55,10 @@ class PlanFunction:
     """A plan compiled to a Python function `fn(inputs, symbols) -> tuple of outputs`."""
 
     def __init__(self, plan: dict, weights: dict[str, torch.Tensor], device: torch.device,
-                 library=None):
-        self.library = library
+                 library=None, *, static_weights: bool = True):
+        """`static_weights`: weights never move, so their data pointers are taken once, at
+        load (inference); training parameters are read at each call."""
+        self.library, self.static_weights = library, static_weights
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "layout": _layout, "kernel_failed": kernel_failed}
         self.source = self._emit(plan, weights)
@@ -89,6 +91,8 @@ class PlanFunction:
         device = self.namespace["DEVICE"]
         lines = [f"def plan_{plan['entry']}(inputs, symbols):"]
         lines += [f"    S_{n} = symbols[{n!r}]" for n in sorted(self._symbols(plan))]
+        flag_head, flag_tail = self._error_flag(plan)
+        lines += flag_head
         ins = [names[i] for i in plan["inputs"]]
         if ins:
             lines.append(f"    {', '.join(ins)}, = inputs")
@@ -112,6 +116,7 @@ class PlanFunction:
             outs = [names[o] if o is not None else "_" for o in step["out"]]
             target = outs[0] if step.get("single", True) else ", ".join(outs) + ","
             lines.append(f"    {target} = {fn}({', '.join(args)})")
+        lines += flag_tail
         rets = [names[o["slot"]] if "slot" in o else repr(o["const"]) for o in plan["outputs"]]
         lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(lines) + "\n"
@@ -123,21 +128,29 @@ class PlanFunction:
                                 "kernel library", where=step["name"], expected="kernels/",
                                 found="none", fix="re-export the model")
         sizes = step.get("sizes", [])
-        fn = self._global(f"k_{step['name']}", kernel(self.library, step["name"],
-                                                      len(step["args"]) + len(step["out"]),
-                                                      len(sizes)))
+        launch = step.get("launch")   # a Triton kernel (CUDA artifact): called with tensors
+        ptr = (lambda e: e) if launch is not None else (lambda e: f"{e}.data_ptr()")
+        fn = self._global(f"k_{step['name']}", self.library.kernel(step["name"])
+                          if launch is not None else
+                          kernel(self.library, step["name"], len(step["args"]) + len(step["out"]),
+                                 len(sizes)))
         lines, ptrs = [], []
         for i in step["args"]:
             s = slots[i]
+            if s["kind"] == SlotKind.WEIGHT and self.static_weights:
+                w = weights[s["weight"]]
+                ptrs.append(self._global(f"p_{s['weight']}",
+                                         w if launch is not None else w.data_ptr()))
+                continue
             if s["kind"] == SlotKind.WEIGHT:
-                ptrs.append(self._global(f"p_{s['weight']}", weights[s["weight"]].data_ptr()))
+                ptrs.append(ptr(names[i]))
                 continue
             if s.get("producer") != "kernel" and i not in checked:
                 checked.add(i)
                 contiguous = s.get("contiguous", False)
                 lines.append(f"    {names[i]} = layout({names[i]}, {_shape(s['stride'])}, "
                              f"{contiguous})")
-            ptrs.append(f"{names[i]}.data_ptr()")
+            ptrs.append(ptr(names[i]))
         reuse = step.get("reuse", {})
         for o in step["out"]:
             s = slots[o]
@@ -148,10 +161,21 @@ class PlanFunction:
             else:
                 lines.append(f"    {names[o]} = empty({_shape(s['shape'])}, "
                              f"dtype=torch.{s['dtype']}, device=DEVICE)")
-            ptrs.append(f"{names[o]}.data_ptr()")
+            ptrs.append(ptr(names[o]))
+        if launch is not None:
+            return lines + [_launch_line(fn, launch, ptrs, sizes)]
         ptrs += [f"S_{n}" for n in sizes]
         lines.append(f"    if {fn}({', '.join(ptrs)}): kernel_failed({step['name']!r})")
         return lines
+
+    def _error_flag(self, plan) -> tuple[list, list]:
+        """Lines that give a plan with index-checking Triton kernels one error flag per call,
+        and check it after the last step (runtime/kernels.py)."""
+        if not any((s.get("launch") or {}).get("error_code") for s in plan["steps"]):
+            return [], []
+        self.namespace.update(new_error_flag=self.library.new_error_flag,
+                              check_error_flag=self.library.check_error_flag)
+        return ["    ERR = new_error_flag()"], ["    check_error_flag(ERR)"]
 
     @staticmethod
     def _symbols(plan) -> set[str]:
@@ -164,3 +188,11 @@ class PlanFunction:
 
     def __call__(self, inputs, symbols):
         return self.fn(inputs, symbols)
+
+
+def _launch_line(fn: str, launch: dict, tensors: list, sizes: list) -> str:
+    """`k((gx, gy, gz), tensors..., [ERR], sizes...)`: a Triton kernel launch; the grid is
+    computed from the size symbols at each call."""
+    grid = ", ".join(sym_source(g) for g in launch["grid"])
+    args = tensors + (["ERR"] if launch.get("error_code") else []) + [f"S_{n}" for n in sizes]
+    return f"    {fn}(({grid}), {', '.join(args)})"

@@ -13,6 +13,9 @@ single weight is read.
       samples/outputs.safetensors eager outputs for those inputs
       kernels/kernels.cpp        generated C++ kernels (readable source)
       kernels/kernels.so         the same, compiled for the ISA the manifest names
+      kernels/<name>.py          CUDA artifacts: one Triton kernel (readable, self-contained)
+      kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
+      kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
 """
 from __future__ import annotations
 
@@ -48,6 +51,18 @@ SELF_HASH_KEY = "manifest_sha256"
 
 def plan_file(entry: str) -> str:
     return f"plans/{entry}.json"
+
+
+def triton_source_file(kernel: str) -> str:
+    return f"{KERNELS_DIR}/{kernel}.py"
+
+
+def triton_cubin_file(kernel: str, arch: str) -> str:
+    return f"{KERNELS_DIR}/{kernel}.{arch}.cubin"
+
+
+def triton_launch_file(kernel: str) -> str:
+    return f"{KERNELS_DIR}/{kernel}.json"
 
 
 def dumps(obj) -> bytes:

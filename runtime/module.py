@@ -24,11 +24,12 @@ class Entry:
     """One entry point (`forward`, later `backward`): guards, compiled plan, output structure."""
 
     def __init__(self, name: str, spec: dict, plan: dict, weights: dict, device: torch.device,
-                 library=None):
+                 library=None, *, static_weights: bool = True):
         self.name, self.spec = name, spec
         self.guards = Guards(spec["inputs"], spec.get("symbols", {}), spec.get("relations", []))
         self.plan = plan
-        self.function = PlanFunction(plan, weights, device, library)
+        self.function = PlanFunction(plan, weights, device, library,
+                                     static_weights=static_weights)
         self.tree = spec["output_tree"]
 
 
@@ -36,14 +37,8 @@ class CompiledModule:
     def __init__(self, path: Path, manifest: dict, device: torch.device, *, check_guards: bool):
         self.path, self.manifest, self.device = path, manifest, device
         self.check_guards = check_guards
-        weights = load_safetensors(path / fmt.WEIGHTS)
-        for alias, original in manifest["weights"].get("aliases", {}).items():
-            weights[alias] = weights[original]
-        if device.type != "cpu":
-            weights = {k: v.to(device) for k, v in weights.items()}
-        self.weights = weights
-        native = manifest["target"].get("native")
-        self.library = load_library(path, native) if native else None
+        self.weights = weights = load_weights(path, manifest, device)
+        self.library = load_library_for(path, manifest)
         self.entries = {
             name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device,
                         self.library)
@@ -123,6 +118,21 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"CompiledModule({str(self.path)!r}, device={self.device}, {self.signature()})"
+
+
+def load_weights(path: Path, manifest: dict, device: torch.device) -> dict:
+    """The artifact's weights, memory-mapped (on CPU), with tied names resolved."""
+    weights = load_safetensors(path / fmt.WEIGHTS)
+    for alias, original in manifest["weights"].get("aliases", {}).items():
+        weights[alias] = weights[original]
+    if device.type != "cpu":
+        weights = {k: v.to(device) for k, v in weights.items()}
+    return weights
+
+
+def load_library_for(path: Path, manifest: dict):
+    native = manifest["target"].get("native")
+    return load_library(path, native) if native else None
 
 
 def resolve_device(manifest: dict, device) -> torch.device:

@@ -13,14 +13,16 @@ KERNELS_PER_UNIT = 24
 __all__ = ["generate", "resolve_isa", "compiler_description"]
 
 
-def generate(kernels: list, buffers: dict, stored: set, isa: str):
-    """(source text, library bytes, {kernel name: (buffers read, buffers written, sizes)})."""
+def generate(groups: list, isa: str):
+    """Kernels of one or more graphs, given as (kernels, buffers, stored) groups, into one
+    library: (source text, library bytes, {kernel name: (buffers read, written, sizes)})."""
     bodies, signatures = [], {}
-    for k in kernels:
-        src, ins, outs, sizes = kernel_source(k, buffers, stored)
-        bodies.append(src)
-        signatures[k.name] = (ins, outs, sizes)
-    header = f"// aotc generated kernels: {len(kernels)} kernels, built for -march={isa}\n"
+    for kernels, buffers, stored in groups:
+        for k in kernels:
+            src, ins, outs, sizes = kernel_source(k, buffers, stored)
+            bodies.append(src)
+            signatures[k.name] = (ins, outs, sizes)
+    header = f"// aotc generated kernels: {len(bodies)} kernels, built for -march={isa}\n"
     source = header + PRELUDE + "\n" + "\n".join(bodies)
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
              for i in range(0, len(bodies), KERNELS_PER_UNIT)]

@@ -86,7 +86,7 @@ _CALL = {Op.EXP: "std::exp", Op.EXPM1: "std::expm1", Op.LOG: "std::log", Op.LOG1
          Op.SINH: "std::sinh", Op.COSH: "std::cosh", Op.ASINH: "std::asinh",
          Op.ACOSH: "std::acosh", Op.ATANH: "std::atanh", Op.EXP2: "std::exp2",
          Op.SIGMOID: "aotc_sigmoid", Op.RELU: "aotc_relu", Op.SIGN: "aotc_sign",
-         Op.ISNAN: "std::isnan", Op.ISINF: "std::isinf", Op.SIGNBIT: "std::signbit",
+         Op.ISNAN: "std::isnan", Op.ISINF: "std::isinf",
          Op.ATAN2: "std::atan2", Op.COPYSIGN: "std::copysign", Op.HYPOT: "std::hypot",
          Op.REMAINDER: "aotc_remainder", Op.FLOORDIV: "aotc_floordiv"}
 _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUEDIV: "/", Op.EQ: "==", Op.NE: "!=",
@@ -110,7 +110,7 @@ def op_expr(op: Op, args: list[str], dtypes: list[torch.dtype], ct: str) -> str:
         return f"({a} {_INFIX[op]} {args[1]})"
     if not fp and op in (Op.ISNAN, Op.ISINF):
         return "false"
-    if op in _CALL and (fp or op != Op.SIGNBIT):
+    if op in _CALL:
         return f"{_CALL[op]}({', '.join(args)})"
     simple = {
         Op.NEG: f"(-{a})", Op.ABS: f"std::abs({a})" if fp else f"({a} < 0 ? -{a} : {a})",
@@ -118,7 +118,9 @@ def op_expr(op: Op, args: list[str], dtypes: list[torch.dtype], ct: str) -> str:
         Op.FLOOR: f"std::floor({a})" if fp else a, Op.CEIL: f"std::ceil({a})" if fp else a,
         Op.ROUND: f"std::nearbyint({a})" if fp else a, Op.TRUNC: f"std::trunc({a})" if fp else a,
         Op.LOGICAL_NOT: f"(!{a})", Op.BITWISE_NOT: f"(!{a})" if ct == "bool" else f"(~{a})",
-        Op.SIGNBIT: f"({a} < 0)",
+        # not std::signbit: g++ 12 -O3 -march=x86-64-v4 crashes (ICE in extract_insn)
+        # vectorizing it on a float widened from bf16; copysign keeps -0.0 and -NaN's sign
+        Op.SIGNBIT: f"(std::copysign({ct}(1), {a}) < {ct}(0))" if fp else f"({a} < 0)",
     }
     if op in simple:
         return simple[op]

@@ -1,0 +1,64 @@
+"""The Triton backend: Kernels in, one Triton source, cubins and a launch spec per kernel out.
+
+The twin of `codegen/cpp/`: the same IR and scheduler, kernels written as Triton instead of
+C++ and compiled ahead of time, for each requested GPU arch, with no GPU needed:
+
+    kernels/<name>.py            the kernel's source: self-contained, readable, and runnable
+                                 as is under Triton's interpreter
+    kernels/<name>.<arch>.cubin  the same compiled for <arch> (sm_80, sm_90, ...)
+    kernels/<name>.json          launch spec: parameters in order, block sizes, grid over the
+                                 plan's size symbols, per arch symbol/shared memory/warps/scratch
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from aotc.codegen.triton.build import arch_number, compile_kernel, triton_version
+from aotc.codegen.triton.kernel import KernelSource, kernel_source
+from aotc.runtime import format as fmt
+
+PRELUDE = (Path(__file__).parent / "prelude.py").read_text()
+
+__all__ = ["generate", "module_text", "triton_version", "arch_number"]
+
+
+def module_text(ks: KernelSource) -> str:
+    """The complete, self-contained Python module of one kernel."""
+    header = (f'"""aotc generated Triton kernel {ks.name}.\n\n'
+              f"Launch: grid = ({', '.join(ks.grid)}), "
+              f"{', '.join(f'{k}={v}' for k, v in ks.constexprs.items())}, "
+              f"num_warps={ks.num_warps}; parameters: {', '.join(ks.signature)}.\n"
+              "aotc's runtime launches the cubins compiled from this file (see the .json beside "
+              "it);\nimported with TRITON_INTERPRET=1 it runs as is on CPU tensors.\n"
+              '"""\n')
+    return header + PRELUDE + "\n\n" + ks.text
+
+
+def launch_spec(ks: KernelSource) -> dict:
+    """The arch-independent part of a kernel's launch spec."""
+    return {"name": ks.name, "source": fmt.triton_source_file(ks.name),
+            "inputs": ks.ins, "outputs": ks.outs, "sizes": ks.sizes,
+            "params": [{"name": n, "type": t} for n, t in ks.signature.items()],
+            "constexprs": ks.constexprs, "grid": ks.grid, "num_warps": ks.num_warps,
+            "error_code": ks.error_code, "triton": triton_version(), "archs": {}}
+
+
+def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
+             first_code: int = 1) -> tuple[dict, dict]:
+    """({artifact-relative path: bytes}, {kernel name: launch spec}) for `kernels`, compiled
+    for each of `archs`. Kernels that index with runtime values get error codes from
+    `first_code` on (unique within an artifact)."""
+    files, specs = {}, {}
+    for i, k in enumerate(kernels):
+        ks = kernel_source(k, buffers, stored, first_code + i)
+        text = module_text(ks)
+        spec = launch_spec(ks)
+        for arch in archs:
+            cubin, meta = compile_kernel(ks, text, arch)
+            path = fmt.triton_cubin_file(k.name, arch)
+            files[path] = cubin
+            spec["archs"][arch] = dict(meta, cubin=path)
+        files[fmt.triton_source_file(k.name)] = text.encode()
+        files[fmt.triton_launch_file(k.name)] = fmt.dumps(spec)
+        specs[k.name] = spec
+    return files, specs

@@ -1,0 +1,129 @@
+"""Training capture: the joint forward/backward graph with AOTAutograd, partitioned.
+
+    eager run in train mode (output structure, which buffers the forward updates)
+      -> torch.export, strict (fullgraph: graph breaks are ExportErrors, as for inference)
+      -> AOTAutograd over the captured module, with aotc's decompositions, partitioned by the
+         min-cut rematerialization partitioner into
+           forward(params, buffers, inputs)  -> (outputs, updated buffers, saved for backward)
+           backward(saved, output grads)     -> (grads of params, buffers, inputs)
+      -> a Program with both graphs
+
+The function traced is purely functional: buffers the model updates in place (batch-norm
+running statistics) are traced on copies and returned as extra outputs, which the runtime copies
+back into its buffers; random ops (dropout) draw from torch's generator, so the caller's
+`torch.manual_seed` makes a step reproducible.
+"""
+from __future__ import annotations
+
+import torch
+from torch._functorch.aot_autograd import aot_function
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+from aotc.errors import ExportError
+from aotc.exporter.decomp import decomposition_table
+from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
+from aotc.exporter.program import graph_to_json
+from aotc.runtime.dtypes import dtype_name
+
+
+def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, source, capture):
+    """(forward graph, backward graph, metadata) of one training step of `model` on `args`."""
+    model.train()
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    versions = {n: b._version for n, b in buffers.items()}
+    state = {n: b.detach().clone() for n, b in buffers.items()}
+    eager = model(*args)                    # structure, and which buffers forward updates
+    mutated = [n for n, b in buffers.items()   # kernels may update without a version bump
+               if b._version != versions[n] or not torch.equal(b, state[n])]
+    with torch.no_grad():
+        for n, b in buffers.items():        # undo the probe's updates
+            b.copy_(state[n])
+    spec, paths = tree_spec(eager)
+    leaves = [follow(eager, p) for p in paths]
+    needs_grad = [bool(t.requires_grad) for t in leaves]
+    ep = capture(FlatOutputs(model, paths), args, strict=strict, source=source)
+    gm = ep.module()
+    pnames, bnames = list(params), list(buffers)
+    gparams = dict(gm.named_parameters())
+    gbufs = dict(gm.named_buffers())
+
+    def step(*flat):
+        p = dict(zip(pnames, flat[:len(pnames)]))
+        b = {n: (v.clone() if n in mutated else v)
+             for n, v in zip(bnames, flat[len(pnames):len(pnames) + len(bnames)])}
+        outs = torch.func.functional_call(gm, {**_prefixed(p), **_prefixed(b)},
+                                          tuple(flat[len(pnames) + len(bnames):]))
+        return tuple(outs) + tuple(b[n] for n in mutated)
+
+    graphs: dict = {}
+
+    def partition(joint, inputs, **kw):
+        graphs["num_fwd_outputs"] = kw["num_fwd_outputs"]
+        return min_cut_rematerialization_partition(joint, inputs, **kw)
+
+    def keep(name):
+        def compiler(g, example):
+            graphs[name] = g
+            return _boxed(g)
+        return compiler
+
+    traced = aot_function(step, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
+                          partition_fn=partition, decompositions=decomposition_table())
+    inputs = [a.detach().requires_grad_(a.is_floating_point()) for a in args]  # input grads too
+    flat = [gparams.get(n, params[n]) for n in pnames] + [gbufs.get(n, buffers[n]).clone()
+                                                         for n in bnames] + inputs
+    outs = traced(*flat)
+    grads = [torch.ones_like(o) for o, g in zip(outs[:len(leaves)], needs_grad) if g]
+    diff = [o for o, g in zip(outs[:len(leaves)], needs_grad) if g]
+    if not diff:
+        raise ExportError("no output of the model requires grad: nothing to train",
+                          where="model outputs", expected="an output computed from parameters",
+                          found="outputs without grad", fix="export for inference instead")
+    torch.autograd.backward(diff, grads)
+    if "backward" not in graphs:
+        raise ExportError("AOTAutograd produced no backward graph", where="training capture",
+                          expected="a forward and a backward graph", found="forward only",
+                          fix="check that the outputs depend on parameters")
+    if graphs["num_fwd_outputs"] != len(leaves) + len(mutated):
+        raise ExportError("the forward updates state aotc did not detect",
+                          where="AOTAutograd forward", expected=f"{len(leaves)} outputs and "
+                          f"{len(mutated)} updated buffers",
+                          found=f"{graphs['num_fwd_outputs']} forward outputs",
+                          fix="report this as an aotc bug with the model")
+    meta = {"params": pnames, "buffers": bnames, "mutated": mutated, "num_outputs": len(leaves),
+            "needs_grad": needs_grad, "num_fwd_outputs": graphs["num_fwd_outputs"]}
+    return graphs["forward"], graphs["backward"], spec, meta, leaves
+
+
+def _prefixed(d: dict) -> dict:
+    return {f"m.{k}": v for k, v in d.items()}
+
+
+def _boxed(g):
+    def run(args):
+        return g(*args)
+    run._boxed_call = True
+    return run
+
+
+def training_graphs(fw, bw, meta: dict, args: tuple) -> tuple[dict, dict, list, list]:
+    """Program graphs (JSON) of the partitioned forward and backward, with their input specs."""
+    fw_ph = [n for n in fw.graph.nodes if n.op == "placeholder"]
+    names = ([{"kind": "weight", "name": n} for n in meta["params"]]
+             + [{"kind": "weight", "name": n} for n in meta["buffers"]]
+             + [{"kind": "input", "name": f"input{i}"} for i in range(len(args))])
+    if len(fw_ph) != len(names):
+        raise ExportError("the training forward graph has an unexpected signature",
+                          where="AOTAutograd forward", expected=f"{len(names)} inputs",
+                          found=f"{len(fw_ph)} placeholders", fix="report this as an aotc bug")
+    fgraph = graph_to_json(fw, names)
+    bw_ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    bnames = [{"kind": "input", "name": n.name} for n in bw_ph]
+    bgraph = graph_to_json(bw, bnames)
+    binputs = [{"name": ph["name"], "dtype": bgraph["values"][ph["value"]]["dtype"],
+                "shape": bgraph["values"][ph["value"]]["shape"], "values": None}
+               for ph in bgraph["inputs"]]
+    finputs = [{"name": f"input{i}", "dtype": dtype_name(a.dtype), "shape": list(a.shape),
+                "values": None} for i, a in enumerate(args)]
+    return fgraph, bgraph, finputs, binputs

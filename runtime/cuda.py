@@ -1,0 +1,203 @@
+"""Running cubins: the CUDA driver API through ctypes (libcuda.so.1), never Triton.
+
+At load, the cubin built for this GPU's architecture is chosen (an sm_90 cubin runs on sm_90
+only: Triton emits arch-specific code from sm_90 on; below that a cubin runs on GPUs of the same
+major version and an equal or newer minor one) and loaded with cuModuleLoadData into the device's
+primary context (the one torch uses). A launch packs the kernel's parameters (data pointers,
+sizes, then the scratch pointers newer Triton versions append) and calls cuLaunchKernel on
+torch's current stream.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import torch
+
+from aotc.errors import TargetError
+from aotc.runtime.kernels import TritonKernels
+
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+STATIC_SHARED_LIMIT = 48 * 1024
+_PARAM = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "scratch": ctypes.c_uint64}
+
+_lock = threading.Lock()
+_driver = None
+
+
+class Driver:
+    """The few libcuda entry points aotc uses, with error checking."""
+
+    def __init__(self):
+        try:
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise TargetError("the CUDA driver (libcuda.so.1) cannot be loaded", where="libcuda",
+                              expected="an NVIDIA driver", found=str(e),
+                              fix="run on a host with an NVIDIA GPU and driver") from None
+        self.lib.cuLaunchKernel.argtypes = [
+            ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        self.check("cuInit", self.lib.cuInit(0))
+
+    def check(self, what: str, status: int) -> None:
+        if status != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(status, ctypes.byref(name))
+            text = name.value.decode() if name.value else str(status)
+            raise RuntimeError(f"CUDA driver call {what} failed: {text}")
+
+    def device(self, index: int) -> ctypes.c_int:
+        dev = ctypes.c_int()
+        self.check("cuDeviceGet", self.lib.cuDeviceGet(ctypes.byref(dev), index))
+        return dev
+
+    def capability(self, index: int) -> tuple[int, int]:
+        dev, out = self.device(index), []
+        for attr in (CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
+            v = ctypes.c_int()
+            self.check("cuDeviceGetAttribute",
+                       self.lib.cuDeviceGetAttribute(ctypes.byref(v), attr, dev))
+            out.append(v.value)
+        return out[0], out[1]
+
+    def primary_context(self, index: int) -> ctypes.c_void_p:
+        ctx = ctypes.c_void_p()
+        self.check("cuDevicePrimaryCtxRetain",
+                   self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.device(index)))
+        return ctx
+
+    def make_current(self, ctx: ctypes.c_void_p) -> None:
+        cur = ctypes.c_void_p()
+        self.check("cuCtxGetCurrent", self.lib.cuCtxGetCurrent(ctypes.byref(cur)))
+        if cur.value != ctx.value:
+            self.check("cuCtxSetCurrent", self.lib.cuCtxSetCurrent(ctx))
+
+    def function(self, image: bytes, symbol: str, shared: int):
+        """Load a cubin image and return (module, function), allowing `shared` bytes of
+        dynamic shared memory."""
+        module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+        self.check("cuModuleLoadData", self.lib.cuModuleLoadData(ctypes.byref(module), image))
+        self.check("cuModuleGetFunction", self.lib.cuModuleGetFunction(
+            ctypes.byref(fn), module, symbol.encode()))
+        if shared > STATIC_SHARED_LIMIT:
+            self.check("cuFuncSetAttribute", self.lib.cuFuncSetAttribute(
+                fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
+        return module, fn
+
+
+def driver() -> Driver:
+    global _driver
+    with _lock:
+        if _driver is None:
+            _driver = Driver()
+        return _driver
+
+
+def device_arch(index: int) -> str:
+    major, minor = driver().capability(index)
+    return f"sm_{major}{minor}"
+
+
+def select_arch(built: list[str], device: str) -> str:
+    """The built arch whose cubin runs on a GPU of arch `device`, else a TargetError."""
+    def num(a):
+        return int(a[3:].rstrip("a"))
+    want = num(device)
+    for a in built:
+        if num(a) == want:
+            return a
+    compatible = [a for a in built if want < 90 and num(a) // 10 == want // 10 and num(a) < want]
+    if compatible:
+        return max(compatible, key=num)
+    raise TargetError(f"artifact kernels were built for {', '.join(built)}; this GPU is {device}",
+                      where="manifest target.native.archs", expected=", ".join(built),
+                      found=device, fix=f"re-export with --target cuda:{device} (several archs: "
+                                        f"--target cuda:{','.join([*built, device])})")
+
+
+class CudaKernels(TritonKernels):
+    """An artifact's cubins loaded on one GPU."""
+
+    takes_tensors = True
+
+    def __init__(self, path: Path, native: dict, device: torch.device):
+        super().__init__(path, native, device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        self.device = torch.device("cuda", index)
+        self.arch = select_arch(native["archs"], device_arch(index))
+        torch.cuda.init()
+        self.context = driver().primary_context(index)
+        driver().make_current(self.context)
+        self.launchers = {name: self._load(name, spec) for name, spec in self.specs.items()}
+
+    def _load(self, name: str, spec: dict) -> "CudaLauncher":
+        meta = spec["archs"][self.arch]
+        image = (self.path / meta["cubin"]).read_bytes()
+        module, fn = driver().function(image, meta["symbol"], meta["shared"])
+        return CudaLauncher(name, fn, module, meta, spec, self)
+
+    def kernel(self, name: str) -> "CudaLauncher":
+        self.spec(name)
+        return self.launchers[name]
+
+
+class CudaLauncher:
+    """Launches one kernel: `launcher((gx, gy, gz), *args)`, args in parameter order."""
+
+    def __init__(self, name: str, fn, module, meta: dict, spec: dict, owner: CudaKernels):
+        self.name, self.fn, self.module, self.owner = name, fn, module, owner
+        self.threads = 32 * meta["num_warps"]
+        self.shared = meta["shared"]
+        self.ctas = meta.get("num_ctas", 1)
+        self.params = meta["params"]
+        self.inputs = set(spec["inputs"])
+        self.user = [p for p in self.params if p["type"] != "scratch"]
+        self.scratch = [p for p in self.params if p["type"] == "scratch"]
+
+    def _pointer(self, p: dict, t: torch.Tensor, keep: list) -> int:
+        ptr = t.data_ptr()
+        if ptr % 16 and p["name"] in self.inputs:   # kernels assume 16-byte aligned buffers
+            t = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+            keep.append(t)
+            ptr = t.data_ptr()
+        return ptr
+
+    def _values(self, grid, args) -> tuple[list, list]:
+        values, keep = [], []
+        for p, a in zip(self.user, args):
+            if p["type"].startswith("*"):
+                values.append(ctypes.c_uint64(self._pointer(p, a, keep)))
+            else:
+                values.append(_PARAM[p["type"]](int(a)))
+        programs = grid[0] * grid[1] * grid[2] * self.ctas
+        for p in self.scratch:
+            ptr = 0
+            if p["bytes"]:
+                buf = torch.empty(programs * p["bytes"] + p["align"], dtype=torch.uint8,
+                                  device=self.owner.device)
+                keep.append(buf)
+                ptr = -(-buf.data_ptr() // p["align"]) * p["align"]
+            values.append(ctypes.c_uint64(ptr))
+        return values, keep
+
+    def __call__(self, grid, *args) -> int:
+        if len(args) != len(self.user):
+            raise TypeError(f"kernel {self.name} takes {len(self.user)} arguments, got {len(args)}")
+        if grid[0] * grid[1] * grid[2] == 0:
+            return 0
+        d = driver()
+        d.make_current(self.owner.context)
+        values, keep = self._values(grid, args)
+        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        stream = torch.cuda.current_stream(self.owner.device).cuda_stream
+        d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
+            self.fn, grid[0], grid[1], grid[2], self.threads, 1, 1, self.shared,
+            ctypes.c_void_p(stream), params, None))
+        del keep   # stream order keeps copies and scratch valid until the kernel has run
+        return 0

@@ -1,0 +1,101 @@
+"""Running a CUDA artifact's Triton kernels on the CPU with Triton's interpreter: a testing aid.
+
+`aotc.load(path, device="cpu", interpret=True)` imports each kernel's source (kernels/<name>.py,
+the very text its cubins were compiled from) with Triton's interpreter switched on and launches
+it on CPU tensors. It is slow, and meant for tests and CI on machines without a GPU; it is the
+only part of the runtime that imports Triton.
+
+Triton reads TRITON_INTERPRET when a `@triton.jit` decorator runs, so the variable is set only
+while kernel sources are imported, under a lock, and restored right after: nothing else in the
+process (nor any subprocess started later) sees it. Functions that Triton's interpreter lacks
+(`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`LIBDEVICE`).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from aotc.runtime import format as fmt
+from aotc.runtime.kernels import TritonKernels
+
+_env_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def interpreter_env(on: bool):
+    """TRITON_INTERPRET set to `on` for the duration (kernel imports), then restored."""
+    with _env_lock:
+        old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+
+
+def _numpy_function(np_fn):
+    """A libdevice stand-in: applies `np_fn` to the NumPy data of interpreter tensors."""
+    def call(*args):
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+        ref = next(a for a in args if isinstance(a, tl.core.tensor))
+        np_dtype = ref.handle.data.dtype
+        data = [a.handle.data if isinstance(a, tl.core.tensor) else np.asarray(a, np_dtype)
+                for a in args]
+        with np.errstate(all="ignore"):
+            out = np.asarray(np_fn(*data)).astype(np_dtype)
+        scalar = ref.dtype
+        ty = tl.block_type(scalar, list(out.shape)) if out.shape else scalar
+        return tl.core.tensor(TensorHandle(out, scalar), ty)
+    return call
+
+
+def _libdevice():
+    import numpy as np
+    names = {"tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "log10": np.log10,
+             "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+             "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+             "atanh": np.arctanh, "atan2": np.arctan2, "copysign": np.copysign,
+             "hypot": np.hypot, "nearbyint": np.rint, "trunc": np.trunc, "pow": np.power}
+    return SimpleNamespace(**{k: _numpy_function(f) for k, f in names.items()})
+
+
+def import_kernel(path: Path, name: str):
+    """Import kernels/<name>.py with the interpreter on; returns its `@triton.jit` function."""
+    with interpreter_env(True):
+        spec = importlib.util.spec_from_file_location(f"aotc_interpreted_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    module.libdevice = _libdevice()
+    return getattr(module, name)
+
+
+class InterpretedKernels(TritonKernels):
+    """An artifact's Triton kernels run by Triton's interpreter on CPU tensors."""
+
+    takes_tensors = True
+
+    def __init__(self, path: Path, native: dict, device: torch.device):
+        super().__init__(path, native, torch.device("cpu"))
+        self.functions = {name: import_kernel(self.path / fmt.triton_source_file(name), name)
+                          for name in self.specs}
+
+    def kernel(self, name: str):
+        spec, fn = self.spec(name), self.functions[name]
+        constexprs = dict(spec["constexprs"])
+
+        def launch(grid, *args):
+            if grid[0] * grid[1] * grid[2]:
+                fn[tuple(grid)](*args, **constexprs)
+            return 0
+        return launch

@@ -1,0 +1,170 @@
+"""Training artifacts: compiled forward + precomputed backward, wired into autograd."""
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import aotc
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "samples"))
+import cnn, hf_models, mlp, transformer  # noqa: E402
+
+
+def flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return list(out.values()) if isinstance(out, dict) else list(out)
+
+
+def projection_loss(out, seed=123):
+    """A loss whose gradient reaches every output element with non-trivial weights."""
+    g = torch.Generator().manual_seed(seed)
+    return sum((o * torch.randn(o.shape, generator=g)).sum() for o in flat(out)
+               if o.is_floating_point())
+
+
+def models():
+    torch.manual_seed(0)
+    yield "mlp", mlp.Net(), (torch.randn(16, 64),)
+    yield "cnn", cnn.Net(), (torch.randn(4, 3, 16, 16),)
+    yield "transformer", transformer.Net(layers=1), (torch.randn(2, 16, 128),)
+    if pytest.importorskip("transformers"):
+        yield "gpt2", hf_models.gpt2(), (torch.randint(0, 1000, (2, 16)),)
+        yield "bert", hf_models.bert(), (torch.randint(0, 1000, (2, 16)),)
+
+
+CASES = {name: (model, args) for name, model, args in models()}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = {}
+    for name, (model, args) in CASES.items():
+        ref = copy.deepcopy(model)
+        out[name] = (aotc.export(model, args, tmp_path_factory.mktemp(name) / "t.aotc",
+                                 train=True), ref, args)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradients_match_eager(exported, name):
+    path, model, args = exported[name]
+    ref = copy.deepcopy(model).train()
+    m = aotc.load(path)
+    assert isinstance(m, nn.Module)
+    torch.manual_seed(7)
+    projection_loss(m(*args)).backward()
+    torch.manual_seed(7)
+    projection_loss(ref(*args)).backward()
+    names = [n for n, _ in ref.named_parameters()]
+    assert [n for n, _ in m.named_parameters()] == names
+    for (n, a), (_, b) in zip(m.named_parameters(), ref.named_parameters()):
+        assert a.grad is not None, n
+        # sums (embedding backward's scatter-add) run in another order: a few ulps of slack
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=5e-5,
+                                   msg=lambda s: f"{n}: {s}")
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_input_gradients_match_eager(exported, name):
+    path, model, args = exported[name]
+    ref = copy.deepcopy(model).train()
+    m = aotc.load(path)
+    xa = args[0].clone().requires_grad_()
+    xb = args[0].clone().requires_grad_()
+    torch.manual_seed(3)
+    projection_loss(m(xa)).backward()
+    torch.manual_seed(3)
+    projection_loss(ref(xb)).backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-5)
+
+
+# AdamW divides by the gradient's own magnitude, so a gradient that is zero in theory (the key
+# projection's bias under softmax, in attention models) turns rounding noise into full steps
+# in eager and compiled alike; AdamW is compared on models without such components.
+@pytest.mark.parametrize("name,opt_name", [("mlp", "SGD"), ("transformer", "SGD"), ("gpt2", "SGD"),
+                                           ("mlp", "AdamW"), ("cnn", "AdamW")])
+def test_optimizer_steps_track_eager(exported, name, opt_name):
+    path, model, args = exported[name]
+    ref = copy.deepcopy(model).train()
+    m = aotc.load(path)
+    make = lambda ps: getattr(torch.optim, opt_name)(ps, lr=1e-3)
+    oa, ob = make(m.parameters()), make(ref.parameters())
+    for step in range(4):
+        for mod, opt in ((m, oa), (ref, ob)):
+            torch.manual_seed(step)       # same dropout masks in both
+            opt.zero_grad()
+            projection_loss(mod(*args), seed=step).backward()
+            opt.step()
+    for (n, a), (_, b) in zip(m.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda s: f"{n}: {s}")
+
+
+def test_batchnorm_running_statistics_update_as_in_eager(exported):
+    path, model, args = exported["cnn"]
+    ref = copy.deepcopy(model).train()
+    m = aotc.load(path)
+    for _ in range(3):
+        m(*args)
+        ref(*args)
+    for (n, a), (_, b) in zip(m.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda s: f"{n}: {s}")
+    assert int(m.state_dict()["features.1.num_batches_tracked"]) == 3
+
+
+def test_dropout_is_reproducible_with_a_seed(tmp_path):
+    class Drop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(32, 32)
+            self.d = nn.Dropout(0.5)
+
+        def forward(self, x):
+            return self.d(self.l(x))
+    x = torch.randn(8, 32)
+    m = aotc.load(aotc.export(Drop(), (x,), tmp_path / "d.aotc", train=True))
+    torch.manual_seed(5)
+    a = m(x)
+    torch.manual_seed(5)
+    b = m(x)
+    torch.manual_seed(6)
+    c = m(x)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    assert (a == 0).float().mean().item() == pytest.approx(0.5, abs=0.15)
+
+
+def test_state_dict_round_trip_and_guards(exported):
+    path, model, args = exported["mlp"]
+    m = aotc.load(path)
+    sd = {k: v.clone() * 0.5 for k, v in m.state_dict().items()}
+    m.load_state_dict(sd)
+    ref = copy.deepcopy(model)
+    ref.load_state_dict(sd)
+    torch.testing.assert_close(m(*args), ref(*args), rtol=1e-5, atol=1e-6)
+    with pytest.raises(aotc.GuardError, match="dim 1"):
+        m(torch.randn(16, 65))
+
+
+def test_inspect_shows_both_graphs_and_saved_tensors(exported):
+    from aotc.cli.report import inspect_text
+    from aotc.runtime import format as fmt
+    path, _, _ = exported["mlp"]
+    text = inspect_text(Path(path), fmt.read_manifest(path))
+    assert "\nforward(" in text and "\nbackward(" in text
+    assert "saved for backward:" in text
+
+
+def test_cli_export_train(tmp_path):
+    import subprocess
+    out = tmp_path / "cli.aotc"
+    r = subprocess.run([sys.executable, "-m", "aotc.cli.main", "export",
+                        str(Path(__file__).parents[1] / "samples" / "mlp.py") + ":Net",
+                        "-i", "8x64", "--train", "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = aotc.load(out)
+    m(torch.randn(8, 64)).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
