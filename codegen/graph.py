@@ -16,7 +16,7 @@ from itertools import count
 import sympy
 import torch
 
-from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, Pointwise, Reduction,
+from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              ReductionType, contiguous_strides, index_vars, sym)
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view
@@ -40,7 +40,7 @@ class TensorValue:
         self.users, self.origins = 0, tuple(origins)
 
 
-class CostCounter:
+class CostCounter(NullHandler):
     """Ops handler that counts the work in a body (for inlining decisions)."""
 
     def __init__(self):
@@ -49,15 +49,6 @@ class CostCounter:
 
     def load(self, name, index):
         self.ops += 1
-        return 0
-
-    def constant(self, value, dtype):
-        return 0
-
-    def index_expr(self, expr, dtype):
-        return 0
-
-    def to_dtype(self, x, dtype):
         return 0
 
     def op(self, op, *args):

@@ -150,6 +150,32 @@ class ReductionType(str, Enum):
 ARG_REDUCTIONS = frozenset({ReductionType.ARGMAX, ReductionType.ARGMIN})
 
 
+class NullHandler:
+    """An ops handler that computes nothing: the base of analysis handlers (cost counting,
+    load recording, verification), which override only what they look at."""
+
+    def load(self, name, index):
+        return 0
+
+    def constant(self, value, dtype):
+        return 0
+
+    def index_expr(self, expr, dtype):
+        return 0
+
+    def to_dtype(self, x, dtype):
+        return 0
+
+    def op(self, op, *args):
+        return 0
+
+    def masked(self, mask, fn, other, dtype):
+        return fn()
+
+    def indirect(self, value, size):
+        return sympy.Symbol(f"indirect{id(value)}", integer=True)
+
+
 # ---------------------------------------------------------------------------------- IR nodes
 
 InnerFn = Callable  # (handler, index tuple) -> handler value

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from aotc.codegen.ir import (ComputedBuffer, Reduction, index_bounds, index_vars, linear_index,
+from aotc.codegen.ir import (ComputedBuffer, NullHandler, Reduction, index_bounds, index_vars,
+                             linear_index,
                              product)
 
 
@@ -36,7 +37,7 @@ class Kernel:
         return [b for n in self.nodes for b in n.buffers]
 
 
-class LoadRecorder:
+class LoadRecorder(NullHandler):
     """Ops handler that records (buffer, index) of every load in a body."""
 
     def __init__(self):
@@ -45,21 +46,6 @@ class LoadRecorder:
     def load(self, name, index):
         self.loads.append((name, sympy.expand(index)))
         return 0
-
-    def constant(self, value, dtype):
-        return 0
-
-    def index_expr(self, expr, dtype):
-        return 0
-
-    def to_dtype(self, x, dtype):
-        return 0
-
-    def op(self, op, *args):
-        return 0
-
-    def masked(self, mask, fn, other, dtype):
-        return fn()
 
     def indirect(self, value, size):
         return sympy.Symbol(f"indirect{len(self.loads)}", integer=True, nonnegative=True)

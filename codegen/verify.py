@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sympy
 
-from aotc.codegen.ir import ComputedBuffer, Reduction, index_vars
+from aotc.codegen.ir import ComputedBuffer, NullHandler, Reduction, index_vars
 from aotc.errors import LoweringError
 
 
-class _Checker:
+class _Checker(NullHandler):
     def __init__(self, known: set, allowed: set, where: str):
         self.known, self.allowed, self.where = known, allowed, where
 
@@ -33,23 +33,6 @@ class _Checker:
             self._fail(f"index of {name} uses variables outside the loop nest", sorted(map(str, stray)))
         return 0
 
-    def constant(self, value, dtype):
-        return 0
-
-    def index_expr(self, expr, dtype):
-        return 0
-
-    def to_dtype(self, x, dtype):
-        return 0
-
-    def op(self, op, *args):
-        return 0
-
-    def masked(self, mask, fn, other, dtype):
-        return fn()
-
-    def indirect(self, value, size):
-        return sympy.Symbol(f"indirect{id(value)}", integer=True)
 
 
 def verify_lowered(lowered) -> None:

@@ -27,28 +27,18 @@ from aotc.runtime.dtypes import dtype_name
 
 
 def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, source, capture):
-    """(forward graph, backward graph, metadata) of one training step of `model` on `args`."""
+    """(forward graph, backward graph, output spec, metadata, eager outputs) of one training
+    step of `model` on `args`."""
     model.train()
-    params = dict(model.named_parameters())
-    buffers = dict(model.named_buffers())
-    versions = {n: b._version for n, b in buffers.items()}
-    state = {n: b.detach().clone() for n, b in buffers.items()}
-    eager = model(*args)                    # structure, and which buffers forward updates
-    mutated = [n for n, b in buffers.items()   # kernels may update without a version bump
-               if b._version != versions[n] or not torch.equal(b, state[n])]
-    with torch.no_grad():
-        for n, b in buffers.items():        # undo the probe's updates
-            b.copy_(state[n])
+    params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
+    eager, mutated = _probe(model, args, buffers)
     spec, paths = tree_spec(eager)
     leaves = [follow(eager, p) for p in paths]
     needs_grad = [bool(t.requires_grad) for t in leaves]
-    ep = capture(FlatOutputs(model, paths), args, strict=strict, source=source)
-    gm = ep.module()
+    gm = capture(FlatOutputs(model, paths), args, strict=strict, source=source).module()
     pnames, bnames = list(params), list(buffers)
-    gparams = dict(gm.named_parameters())
-    gbufs = dict(gm.named_buffers())
 
-    def step(*flat):
+    def step(*flat):   # purely functional: updated buffers are outputs, inputs stay untouched
         p = dict(zip(pnames, flat[:len(pnames)]))
         b = {n: (v.clone() if n in mutated else v)
              for n, v in zip(bnames, flat[len(pnames):len(pnames) + len(bnames)])}
@@ -56,6 +46,38 @@ def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, sourc
                                           tuple(flat[len(pnames) + len(bnames):]))
         return tuple(outs) + tuple(b[n] for n in mutated)
 
+    gparams, gbufs = dict(gm.named_parameters()), dict(gm.named_buffers())
+    inputs = [a.detach().requires_grad_(a.is_floating_point()) for a in args]  # input grads too
+    flat = ([gparams.get(n, params[n]) for n in pnames]
+            + [gbufs.get(n, buffers[n]).clone() for n in bnames] + inputs)
+    graphs = _trace(step, flat, needs_grad, len(leaves))
+    if graphs["num_fwd_outputs"] != len(leaves) + len(mutated):
+        raise ExportError("the forward updates state aotc did not detect",
+                          where="AOTAutograd forward", expected=f"{len(leaves)} outputs and "
+                          f"{len(mutated)} updated buffers",
+                          found=f"{graphs['num_fwd_outputs']} forward outputs",
+                          fix="report this as an aotc bug with the model")
+    meta = {"params": pnames, "buffers": bnames, "mutated": mutated, "num_outputs": len(leaves),
+            "needs_grad": needs_grad, "num_fwd_outputs": graphs["num_fwd_outputs"]}
+    return graphs["forward"], graphs["backward"], spec, meta, leaves
+
+
+def _probe(model, args, buffers: dict):
+    """Run the model once in train mode: its outputs, and the buffers forward updates (whose
+    values are then restored)."""
+    versions = {n: b._version for n, b in buffers.items()}
+    state = {n: b.detach().clone() for n, b in buffers.items()}
+    eager = model(*args)
+    mutated = [n for n, b in buffers.items()   # kernels may update without a version bump
+               if b._version != versions[n] or not torch.equal(b, state[n])]
+    with torch.no_grad():
+        for n, b in buffers.items():
+            b.copy_(state[n])
+    return eager, mutated
+
+
+def _trace(step, flat: list, needs_grad: list, n_outputs: int) -> dict:
+    """Run `step` under AOTAutograd once, forward and backward, keeping the partitioned graphs."""
     graphs: dict = {}
 
     def partition(joint, inputs, **kw):
@@ -70,30 +92,18 @@ def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, sourc
 
     traced = aot_function(step, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
                           partition_fn=partition, decompositions=decomposition_table())
-    inputs = [a.detach().requires_grad_(a.is_floating_point()) for a in args]  # input grads too
-    flat = [gparams.get(n, params[n]) for n in pnames] + [gbufs.get(n, buffers[n]).clone()
-                                                         for n in bnames] + inputs
     outs = traced(*flat)
-    grads = [torch.ones_like(o) for o, g in zip(outs[:len(leaves)], needs_grad) if g]
-    diff = [o for o, g in zip(outs[:len(leaves)], needs_grad) if g]
+    diff = [o for o, g in zip(outs[:n_outputs], needs_grad) if g]
     if not diff:
         raise ExportError("no output of the model requires grad: nothing to train",
                           where="model outputs", expected="an output computed from parameters",
                           found="outputs without grad", fix="export for inference instead")
-    torch.autograd.backward(diff, grads)
+    torch.autograd.backward(diff, [torch.ones_like(o) for o in diff])
     if "backward" not in graphs:
         raise ExportError("AOTAutograd produced no backward graph", where="training capture",
                           expected="a forward and a backward graph", found="forward only",
                           fix="check that the outputs depend on parameters")
-    if graphs["num_fwd_outputs"] != len(leaves) + len(mutated):
-        raise ExportError("the forward updates state aotc did not detect",
-                          where="AOTAutograd forward", expected=f"{len(leaves)} outputs and "
-                          f"{len(mutated)} updated buffers",
-                          found=f"{graphs['num_fwd_outputs']} forward outputs",
-                          fix="report this as an aotc bug with the model")
-    meta = {"params": pnames, "buffers": bnames, "mutated": mutated, "num_outputs": len(leaves),
-            "needs_grad": needs_grad, "num_fwd_outputs": graphs["num_fwd_outputs"]}
-    return graphs["forward"], graphs["backward"], spec, meta, leaves
+    return graphs
 
 
 def _prefixed(d: dict) -> dict:

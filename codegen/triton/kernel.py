@@ -200,6 +200,10 @@ def _convert(value, dtype):
     return torch.tensor(value).to(dtype).item()
 
 
+def _sum(block: str) -> str:
+    return f"tl.reduce({block}, 1, aotc_add, keep_dims=True)"
+
+
 def _unravel(flat: str, names: list, sizes) -> list[str]:
     """Lines that split a flat block index into per-dim index variables (row-major)."""
     lines = []
@@ -216,7 +220,7 @@ def _unravel(flat: str, names: list, sizes) -> list[str]:
 
 
 _ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(acc))
-    R.SUM: (lambda d: 0, lambda a, v: f"{a} + {v}", lambda a: f"tl.sum({a}, 1, keep_dims=True)"),
+    R.SUM: (lambda d: 0, lambda a, v: f"{a} + {v}", lambda a: f"tl.reduce({a}, 1, aotc_add, keep_dims=True)"),
     R.PROD: (lambda d: 1, lambda a, v: f"{a} * {v}",
              lambda a: f"tl.reduce({a}, 1, aotc_mul, keep_dims=True)"),
     R.MAX: (lambda d: float("-inf") if d.is_floating_point else torch.iinfo(d).min,
@@ -226,9 +230,9 @@ _ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(
             lambda a, v: f"aotc_minimum({a}, {v})",
             lambda a: f"tl.reduce({a}, 1, aotc_minimum, keep_dims=True)"),
     R.ANY: (lambda d: 0, lambda a, v: f"tl.maximum({a}, {v})",
-            lambda a: f"(tl.max({a}, 1, keep_dims=True) != 0)"),
+            lambda a: f"(tl.reduce({a}, 1, aotc_maximum, keep_dims=True) != 0)"),
     R.ALL: (lambda d: 1, lambda a, v: f"tl.minimum({a}, {v})",
-            lambda a: f"(tl.min({a}, 1, keep_dims=True) != 0)"),
+            lambda a: f"(tl.reduce({a}, 1, aotc_minimum, keep_dims=True) != 0)"),
 }
 
 
@@ -377,18 +381,18 @@ class KernelWriter:
         where = (lambda e: f"tl.where({rmask}, {e}, 0.0)") if rmask else (lambda e: e)
         if not head:
             d = f"d{self.fresh()}"
-            return lines + [f"{mean} = tl.sum({where(v.expr)}, 1, keep_dims=True) / {n}",
+            return lines + [f"{mean} = {_sum(where(v.expr))} / {n}",
                             f"{d} = {where(f'{v.expr} - {mean}')}",
-                            f"{m2} = tl.sum({d} * {d}, 1, keep_dims=True)"], [mean, m2]
+                            f"{m2} = {_sum(f'{d} * {d}')}"], [mean, m2]
         rb = self.blocks.nodes[j].rb
         s, q = f"acc{self.fresh()}", f"acc{self.fresh()}"
-        out = [f"{s} = tl.zeros([XBLOCK, {rb}], {dt})", *self._nest(head, lines + [
-            f"{s} = {s} + {where(v.expr)}"]), f"{mean} = tl.sum({s}, 1, keep_dims=True) / {n}"]
+        out = [f"{s} = tl.full([XBLOCK, {rb}], 0, {dt})", *self._nest(head, lines + [
+            f"{s} = {s} + {where(v.expr)}"]), f"{mean} = {_sum(s)} / {n}"]
         head, lines, v, rmask = emit()
         d = f"d{self.fresh()}"
-        out += [f"{q} = tl.zeros([XBLOCK, {rb}], {dt})", *self._nest(head, lines + [
+        out += [f"{q} = tl.full([XBLOCK, {rb}], 0, {dt})", *self._nest(head, lines + [
             f"{d} = {where(f'{v.expr} - {mean}')}", f"{q} = {q} + {d} * {d}"]),
-                f"{m2} = tl.sum({q}, 1, keep_dims=True)"]
+                f"{m2} = {_sum(q)}"]
         return out, [mean, m2]
 
     def _argreduce(self, j, body, emit) -> tuple[list, list]:

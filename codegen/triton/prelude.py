@@ -17,6 +17,11 @@ def aotc_minimum(a, b):
 
 
 @triton.jit
+def aotc_add(a, b):
+    return a + b
+
+
+@triton.jit
 def aotc_mul(a, b):
     return a * b
 

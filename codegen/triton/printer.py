@@ -3,7 +3,10 @@
 The Triton twin of `codegen/cpp/printer.py`. Values of fp16/bf16 are held in fp32 while
 computing (as in the C++ backend); math that `triton.language` lacks is spelled with
 `libdevice` (on a GPU, NVIDIA's libdevice; under the interpreter, a NumPy stand-in that
-`aotc.runtime.interpret` binds) or with the small helpers of `prelude.py`.
+`aotc.runtime.interpret` binds) or with the small helpers of `prelude.py`. Kernels call only
+Triton builtins and those helpers, never `@triton.jit` functions of Triton's own library
+(`tl.sum`, `tl.sigmoid`): those are interpretable only if Triton was imported in interpreter
+mode, and the interpreter path must not depend on when Triton was first imported.
 """
 from __future__ import annotations
 
@@ -99,7 +102,7 @@ _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUEDIV: "/", Op.EQ: "==", O
           Op.BITWISE_OR: "|", Op.BITWISE_XOR: "^", Op.LSHIFT: "<<", Op.RSHIFT: ">>"}
 _TL = {Op.EXP: "tl.exp", Op.EXP2: "tl.exp2", Op.LOG: "tl.log", Op.LOG2: "tl.log2",
        Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin", Op.COS: "tl.cos",
-       Op.ERF: "tl.erf", Op.SIGMOID: "tl.sigmoid"}
+       Op.ERF: "tl.erf"}
 _LIBDEVICE = {Op.TANH: "tanh", Op.EXPM1: "expm1", Op.LOG1P: "log1p", Op.LOG10: "log10",
               Op.TAN: "tan", Op.ASIN: "asin", Op.ACOS: "acos", Op.ATAN: "atan", Op.SINH: "sinh",
               Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh",
@@ -117,6 +120,7 @@ def _unary(op: Op, a: str, fp: bool, dtype: torch.dtype) -> str | None:
     simple = {
         Op.NEG: f"(-{a})", Op.ABS: f"tl.abs({a})", Op.RECIPROCAL: f"({one} / {a})",
         Op.FLOOR: f"tl.floor({a})", Op.CEIL: f"tl.ceil({a})",
+        Op.SIGMOID: f"({one} / ({one} + tl.exp(-{a})))",
         Op.RELU: f"tl.where({a} < {zero}, {zero}, {a})",
         Op.SIGN: f"(({zero} < {a}).to({TL[dtype]}) - ({a} < {zero}).to({TL[dtype]}))",
         Op.LOGICAL_NOT: f"({a} == 0)", Op.ISNAN: f"({a} != {a})",
