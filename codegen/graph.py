@@ -179,9 +179,9 @@ class GraphLowering:
         self.out.lowered[node["op"]] = self.out.lowered.get(node["op"], 0) + 1
         results = result if isinstance(result, (tuple, list)) else (result,)
         for vid, tv in zip(node["out"], results):
+            self.env[vid] = tv          # first: realizing rebinds env entries to the buffer
             if isinstance(tv, TensorValue):
                 self._name(tv, vid)
-            self.env[vid] = tv
 
     def _name(self, tv: TensorValue, vid: int) -> None:
         if tv.vid is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Reduction, ReductionType as R,
+from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product, simplify_index)
 from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, value_type
 from aotc.codegen.scheduler import Kernel
@@ -25,26 +25,37 @@ PARALLEL_MIN_ELEMENTS = 32768   # below this a kernel runs on one thread (OpenMP
 class CVal:
     expr: str
     dtype: torch.dtype
+    inv: bool = False       # invariant in the node's inner loops (computed once, before them)
 
 
 class CppHandler:
-    """Ops handler that prints C++ into `lines`."""
+    """Ops handler that prints C++ into `lines`. Values that do not depend on the node's inner
+    loop variables (`inner`) go to `pre`, emitted once before the inner loops: a row's
+    statistics, an embedding row's index and its bounds check."""
 
-    def __init__(self, buffers: dict, ranges: dict, locals_: dict, lines: list, counter: list):
+    def __init__(self, buffers: dict, ranges: dict, locals_: dict, lines: list, counter: list,
+                 inner: tuple = ()):
         self.buffers, self.ranges, self.locals = buffers, ranges, locals_
         self.lines, self.counter = lines, counter
+        self.pre: list[str] = []
+        self.inner = set(inner)           # inner loop vars, and runtime indices that vary
+        self.hoist = True                 # off inside masked bodies (guarded loads stay put)
         self.cse: dict[str, str] = {}
         self.vectorizable = True
         self.read_names: set[str] = set()
 
-    def _var(self, expr: str, dtype) -> CVal:
+    def _invariant(self, expr) -> bool:
+        return self.hoist and not (sympy.sympify(expr).free_symbols & self.inner)
+
+    def _var(self, expr: str, dtype, inv: bool = False) -> CVal:
+        inv = inv and self.hoist
         if expr in self.cse:
-            return CVal(self.cse[expr], dtype)
+            return CVal(self.cse[expr], dtype, inv)
         name = f"t{self.counter[0]}"
         self.counter[0] += 1
-        self.lines.append(f"{value_type(dtype)} {name} = {expr};")
+        (self.pre if inv else self.lines).append(f"{value_type(dtype)} {name} = {expr};")
         self.cse[expr] = name
-        return CVal(name, dtype)
+        return CVal(name, dtype, inv)
 
     def load(self, name: str, index) -> CVal:
         index = simplify_index(index, self.ranges)
@@ -52,43 +63,47 @@ class CppHandler:
         if name in self.locals:
             row_index, var = self.locals[name]
             if sympy.expand(index - row_index) == 0:
-                return CVal(var, buf.dtype)
+                return CVal(var, buf.dtype, True)
         self.read_names.add(name)
         access = f"{name}[{cexpr(index)}]"
         if buf.dtype == torch.bfloat16:
             access = f"aotc_bf16_to_float({access})"
         elif buf.dtype == torch.float16:
             access = f"(float)({access})"
-        return self._var(access, buf.dtype)
+        return self._var(access, buf.dtype, self._invariant(index))
 
     def constant(self, value, dtype) -> CVal:
-        return CVal(constant(value, dtype), dtype)
+        return CVal(constant(value, dtype), dtype, True)
 
     def index_expr(self, expr, dtype) -> CVal:
-        text = cexpr(simplify_index(sympy.sympify(expr), self.ranges))
-        return self._var(f"static_cast<{value_type(dtype)}>({text})", dtype)
+        expr = simplify_index(sympy.sympify(expr), self.ranges)
+        return self._var(f"static_cast<{value_type(dtype)}>({cexpr(expr)})", dtype,
+                         self._invariant(expr))
 
     def to_dtype(self, x: CVal, dtype) -> CVal:
         if x.dtype == dtype:
             return x
         if dtype == torch.bool:
-            return self._var(f"({x.expr} != 0)", dtype)
+            return self._var(f"({x.expr} != 0)", dtype, x.inv)
         ct = value_type(dtype)
         cast = f"static_cast<{ct}>({x.expr})"
         if dtype == torch.bfloat16:
             cast = f"aotc_round_bf16({cast})"
         elif dtype == torch.float16:
             cast = f"aotc_round_fp16({cast})"
-        return self._var(cast, dtype)
+        return self._var(cast, dtype, x.inv)
 
     def op(self, op, *args: CVal) -> CVal:
         args = [a if isinstance(a, CVal) else self.constant(a, torch.float32) for a in args]
         dtype = torch.bool if op in PREDICATES else args[-1].dtype
         src = args[0].dtype if op in PREDICATES else dtype
-        if op.value == "pow" and args[1].expr in ("2.0f", "2.0"):
-            return self._var(f"({args[0].expr} * {args[0].expr})", dtype)
+        inv = all(a.inv for a in args)
+        if op == Op.POW and dtype.is_floating_point:
+            fast = _pow_by_constant(args[0].expr, args[1].expr, value_type(dtype))
+            if fast is not None:
+                return self._var(fast, dtype, inv)
         return self._var(op_expr(op, [a.expr for a in args], [a.dtype for a in args],
-                                 value_type(src)), dtype)
+                                 value_type(src)), dtype, inv)
 
     def masked(self, mask: CVal, fn, other, dtype) -> CVal:
         other = other if isinstance(other, CVal) else self.constant(other, dtype)
@@ -96,25 +111,46 @@ class CppHandler:
         self.counter[0] += 1
         self.lines.append(f"{value_type(dtype)} {name} = {other.expr};")
         self.lines.append(f"if ({mask.expr}) {{")
-        outer_lines, outer_cse = self.lines, self.cse
-        self.lines, self.cse = [], dict(outer_cse)
+        outer_lines, outer_cse, outer_hoist = self.lines, self.cse, self.hoist
+        self.lines, self.cse, self.hoist = [], dict(outer_cse), False
         value = self.to_dtype(fn(), dtype)
         body = self.lines + [f"{name} = {value.expr};"]
-        self.lines, self.cse = outer_lines, outer_cse
+        self.lines, self.cse, self.hoist = outer_lines, outer_cse, outer_hoist
         self.lines += ["    " + ln for ln in body] + ["}"]
         return CVal(name, dtype)
 
     def indirect(self, value: CVal, size):
-        """A runtime index: wrapped if negative, checked against `size` (flags aotc_err)."""
-        self.vectorizable = False
+        """A runtime index: wrapped if negative, checked against `size` (flags aotc_err).
+        Computed before the inner loops when it does not vary in them, so they still
+        vectorize (an embedding row gathered contiguously)."""
+        inv = value.inv and self.hoist
         name = f"i{self.counter[0]}"
         self.counter[0] += 1
         n = cexpr(sympy.sympify(size))
-        self.lines += [f"int64_t {name} = static_cast<int64_t>({value.expr});",
-                       f"if ({name} < 0) {name} += {n};",
-                       f"if ({name} < 0 || {name} >= {n}) {{ __atomic_store_n(&aotc_err, 1, "
-                       f"__ATOMIC_RELAXED); {name} = 0; }}"]
-        return sympy.Symbol(name, integer=True)
+        (self.pre if inv else self.lines).extend([
+            f"int64_t {name} = static_cast<int64_t>({value.expr});",
+            f"if ({name} < 0) {name} += {n};",
+            f"if ({name} < 0 || {name} >= {n}) {{ __atomic_store_n(&aotc_err, 1, "
+            f"__ATOMIC_RELAXED); {name} = 0; }}"])
+        symbol = sympy.Symbol(name, integer=True)
+        if not inv:
+            self.vectorizable = False
+            self.inner.add(symbol)
+        return symbol
+
+
+def _pow_by_constant(x: str, exponent: str, ct: str) -> str | None:
+    """x ** c for the constant exponents models use, without a libm call (which would stop
+    vectorization): multiplications, sqrt, reciprocals."""
+    try:
+        c = float(exponent.rstrip("f"))
+    except ValueError:
+        return None
+    forms = {1.0: x, 2.0: f"({x} * {x})", 3.0: f"({x} * {x} * {x})",
+             4.0: f"(({x} * {x}) * ({x} * {x}))", 0.5: f"std::sqrt({x})",
+             -1.0: f"({ct}(1) / {x})", -2.0: f"({ct}(1) / ({x} * {x}))",
+             -0.5: f"({ct}(1) / std::sqrt({x}))"}
+    return forms.get(c)
 
 
 def _store(buf: Buffer, index, value: CVal) -> str:
@@ -191,9 +227,8 @@ class KernelWriter:
             return "" if int(work) >= PARALLEL_MIN_ELEMENTS else None
         return f" if({cexpr(work)} >= {PARALLEL_MIN_ELEMENTS})"
 
-    def _handler(self, lines, ranges) -> CppHandler:
-        h = CppHandler(self.buffers, ranges, self.locals, lines, self.counter)
-        return h
+    def _handler(self, lines, ranges, inner=()) -> CppHandler:
+        return CppHandler(self.buffers, ranges, self.locals, lines, self.counter, inner)
 
     # --------------------------------------------------------------------------- pointwise
     def pointwise(self, node) -> list:
@@ -203,7 +238,7 @@ class KernelWriter:
         sizes = body.ranges[k:]
         ranges = {**self.ranges, **dict(zip(xvars, sizes))}
         lines: list = []
-        h = self._handler(lines, ranges)
+        h = self._handler(lines, ranges, xvars)
         value = body.inner_fn(h, self.pvars + xvars)
         self.reads |= h_reads(h)
         lines.append(_store(buf, linear_index(self.pvars + xvars, buf.stride), value))
@@ -214,9 +249,9 @@ class KernelWriter:
                 simd = f"#pragma omp parallel for{' simd' if h.vectorizable else ''}{par}"
             else:
                 lines = _loops(xvars[1:], sizes[1:], lines, simd)
-                return [f"// {buf.name} = {'+'.join(body.origins)}",
+                return [f"// {buf.name} = {'+'.join(body.origins)}", *h.pre,
                         *_loops(xvars[:1], sizes[:1], lines, f"#pragma omp parallel for{par}")]
-        return [f"// {buf.name} = {'+'.join(body.origins)}",
+        return [f"// {buf.name} = {'+'.join(body.origins)}", *h.pre,
                 *(_loops(xvars, sizes, lines, simd) if xvars else ["{", *lines, "}"])]
 
     # --------------------------------------------------------------------------- reductions
@@ -262,7 +297,7 @@ class KernelWriter:
         init, update, clause = _ACC[rtype]
         act = "int" if rtype in (R.ANY, R.ALL) else ct
         lines: list = []
-        h = self._handler(lines, ranges)
+        h = self._handler(lines, ranges, rvars)
         v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
         self.reads |= h_reads(h)
         val = v.expr
@@ -272,7 +307,7 @@ class KernelWriter:
             val = f"{d} * {d}"
         lines.append(update(acc, val))
         reds = [f"reduction({clause}:{acc})"]
-        out = [f"{act} {acc} = {init(ct, fp)};"]
+        out = [f"{act} {acc} = {init(ct, fp)};", *h.pre]
         nan = None
         if rtype in (R.MAX, R.MIN) and fp:
             nan = self._fresh("nan")
@@ -299,7 +334,7 @@ class KernelWriter:
 
     def _argreduce(self, body, rvars, ranges, rtype, idx, ct) -> list:
         lines: list = []
-        h = self._handler(lines, ranges)
+        h = self._handler(lines, ranges, rvars)
         v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype).expr
         self.reads |= h_reads(h)
         best = self._fresh("best")
@@ -309,7 +344,7 @@ class KernelWriter:
         guard = f"!({best} != {best}) && " if body.dtype.is_floating_point else ""
         lines.append(f"if ({idx} < 0 || ({guard}({v} {cmp} {best}{nan_check}))) "
                      f"{{ {best} = {v}; {idx} = {lin}; }}")
-        return [f"{ct} {best} = {ct}(0);", f"int64_t {idx} = -1;",
+        return [f"{ct} {best} = {ct}(0);", f"int64_t {idx} = -1;", *h.pre,
                 *_loops(rvars, body.reduction_ranges, lines, None)]
 
     # ------------------------------------------------------------------------------ kernel

@@ -11,9 +11,8 @@ static inline float aotc_bf16_to_float(uint16_t v) {
 }
 static inline uint16_t aotc_float_to_bf16(float f) {
     uint32_t u; std::memcpy(&u, &f, 4);
-    if (f != f) return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1u);   // round to nearest even, as torch does
-    return (uint16_t)(u >> 16);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;   // round to nearest even, as torch
+    return f != f ? (uint16_t)0x7fc0 : (uint16_t)r;          // branch-free: vectorizes
 }
 static inline float aotc_round_bf16(float f) { return aotc_bf16_to_float(aotc_float_to_bf16(f)); }
 static inline float aotc_round_fp16(float f) { return (float)(_Float16)f; }
