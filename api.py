@@ -15,6 +15,7 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
                   **options) -> Path:
     opts = ExportOptions.from_kwargs(**options)
     target = Target.parse(opts.target)   # validate before any slow work
+    model, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
     step = progress or (lambda msg: None)
     step("capturing and decomposing" + (" (forward and backward)" if opts.train else ""))
     if opts.train:
@@ -30,6 +31,19 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
                                   value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
     step("compiling and writing the artifact")
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa)
+
+
+def cast_floating(model, example_inputs, dtype):
+    """`--dtype`: a copy of `model` with floating parameters and buffers cast to `dtype`, and
+    the floating example inputs cast too (the caller's model is left as it was)."""
+    if dtype is None:
+        return model, example_inputs
+    import copy
+    single = isinstance(example_inputs, torch.Tensor)
+    inputs = (example_inputs,) if single else tuple(example_inputs)
+    inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                   for t in inputs)
+    return copy.deepcopy(model).to(dtype), inputs
 
 
 def export_file(ref: str, input_specs: list, path, *, init_args: str | None = None,

@@ -23,10 +23,14 @@ class ExportOptions:
                               "--no-strict traces with Python instead.")
     record_samples: bool = _opt(True, "Store the example inputs and eager outputs in the artifact "
                                       "for `aotc verify`.")
-    codegen: bool = _opt(True, "Generate fused C++ kernels for the ops aotc lowers; --no-codegen "
-                               "calls ATen for every op (portable to any device).")
+    codegen: bool = _opt(True, "Generate fused kernels (C++ for cpu, Triton for cuda) for the "
+                               "ops aotc lowers; --no-codegen calls ATen for every op "
+                               "(portable to any device).")
     isa: str = _opt("auto", "CPU instruction set the kernels are built for: auto (this host's "
                             "best), or a level such as x86-64-v3 for hosts without AVX-512.")
+    dtype: str | None = _opt(None, "Cast the model's floating parameters and buffers and the "
+                                   "floating example inputs to bf16 or fp16 before capture "
+                                   "(default: keep their dtypes).")
     train: bool = _opt(False, "Export a training artifact: forward and precomputed backward, "
                               "loaded as an nn.Module whose parameters train with any optimizer.")
     name: str | None = _opt(None, "Model name recorded in the manifest (default: the class name).")
@@ -39,6 +43,19 @@ class ExportOptions:
             raise UsageError(f"unknown export option {unknown[0]!r}", expected=sorted(known),
                              found=unknown, fix="remove the option or correct its spelling")
         return cls(**kwargs)
+
+    def cast_dtype(self):
+        """The torch dtype of `dtype` (None: keep), or a UsageError naming the choices."""
+        import torch
+        if self.dtype is None:
+            return None
+        named = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+                 "float16": torch.float16, "half": torch.float16}
+        if self.dtype.lower() not in named:
+            raise UsageError(f"unknown export dtype {self.dtype!r}", where="--dtype",
+                             expected="bf16 or fp16", found=self.dtype,
+                             fix="use --dtype bf16 or --dtype fp16, or leave it out to keep fp32")
+        return named[self.dtype.lower()]
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

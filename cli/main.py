@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from aotc.errors import AotcError
-from aotc.options import option_fields
+from aotc.options import ExportOptions, option_fields
 
 
 class _Progress:
@@ -83,6 +83,7 @@ def export(ctx, model, example_inputs, output, init_args, **options):
         path, _ = split_ref(model)
         parse_init_args(init_args)
         Target.parse(options["target"])
+        ExportOptions.from_kwargs(**options).cast_dtype()
         return specs, Path(output or f"{path.stem}.aotc")
 
     try:
@@ -119,8 +120,9 @@ def inspect(ctx, artifact, as_json, code, fusion):
             click.echo(fmt.dumps(manifest).decode(), nl=False)
             return
         click.echo(inspect_text(Path(artifact), manifest, fusion=fusion))
-        if code:
-            click.echo("\n" + aotc.load(artifact, device="cpu").code)
+        if code:   # plans of CUDA artifacts are built here with Triton's interpreter
+            triton = (manifest["target"].get("native") or {}).get("kind") == "triton"
+            click.echo("\n" + aotc.load(artifact, device="cpu", interpret=triton).code)
 
     _run_guarded(ctx, body)
 

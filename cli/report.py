@@ -83,6 +83,13 @@ def _by_count(counts: dict):
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def _native_text(native: dict) -> str:
+    if native.get("kind") == "triton":   # CUDA artifacts (codegen/triton)
+        return (f"  (Triton {native['triton']} kernels, cubins for {', '.join(native['archs'])},"
+                f" sources in kernels/*.py)")
+    return f"  (kernels built for {native['isa']} with {native['compiler']})"
+
+
 def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
     import json
     p = m["producer"]
@@ -93,7 +100,7 @@ def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
            f"model:   {m['model']['name']}" + (f"  ({m['model']['source']})"
                                                 if m['model'].get('source') else ""),
            f"target:  {t['device']}{':' + ','.join(t['archs']) if t['archs'] else ''}"
-           + (f"  (kernels built for {native['isa']} with {native['compiler']})" if native
+           + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)")]
     for name, e in m["entries"].items():
         plan = json.loads((path / e["plan"]).read_text()) if fusion else None

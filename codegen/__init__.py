@@ -2,7 +2,8 @@
 
     lowering (graph.py: ATen graph -> loop IR and extern steps)
       -> scheduling (scheduler.py: fusion into kernels, with reasons)
-      -> backend (cpp/: C++/OpenMP source, compiled once into a shared library)
+      -> backend (cpu: cpp/, C++/OpenMP source compiled once into a shared library;
+                  cuda: triton/, one Triton kernel per fusion group, cubins per GPU arch)
       -> plan (plan.py: lifetimes, frees, stats) and the artifact, written through
          `aotc.runtime.format`, atomically.
 Ops without a lowering stay extern ATen steps; with codegen off, every op does.

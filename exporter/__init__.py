@@ -234,7 +234,9 @@ def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:
         eager = fn(*args)
     spec, paths = tree_spec(eager)
     flat_out = tuple(follow(eager, p).detach() for p in paths)
-    flat_fn = lambda *a: tuple(follow(fn(*a), p) for p in paths)
+    def flat_fn(*a):   # one call of fn, then its leaves (not one traced call per output)
+        out = fn(*a)
+        return tuple(follow(out, p) for p in paths)
     placeholders = [{"kind": "input", "name": f"input{i}"} for i in range(len(args))]
     gm = torch.fx.experimental.proxy_tensor.make_fx(flat_fn)(*args)
     graph = graph_to_json(decompose(gm, list(args)), placeholders)

@@ -13,18 +13,22 @@ from aotc.runtime.module import CompiledModule, resolve_device
 __all__ = ["load", "CompiledModule", "format"]
 
 
-def load(path, device=None, *, check_guards: bool = True,
-         verify_hashes: bool = True) -> CompiledModule:
+def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
+         interpret: bool = False) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and the sha256 of every file are checked before anything
     else is read. `device` defaults to the device the artifact was built for; portable
     (extern-only) artifacts may be loaded on any device. Guards are checked on every call unless
     `check_guards=False`.
+
+    `interpret=True` is a testing aid for machines without a GPU: a CUDA artifact's Triton kernels
+    run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
+    be "cpu" or None).
     """
     path = Path(path)
     manifest = format.read_manifest(path, verify_hashes=verify_hashes)
-    dev = resolve_device(manifest, device)
+    dev = resolve_device(manifest, device, interpret)
     if "training" in manifest:
         from aotc.runtime.module import load_library_for, load_weights
         from aotc.runtime.training import TrainableModule

@@ -2,13 +2,14 @@
 
 `aotc.load(path, device="cpu", interpret=True)` imports each kernel's source (kernels/<name>.py,
 the very text its cubins were compiled from) with Triton's interpreter switched on and launches
-it on CPU tensors. It is slow, and meant for tests and CI on machines without a GPU; it is the
-only part of the runtime that imports Triton.
+it on CPU tensors. It is slow (launches run one at a time: the interpreter patches
+`triton.language` while it runs), and meant for tests and CI on machines without a GPU; it is
+the only part of the runtime that imports Triton.
 
 Triton reads TRITON_INTERPRET when a `@triton.jit` decorator runs, so the variable is set only
 while kernel sources are imported, under a lock, and restored right after: nothing else in the
 process (nor any subprocess started later) sees it. Functions that Triton's interpreter lacks
-(`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`LIBDEVICE`).
+(`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`_libdevice`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from aotc.runtime import format as fmt
 from aotc.runtime.kernels import TritonKernels
 
 _env_lock = threading.RLock()
+_launch_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -71,7 +73,11 @@ def _libdevice():
 
 
 def import_kernel(path: Path, name: str):
-    """Import kernels/<name>.py with the interpreter on; returns its `@triton.jit` function."""
+    """Import kernels/<name>.py with the interpreter on; returns its `@triton.jit` function.
+    Triton itself is imported first, with the interpreter off, so that its own library stays
+    compiled for anyone else in the process (generated kernels never call into it)."""
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
     with interpreter_env(True):
         spec = importlib.util.spec_from_file_location(f"aotc_interpreted_{name}", path)
         module = importlib.util.module_from_spec(spec)
@@ -95,7 +101,11 @@ class InterpretedKernels(TritonKernels):
         constexprs = dict(spec["constexprs"])
 
         def launch(grid, *args):
+            import numpy as np
             if grid[0] * grid[1] * grid[2]:
-                fn[tuple(grid)](*args, **constexprs)
+                # the interpreter patches triton.language while it runs: one launch at a time;
+                # masked-out lanes compute on zeros, so NumPy's warnings mean nothing
+                with _launch_lock, np.errstate(all="ignore"):
+                    fn[tuple(grid)](*args, **constexprs)
             return 0
         return launch

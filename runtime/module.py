@@ -38,7 +38,7 @@ class CompiledModule:
         self.path, self.manifest, self.device = path, manifest, device
         self.check_guards = check_guards
         self.weights = weights = load_weights(path, manifest, device)
-        self.library = load_library_for(path, manifest)
+        self.library = load_library_for(path, manifest, device)
         self.entries = {
             name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device,
                         self.library)
@@ -130,25 +130,57 @@ def load_weights(path: Path, manifest: dict, device: torch.device) -> dict:
     return weights
 
 
-def load_library_for(path: Path, manifest: dict):
+def load_library_for(path: Path, manifest: dict, device: torch.device | None = None):
     native = manifest["target"].get("native")
-    return load_library(path, native) if native else None
+    if not native:
+        return None
+    if native.get("kind") == "triton":   # CUDA artifacts: cubins, or Triton's interpreter
+        return _triton_kernels(path, native, device)
+    return load_library(path, native)
 
 
-def resolve_device(manifest: dict, device) -> torch.device:
+def _triton_kernels(path: Path, native: dict, device: torch.device | None):
+    """Cubins on a GPU; on the CPU (only with `interpret=True`) the kernels' Triton sources
+    run by Triton's interpreter (runtime/interpret.py, a testing aid)."""
+    if device is not None and device.type == "cpu":
+        from aotc.runtime.interpret import InterpretedKernels
+        return InterpretedKernels(path, native, device)
+    from aotc.runtime.cuda import CudaKernels
+    return CudaKernels(path, native, device if device is not None else torch.device("cuda"))
+
+
+def resolve_device(manifest: dict, device, interpret: bool = False) -> torch.device:
     """The device to run on: the caller's choice, else the one the artifact was built for."""
     target = manifest["target"]
+    if interpret:
+        return _interpret_device(target, device)
     dev = torch.device(device if device is not None else target["device"])
     if dev.type != target["device"] and not target.get("portable", False):
         raise TargetError(f"artifact was built for {target['device']} and cannot run on {dev}",
                           where=f"target {target}", expected=target["device"], found=str(dev),
                           fix=f"load it with device='{target['device']}' or re-export with "
                               f"--target {dev.type}")
-    if target.get("native"):
+    if target.get("native") and target["native"].get("kind", "cpp") == "cpp":
         check_isa(target["native"])
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TargetError("artifact is to run on CUDA but this torch sees no GPU",
                           where="torch.cuda.is_available()", expected=True, found=False,
                           fix="run on a GPU host, or load with device='cpu' if the artifact "
                               "is portable")
+    return dev
+
+
+def _interpret_device(target: dict, device) -> torch.device:
+    """`interpret=True` (a testing aid) runs a CUDA artifact's Triton kernels on the CPU."""
+    from aotc.errors import UsageError
+    if (target.get("native") or {}).get("kind") != "triton":
+        raise UsageError("interpret=True runs the Triton kernels of CUDA artifacts; this "
+                         f"artifact targets {target['device']} without Triton kernels",
+                         where="aotc.load(interpret=True)", expected="a cuda artifact",
+                         found=target["device"], fix="load it without interpret=True")
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type != "cpu":
+        raise UsageError("Triton's interpreter runs on CPU tensors", where="aotc.load(device=)",
+                         expected="cpu", found=str(dev),
+                         fix="load with device='cpu' (or on a GPU without interpret=True)")
     return dev

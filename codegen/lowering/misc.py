@@ -23,6 +23,8 @@ def cat(g, metas, tensors, dim=0):
             continue   # legacy empty tensors are skipped by cat
         parts.append((start, t))
         start = start + t.shape[dim]
+    if not parts:   # only legacy empty inputs: the result is empty too
+        return g.pointwise(shape, dtype, lambda h, idx: h.constant(0, dtype), "cat")
 
     def fn(h, idx):
         def load(k):
@@ -152,8 +154,9 @@ def index(g, metas, x, indices):
 
 
 def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=None,
-            count=None):
-    """A 2d pooling window as a reduction over (kh, kw) for each output element."""
+            count=None, ceil_mode=False):
+    """A 2d pooling window as a reduction over (kh, kw) for each output element. Windows that
+    reach past the input (padding, or the extra window of ceil_mode) read it masked."""
     shape, dtype = out_shape(metas), out_dtype(metas)
     kh, kw = kernel
     sh, sw = stride or kernel
@@ -168,7 +171,7 @@ def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=
         ih = idx[-2] * sh - ph + ridx[0] * dh
         iw = idx[-1] * sw - pw + ridx[1] * dw
         src = tuple(idx[:-2]) + (ih, iw)
-        if ph == 0 and pw == 0:
+        if ph == 0 and pw == 0 and not ceil_mode:
             return h.to_dtype(lx(h, src), acc)
         i, j = h.index_expr(ih, torch.int64), h.index_expr(iw, torch.int64)
         zero = h.constant(0, torch.int64)
@@ -192,7 +195,8 @@ def max_pool2d(g, metas, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), 
     padding = tuple(padding) * (2 // len(padding)) if padding else (0, 0)
     dilation = tuple(dilation) * (2 // len(dilation)) if dilation else (1, 1)
     stride = tuple(stride) * (2 // len(stride)) if stride else tuple(kernel)
-    return _window(g, metas, x, kernel, stride, padding, dilation, R.MAX, "max_pool2d"), None
+    return _window(g, metas, x, kernel, stride, padding, dilation, R.MAX, "max_pool2d",
+                   ceil_mode=ceil_mode), None
 
 
 @register(aten.avg_pool2d.default)

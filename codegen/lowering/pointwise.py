@@ -261,6 +261,8 @@ def arange(g, metas, *args, **kwargs):
     nums = [a for a in args if isinstance(a, (int, float))]
     start, step = (0, 1) if len(nums) == 1 else (nums[0], nums[2] if len(nums) > 2 else 1)
     shape, dtype = out_shape(metas), out_dtype(metas)
+    if not dtype.is_floating_point:   # torch casts start and step to the integer type first
+        start, step = int(start), int(step)
     compute = torch.int64 if isinstance(start, int) and isinstance(step, int) else torch.float64
 
     def fn(h, i):

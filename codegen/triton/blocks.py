@@ -7,8 +7,9 @@ Simple heuristics, decided once per kernel before any code is written:
     elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements;
   * XBLOCK (rows per program) fills a program with about TARGET_ELEMENTS elements, but never
     leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows;
-  * a pointwise-only kernel whose nodes do not read each other's outputs splits the inner
-    elements over grid axis 1 (no loop), otherwise a program loops over them;
+  * a pointwise-only kernel whose nodes do not read each other's outputs (and whose inner sizes
+    are static) splits the inner elements over grid axis 1 (no loop); otherwise a program loops
+    over them;
   * index arithmetic is int32 unless a size is dynamic or a buffer has 2**31 elements or more;
   * num_warps grows with the elements of the largest block.
 """
@@ -27,6 +28,7 @@ LOOP_BLOCK = 1024
 MAX_POINTWISE = 1024
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
+MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
 INT32_LIMIT = 2**31
 
 
@@ -114,12 +116,15 @@ def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool) ->
         size = LOOP_BLOCK if reduction else MAX_POINTWISE
         mode = "split" if split else "loop"
     exact = n is not None and n % size == 0 and (mode != "single" or n == size)
-    return NodeBlock(f"R{j}_BLOCK", size, sympy.sympify(numel), mode, None if exact else f"rmask{j}")
+    return NodeBlock(f"R{j}_BLOCK", size, sympy.sympify(numel), mode,
+                     None if exact else f"rmask{j}")
 
 
 def plan_blocks(kernel: Kernel, buffers: dict) -> KernelBlocks:
     reduction = any(isinstance(n.body, Reduction) for n in kernel.nodes)
-    split = not reduction and _independent(kernel)
+    inner = [product(_inner(kernel, n)) for n in kernel.nodes]
+    split = not reduction and _independent(kernel) and all(
+        _static(n) is not None and -(-_static(n) // MAX_POINTWISE) <= MAX_GRID_Y for n in inner)
     nodes = [_node_block(j, product(_inner(kernel, n)), isinstance(n.body, Reduction), split,
                          bool(_inner(kernel, n))) for j, n in enumerate(kernel.nodes)]
     rows = product(kernel.prefix)

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, FloorDiv, ModIndex, Op, Reduction,
-                             ReductionType as R, index_vars, linear_index, product,
-                             simplify_index)
-from aotc.codegen.scheduler import Kernel, node_loads
+from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
+                             index_vars, linear_index, product)
+from aotc.codegen.scheduler import Kernel
 from aotc.codegen.triton.blocks import KernelBlocks, NodeBlock, plan_blocks
-from aotc.codegen.triton.printer import (HALF, POINTER, TL, constant, op_expr, texpr,
-                                         value_dtype, value_type)
+from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
+                                         fold_index, in_bounds, op_expr, reduce_sum, texpr,
+                                         to_half, unravel, value_dtype, value_type)
 
 X, XR = frozenset("x"), frozenset("xr")
 
@@ -52,7 +52,7 @@ class Scope:
     axes: dict = field(default_factory=dict)      # sympy var -> frozenset of axes
 
     def shape(self, axes) -> str:
-        return {X: "[XBLOCK, 1]", frozenset("r"): f"[1, {self.block.rb}]",
+        return {frozenset(): "[1, 1]", X: "[XBLOCK, 1]", frozenset("r"): f"[1, {self.block.rb}]",
                 XR: f"[XBLOCK, {self.block.rb}]"}[frozenset(axes)]
 
 
@@ -102,58 +102,74 @@ class TritonHandler:
             return parts[0], all_axes
         return self._var(" & ".join(dict.fromkeys(parts)), torch.bool, all_axes).expr, all_axes
 
-    def pointer(self, name: str, index, axes) -> str:
-        text = f"{name} + {texpr(index)}"
-        if self.axes_of(index) != frozenset(axes):
+    def pointer(self, name: str, index, axes, offset: str | None = None) -> str:
+        """Pointers into `name` at `index` (printed as `offset` if given), as a block over
+        `axes`. An address that varies over no axis is a [1, 1] block, never a scalar: Triton's
+        interpreter mis-broadcasts scalar predicates (their data turns float)."""
+        text = f"{name} + {offset or texpr(index)}"
+        if not axes or self.axes_of(index) != frozenset(axes):
             text = f"tl.broadcast_to({text}, {self.scope.shape(axes)})"
         return text
 
     # ------------------------------------------------------------------------------ the ops
     def load(self, name: str, index) -> TVal:
-        index = simplify_index(index, self.ranges)
+        index = fold_index(index, self.ranges)
         buf = self.w.buffers[name]
         local = self.w.locals.get(name)
         if local is not None and sympy.expand(index - local[0]) == 0:
             return local[1]
         self.read_names.add(name)
         mask, axes = self.mask_for(self.axes_of(index))
-        ptr = self.pointer(name, index, axes)
+        offset = None
+        if not in_bounds(index, buf, self.ranges):
+            mask, offset = self._bounds_mask(index, buf, mask, axes)
+        ptr = self.pointer(name, index, axes, offset)
         other = "0.0" if buf.dtype.is_floating_point else "0"
         text = f"tl.load({ptr}, {mask}, other={other})" if mask else f"tl.load({ptr})"
         if buf.dtype in HALF:
             text += ".to(tl.float32)"
         return self._var(text, buf.dtype, axes)
 
+    def _bounds_mask(self, index, buf, mask: str | None, axes) -> tuple[str, str]:
+        """(`mask` narrowed to the lanes whose address lies inside `buf`, the index's variable).
+        Bodies may compute an address they do not use (the arm a select drops, as `cat` does
+        for the parts a lane is not in); on a GPU such an address must never be dereferenced."""
+        i = self._var(texpr(index), torch.int64, self.axes_of(index)).expr
+        inside = f"({i} >= 0) & ({i} < {texpr(extent(buf))})"
+        return self._var(f"{mask} & {inside}" if mask else inside, torch.bool, axes).expr, i
+
     def constant(self, value, dtype) -> TVal:
         return TVal(constant(value, dtype), dtype, frozenset(), const=value)
 
     def index_expr(self, expr, dtype) -> TVal:
-        e = simplify_index(sympy.sympify(expr), self.ranges)
+        e = fold_index(sympy.sympify(expr), self.ranges)
         if e.is_Integer:
             return self.constant(int(e), dtype)
-        return self._var(f"{_cast(texpr(e), self.axes_of(e), value_type(dtype))}", dtype,
+        return self._var(f"{cast(texpr(e), self.axes_of(e), value_type(dtype))}", dtype,
                          self.axes_of(e))
 
     def to_dtype(self, x: TVal, dtype) -> TVal:
         if x.dtype == dtype:
             return x
         if x.const is not None:
-            return self.constant(_convert(x.const, dtype), dtype)
+            return self.constant(convert(x.const, dtype), dtype)
         if dtype == torch.bool:
             return self._var(f"({x.expr} != 0)", dtype, x.axes)
         if dtype in HALF:   # round to the half type, keep computing in fp32
-            inner = _cast(x.expr, x.axes, TL[dtype])
-            return self._var(f"{inner}.to(tl.float32)", dtype, x.axes)
+            return self._var(to_half(x.expr, x.axes, x.dtype, dtype), dtype, x.axes)
         if value_dtype(x.dtype) == value_dtype(dtype):
             return TVal(x.expr, dtype, x.axes)
-        return self._var(_cast(x.expr, x.axes, TL[dtype]), dtype, x.axes)
+        return self._var(cast(x.expr, x.axes, TL[dtype]), dtype, x.axes)
 
     def op(self, op, *args) -> TVal:
         args = [a if isinstance(a, TVal) else self.constant(a, torch.float32) for a in args]
+        if all(a.const is not None for a in args):   # Triton's math wants one tensor operand
+            a = args[0]
+            args[0] = self._var(f"tl.full([1, 1], {a.expr}, {value_type(a.dtype)})", a.dtype, ())
         dtype = torch.bool if op in PREDICATES else args[-1].dtype
         src = args[0].dtype if op in PREDICATES else dtype
         axes = frozenset().union(*(a.axes for a in args))
-        if op == Op.POW and args[0].dtype.is_floating_point and args[1].const in (2, 3):
+        if op == Op.POW and args[1].const in (2, 3):   # x**2, x**3: multiply
             return self._var("(" + " * ".join([args[0].expr] * int(args[1].const)) + ")",
                              dtype, axes)
         text = op_expr(op, [a.expr for a in args], [a.dtype for a in args], value_dtype(src))
@@ -186,41 +202,12 @@ class TritonHandler:
                        + ("" if self.w.wide else ".to(tl.int32)")]
         symbol = sympy.Symbol(name, integer=True)
         self.scope.axes[symbol] = axes
+        self.ranges[symbol] = sympy.sympify(size)   # clamped to [0, size) above
         return symbol
 
 
-def _cast(expr: str, axes, tl_type: str) -> str:
-    """`expr` converted to `tl_type` (a scalar expression may be a Python number)."""
-    return f"{expr}.to({tl_type})" if axes else f"tl.cast({expr}, {tl_type})"
-
-
-def _convert(value, dtype):
-    if dtype == torch.bool:
-        return bool(value)
-    return torch.tensor(value).to(dtype).item()
-
-
-def _sum(block: str) -> str:
-    return f"tl.reduce({block}, 1, aotc_add, keep_dims=True)"
-
-
-def _unravel(flat: str, names: list, sizes) -> list[str]:
-    """Lines that split a flat block index into per-dim index variables (row-major)."""
-    lines = []
-    for i, (name, n) in enumerate(zip(names, sizes)):
-        stride = product(sizes[i + 1:])
-        if n == 1:
-            lines.append(f"{name} = 0")
-            continue
-        e = sympy.Symbol(flat, integer=True, nonnegative=True)
-        e = FloorDiv(e, stride) if stride != 1 else e
-        e = ModIndex(e, n) if i > 0 else e
-        lines.append(f"{name} = {texpr(e)}")
-    return lines
-
-
 _ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(acc))
-    R.SUM: (lambda d: 0, lambda a, v: f"{a} + {v}", lambda a: f"tl.reduce({a}, 1, aotc_add, keep_dims=True)"),
+    R.SUM: (lambda d: 0, lambda a, v: f"{a} + {v}", reduce_sum),
     R.PROD: (lambda d: 1, lambda a, v: f"{a} * {v}",
              lambda a: f"tl.reduce({a}, 1, aotc_mul, keep_dims=True)"),
     R.MAX: (lambda d: float("-inf") if d.is_floating_point else torch.iinfo(d).min,
@@ -262,8 +249,8 @@ class KernelWriter:
         return Scope(self.blocks.nodes[j], "xmask" if self.blocks.xmask else None, axes)
 
     def _chunk(self, j: int, names: list, sizes) -> tuple[list, list]:
-        """(lines before the node's body, lines that open its loop) for node j's R block:
-        the block's index, mask and per-dim variables."""
+        """(head, body) of node j's R block: `head` opens its loop or places its chunk (split
+        over grid axis 1), `body` computes the block's index, mask and per-dim variables."""
         b = self.blocks.nodes[j]
         ar = f"tl.arange(0, {b.rb})[None, :]"
         if b.mode == "split":
@@ -276,7 +263,7 @@ class KernelWriter:
         body = [f"rindex{j} = {base}"]
         if b.rmask:
             body.append(f"{b.rmask} = rindex{j} < {texpr(b.numel)}")
-        return head, body + _unravel(f"rindex{j}", names, sizes)
+        return head, body + unravel(f"rindex{j}", names, sizes)
 
     def _nest(self, head: list, body: list) -> list:
         pad = "    " if head and head[-1].endswith(":") else ""
@@ -297,8 +284,10 @@ class KernelWriter:
     def _store(self, h: TritonHandler, buf, index, value: TVal, axes) -> str:
         mask, _ = h.mask_for(axes)
         v = value.expr
-        if value.const is None and value_dtype(value.dtype) != buf.dtype:
-            v = f"{v}.to({TL[buf.dtype]})"
+        if value.const is None and buf.dtype in HALF and value.dtype != buf.dtype:
+            v = cast(to_half(v, value.axes, value.dtype, buf.dtype), value.axes, TL[buf.dtype])
+        elif value.const is None and value_dtype(value.dtype) != buf.dtype:
+            v = cast(v, value.axes, TL[buf.dtype])
         self.written.add(buf.name)
         return f"tl.store({h.pointer(buf.name, index, axes)}, {v}{', ' + mask if mask else ''})"
 
@@ -313,7 +302,7 @@ class KernelWriter:
         head, lines = self._chunk(j, [v.name for v in xvars], sizes) if sizes else ([], [])
         h = TritonHandler(self, scope, ranges, lines)
         value = body.inner_fn(h, self.pvars + xvars)
-        index = simplify_index(linear_index(self.pvars + xvars, buf.stride), ranges)
+        index = fold_index(linear_index(self.pvars + xvars, buf.stride), ranges)
         self._note_reads(h)
         lines.append(self._store(h, buf, index, value, XR if sizes else X))
         return [f"# {buf.name} = {'+'.join(body.origins)}", *self._nest(head, lines)]
@@ -335,7 +324,7 @@ class KernelWriter:
             lines, results = self._accumulate(j, body, emit)
         lines = head + lines
         for buf, var in zip(node.buffers, results):
-            row = sympy.expand(linear_index(self.pvars, buf.stride))
+            row = fold_index(linear_index(self.pvars, buf.stride), self.ranges)
             val = TVal(var, buf.dtype, X)
             self.locals[buf.name] = (row, val)
             if buf.name in self.stored:
@@ -348,9 +337,10 @@ class KernelWriter:
         head, lines = self._chunk(j, [v.name for v in rvars], body.reduction_ranges)
         h = TritonHandler(self, self._scope(j, rvars), ranges, lines)
         v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
-        if v.axes != XR:
-            v = h._var(f"tl.broadcast_to({v.expr}, [XBLOCK, {self.blocks.nodes[j].rb}])",
-                       v.dtype, XR)
+        if v.axes != XR:   # a value that does not vary over the whole block: fill one
+            shape = f"[XBLOCK, {self.blocks.nodes[j].rb}]"
+            v = h._var(f"tl.full({shape}, {v.expr}, {value_type(v.dtype)})" if v.const is not None
+                       else f"tl.broadcast_to({v.expr}, {shape})", v.dtype, XR)
         self._note_reads(h)
         return head, lines, v, self.blocks.nodes[j].rmask
 
@@ -381,18 +371,18 @@ class KernelWriter:
         where = (lambda e: f"tl.where({rmask}, {e}, 0.0)") if rmask else (lambda e: e)
         if not head:
             d = f"d{self.fresh()}"
-            return lines + [f"{mean} = {_sum(where(v.expr))} / {n}",
+            return lines + [f"{mean} = {reduce_sum(where(v.expr))} / {n}",
                             f"{d} = {where(f'{v.expr} - {mean}')}",
-                            f"{m2} = {_sum(f'{d} * {d}')}"], [mean, m2]
+                            f"{m2} = {reduce_sum(f'{d} * {d}')}"], [mean, m2]
         rb = self.blocks.nodes[j].rb
         s, q = f"acc{self.fresh()}", f"acc{self.fresh()}"
         out = [f"{s} = tl.full([XBLOCK, {rb}], 0, {dt})", *self._nest(head, lines + [
-            f"{s} = {s} + {where(v.expr)}"]), f"{mean} = {_sum(s)} / {n}"]
+            f"{s} = {s} + {where(v.expr)}"]), f"{mean} = {reduce_sum(s)} / {n}"]
         head, lines, v, rmask = emit()
         d = f"d{self.fresh()}"
         out += [f"{q} = tl.full([XBLOCK, {rb}], 0, {dt})", *self._nest(head, lines + [
             f"{d} = {where(f'{v.expr} - {mean}')}", f"{q} = {q} + {d} * {d}"]),
-                f"{m2} = {_sum(q)}"]
+                f"{m2} = {reduce_sum(q)}"]
         return out, [mean, m2]
 
     def _argreduce(self, j, body, emit) -> tuple[list, list]:
@@ -425,7 +415,7 @@ class KernelWriter:
         lines = [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]"]
         if self.blocks.xmask:
             lines.append(f"xmask = xindex < {texpr(self.blocks.rows)}")
-        return lines + _unravel("xindex", [p.name for p in self.pvars], self.k.prefix)
+        return lines + unravel("xindex", [p.name for p in self.pvars], self.k.prefix)
 
     def source(self) -> "KernelSource":
         body: list = []
@@ -471,5 +461,3 @@ class KernelSource:
 def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1):
     return KernelWriter(kernel, buffers, stored, error_code).source()
 
-
-__all__ = ["KernelWriter", "KernelSource", "TritonHandler", "kernel_source", "node_loads"]

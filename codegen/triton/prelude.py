@@ -2,7 +2,7 @@
 # source, so that a kernel file is self-contained). Semantics follow torch and the C++ prelude.
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
+from triton.language.extra import libdevice  # noqa: F401 - kernels call it
 
 
 @triton.jit
@@ -14,6 +14,15 @@ def aotc_maximum(a, b):
 @triton.jit
 def aotc_minimum(a, b):
     return tl.where((a != a) | (a < b), a, b)
+
+
+@triton.jit
+def aotc_round_bf16(x):
+    # fp32 -> the nearest bf16 (ties to even), kept as fp32: exact on a GPU and under the
+    # interpreter alike (whose own fp32 -> bf16 conversion truncates)
+    u = x.to(tl.int32, bitcast=True)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) & -65536
+    return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
 
 
 @triton.jit
@@ -75,12 +84,12 @@ def aotc_floordiv_fp(a, b):
 @triton.jit
 def aotc_ipow(a, b):
     # integer power by squaring (64 steps cover every int64 exponent); negative exponents as C++
-    r = a * 0 + 1
-    base = a
-    e = b
+    x = b * 0 + a          # both operands as blocks of one shape (either may be a constant)
+    exp = a * 0 + b
+    base, e, r = x, exp, x * 0 + 1
     for _ in range(64):
         r = tl.where((e & 1) != 0, r * base, r)
         base = base * base
         e = e >> 1
-    neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
-    return tl.where(b < 0, neg.to(r.dtype), r)
+    neg = tl.where(x == 1, 1, tl.where(x == -1, tl.where((exp & 1) != 0, -1, 1), 0))
+    return tl.where(exp < 0, neg.to(r.dtype), r)

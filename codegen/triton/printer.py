@@ -1,4 +1,4 @@
-"""Triton spellings: index expressions, dtypes, constants and loop-IR ops.
+"""Triton spellings: index expressions, dtypes, constants, casts and loop-IR ops.
 
 The Triton twin of `codegen/cpp/printer.py`. Values of fp16/bf16 are held in fp32 while
 computing (as in the C++ backend); math that `triton.language` lacks is spelled with
@@ -15,7 +15,7 @@ import math
 import sympy
 import torch
 
-from aotc.codegen.ir import FloorDiv, ModIndex, Op
+from aotc.codegen.ir import FloorDiv, ModIndex, Op, index_bounds, product, simplify_index
 
 HALF = (torch.float16, torch.bfloat16)
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
@@ -55,9 +55,9 @@ def texpr(e) -> str:
             out = f"{fn}({out}, {texpr(a)})"
         return out
     if isinstance(e, FloorDiv):
-        return f"({texpr(e.args[0])} // {texpr(e.args[1])})"
+        return f"({texpr(e.args[0])} // {_operand(e.args[1])})"
     if isinstance(e, ModIndex):
-        return f"({texpr(e.args[0])} % {texpr(e.args[1])})"
+        return f"({texpr(e.args[0])} % {_operand(e.args[1])})"
     if e.is_Add:
         terms = sorted(e.args, key=sympy.default_sort_key)
         out = texpr(terms[0])
@@ -78,8 +78,13 @@ def texpr(e) -> str:
     if isinstance(e, (sympy.floor, sympy.Mod)):
         a, b = (e.args[0].as_numer_denom() if isinstance(e, sympy.floor) else e.args)
         op = "//" if isinstance(e, sympy.floor) else "%"
-        return f"({texpr(a)} {op} {texpr(b)})"
+        return f"({texpr(a)} {op} {_operand(b)})"
     raise NotImplementedError(f"cannot print index expression {e!r}")
+
+
+def _operand(e) -> str:
+    """`e` printed as the right operand of `//` or `%` (a product needs parentheses there)."""
+    return texpr(e) if sympy.sympify(e).is_Atom else f"({texpr(e)})"
 
 
 def constant(value, dtype: torch.dtype) -> str:
@@ -166,3 +171,71 @@ def op_expr(op: Op, args: list[str], dtypes: list[torch.dtype], dtype: torch.dty
     if text is None:
         raise NotImplementedError(f"no Triton spelling for {op} on {dtypes[0]}")
     return text
+
+
+def fold_index(expr, ranges: dict):
+    """`simplify_index`, with the variables of size-1 dims replaced by 0: they are scalars, so
+    an index never claims to vary over a block axis it does not."""
+    expr = sympy.expand(sympy.sympify(expr).subs({v: 0 for v, n in ranges.items() if n == 1}))
+    return simplify_index(expr, ranges)
+
+
+def extent(buf) -> sympy.Expr:
+    """Elements from a buffer's first to one past its last (strides are non-negative)."""
+    return 1 + sum(((d - 1) * s for d, s in zip(buf.shape, buf.stride)), sympy.Integer(0))
+
+
+def in_bounds(index, buf, ranges: dict) -> bool:
+    """Whether `index` provably addresses `buf` for every value of the loop variables: it and
+    every numerator it divides are bounded, non-negative, and it stays below the extent."""
+    def nonneg(e):
+        return sympy.simplify(e).is_nonnegative is True
+    for sub in sympy.preorder_traversal(index):
+        if isinstance(sub, (FloorDiv, ModIndex)):
+            b = index_bounds(sub.args[0], ranges)
+            if b is None or not nonneg(b[0]):
+                return False
+    b = index_bounds(index, ranges)
+    return b is not None and nonneg(b[0]) and nonneg(extent(buf) - 1 - b[1])
+
+
+def cast(expr: str, axes, tl_type: str) -> str:
+    """`expr` converted to `tl_type` (a scalar expression may be a Python number)."""
+    return f"{expr}.to({tl_type})" if axes else f"tl.cast({expr}, {tl_type})"
+
+
+def to_half(expr: str, axes, src: torch.dtype, dtype: torch.dtype) -> str:
+    """`expr` rounded to fp16/bf16 (to nearest even) and held in fp32; integers and fp64 go
+    through fp32. bf16 rounds with the prelude's bit-exact helper (Triton's interpreter
+    truncates on its own conversion)."""
+    if value_dtype(src) != torch.float32:
+        expr = cast(expr, axes, "tl.float32")
+    if dtype == torch.bfloat16:
+        return f"aotc_round_bf16({expr})"
+    return f"{cast(expr, axes, TL[dtype])}.to(tl.float32)"
+
+
+def convert(value, dtype):
+    """A constant converted to `dtype` at codegen time (as torch would convert it)."""
+    if dtype == torch.bool:
+        return bool(value)
+    return torch.tensor(value).to(dtype).item()
+
+
+def reduce_sum(block: str) -> str:
+    return f"tl.reduce({block}, 1, aotc_add, keep_dims=True)"
+
+
+def unravel(flat: str, names: list, sizes) -> list[str]:
+    """Lines that split a flat block index into per-dim index variables (row-major)."""
+    lines = []
+    for i, (name, n) in enumerate(zip(names, sizes)):
+        stride = product(sizes[i + 1:])
+        if n == 1:
+            lines.append(f"{name} = 0")
+            continue
+        e = sympy.Symbol(flat, integer=True, nonnegative=True)
+        e = FloorDiv(e, stride) if stride != 1 else e
+        e = ModIndex(e, n) if i > 0 else e
+        lines.append(f"{name} = {texpr(e)}")
+    return lines

@@ -1,0 +1,298 @@
+"""GPU check for aotc's CUDA backend: export, load and compare with eager on a real GPU.
+
+On a GPU machine (torch with CUDA, triton, transformers, torchvision):
+
+    python scripts/gpu_check.py                       # every model, fp32 and bf16, this GPU's arch
+    python scripts/gpu_check.py --arch sm_90 --models mlp,gpt2 --dtypes fp32
+    python scripts/gpu_check.py --prebuilt /path/a.aotc /path/b.aotc   # + cubins built elsewhere
+
+On a machine without a GPU, build artifacts to carry over (cross-compiled cubins):
+
+    python scripts/gpu_check.py --cross-build OUT_DIR --arch sm_90
+
+Each model is exported for `cuda:<arch>` (Triton kernels compiled to cubins), loaded with
+`aotc.load` (cubins through the CUDA driver API, no Triton), run on CUDA and compared with the
+same model run eagerly on CUDA; the table shows errors, kernel counts, export/load times and
+median latencies. Prebuilt artifacts are checked against the eager outputs recorded when they
+were exported. A few runtime checks follow (index errors, side streams, threads, dynamic sizes).
+Exit status 1 if anything fails.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+import aotc
+
+ROOT = Path(aotc.__file__).resolve().parent
+TOL = {"fp32": (2e-3, 2e-3), "bf16": (6e-2, 6e-2)}
+DTYPES = {"fp32": None, "bf16": "bf16"}
+
+
+def _sample(ref: str):
+    def build():
+        from aotc.exporter.loader import load_model
+        return load_model(str(ROOT / "samples" / ref), None)
+    return build
+
+
+def _resnet18():
+    import torchvision
+    return torchvision.models.resnet18(weights=None)
+
+
+def _ids():
+    return (torch.randint(0, 1000, (2, 32)),)
+
+
+MODELS = {   # name -> (build, example inputs)
+    "mlp": (_sample("mlp.py:Net"), lambda: (torch.randn(32, 64),)),
+    "cnn": (_sample("cnn.py:Net"), lambda: (torch.randn(8, 3, 32, 32),)),
+    "transformer": (_sample("transformer.py:Net"), lambda: (torch.randn(2, 64, 128),)),
+    "gpt2": (_sample("hf_models.py:gpt2"), _ids),
+    "bert": (_sample("hf_models.py:bert"), _ids),
+    "resnet18": (_resnet18, lambda: (torch.randn(8, 3, 224, 224),)),
+}
+
+
+def flat(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict) or hasattr(value, "keys"):
+        return [t for k in value.keys() for t in flat(value[k])]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in flat(v)]
+    return []
+
+
+def errors(got, want) -> tuple[float, float]:
+    """(max abs error, max error relative to the reference's largest magnitude)."""
+    abs_err = rel = 0.0
+    for g, w in zip(flat(got), flat(want)):
+        if not g.is_floating_point():
+            abs_err = max(abs_err, float((g != w).sum()))
+            continue
+        d = (g.float() - w.float().to(g.device)).abs().max().item() if g.numel() else 0.0
+        scale = max(w.float().abs().max().item(), 1e-6) if w.numel() else 1.0
+        abs_err, rel = max(abs_err, d), max(rel, d / scale)
+    return abs_err, rel
+
+
+def median_ms(fn, runs: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def check_model(name: str, dtype: str, arch: str, out: Path) -> dict:
+    build, make_inputs = MODELS[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    inputs = make_inputs()
+    t = time.perf_counter()
+    path = aotc.export(model, inputs, out / f"{name}_{dtype}.aotc", target=f"cuda:{arch}",
+                       dtype=DTYPES[dtype])
+    export_s = time.perf_counter() - t
+    t = time.perf_counter()
+    m = aotc.load(path)
+    load_s = time.perf_counter() - t
+    cast = (lambda x: x.to(torch.bfloat16) if x.is_floating_point() else x) \
+        if dtype == "bf16" else (lambda x: x)
+    dev_inputs = tuple(cast(x).cuda() for x in inputs)
+    ref_model = model.cuda().to(torch.bfloat16) if dtype == "bf16" else model.cuda()
+    with torch.no_grad():
+        want = ref_model(*dev_inputs)
+        got = m(*dev_inputs)
+        eager_ms = median_ms(lambda: ref_model(*dev_inputs))
+    aotc_ms = median_ms(lambda: m(*dev_inputs))
+    abs_err, rel = errors(got, want)
+    stats = m.manifest["entries"]["forward"]["stats"]
+    return dict(case=f"{name} {dtype}", ok=rel <= TOL[dtype][1] or abs_err <= TOL[dtype][0],
+                abs=abs_err, rel=rel, kernels=stats.get("kernels", 0), export_s=export_s,
+                load_s=load_s, eager_ms=eager_ms, aotc_ms=aotc_ms)
+
+
+def check_prebuilt(path: Path) -> dict:
+    t = time.perf_counter()
+    m = aotc.load(path)
+    load_s = time.perf_counter() - t
+    ins, outs = m.recorded_samples()
+    with torch.no_grad():
+        got = m.run_flat("forward", ins)
+        aotc_ms = median_ms(lambda: m.run_flat("forward", ins))
+    abs_err, rel = errors(got, outs)
+    native = m.manifest["target"]["native"] or {}
+    return dict(case=f"prebuilt {path.name} (triton {native.get('triton')}, "
+                     f"{','.join(native.get('archs', []))})",
+                ok=rel <= 2e-3 or abs_err <= 2e-3, abs=abs_err, rel=rel,
+                kernels=m.manifest["entries"]["forward"]["stats"].get("kernels", 0),
+                export_s=float("nan"), load_s=load_s, eager_ms=float("nan"), aotc_ms=aotc_ms)
+
+
+# ---------------------------------------------------------------------------- runtime checks
+
+def runtime_checks(arch: str, out: Path) -> list[dict]:
+    """Index errors, side streams, threads and dynamic sizes on the GPU."""
+    import torch.nn.functional as F
+    from torch.export import Dim
+    from aotc.api import compile_function
+    rows = []
+
+    def row(case, fn):
+        try:
+            fn()
+            rows.append(dict(case=case, ok=True))
+        except Exception as e:   # report and go on
+            rows.append(dict(case=case, ok=False, note=f"{type(e).__name__}: {e}"[:200]))
+
+    table, ids = torch.randn(10, 4), torch.tensor([[1, 2], [3, 4]])
+    emb = compile_function(lambda t, i: F.embedding(i, t) * 2, (table, ids), out / "emb.aotc",
+                           target=f"cuda:{arch}")
+
+    def index_error():
+        m = aotc.load(emb)
+        t, good = table.cuda(), ids.cuda()
+        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
+        try:
+            m(t, torch.tensor([[1, 2], [3, 40]]).cuda())
+            raise AssertionError("an out-of-range index was not reported")
+        except aotc.GuardError:
+            pass
+        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
+    row("index out of range -> GuardError", index_error)
+
+    x = torch.randn(64, 256)
+    soft = compile_function(lambda x: torch.softmax(x * 3, -1), (x,), out / "soft.aotc",
+                            target=f"cuda:{arch}")
+
+    def side_stream():
+        m, xs = aotc.load(soft), x.cuda()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            y = m(xs)
+        s.synchronize()
+        torch.testing.assert_close(y, torch.softmax(xs * 3, -1))
+    row("launch on a side stream", side_stream)
+
+    def threads():
+        m, xs = aotc.load(soft), x.cuda()
+        want, errs = torch.softmax(xs * 3, -1), []
+
+        def work():
+            try:
+                for _ in range(20):
+                    torch.testing.assert_close(m(xs), want)
+            except Exception as e:
+                errs.append(e)
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0]
+    row("4 threads calling one module", threads)
+
+    def dynamic():
+        torch.manual_seed(0)
+        model = _sample("transformer.py:Net")().eval()
+        seq = Dim("seq", min=2, max=256)
+        p = aotc.export(model, (torch.randn(2, 64, 128),), out / "dyn.aotc",
+                        target=f"cuda:{arch}", dynamic_shapes=({1: seq},))
+        m, ref = aotc.load(p), model.cuda()
+        for s in (2, 17, 64, 200):
+            xs = torch.randn(2, s, 128, device="cuda")
+            with torch.no_grad():
+                torch.testing.assert_close(m(xs), ref(xs), rtol=2e-3, atol=2e-3)
+    row("dynamic seq 2..256 (transformer)", dynamic)
+    return rows
+
+
+# -------------------------------------------------------------------------------- reporting
+
+def print_table(rows: list[dict]) -> None:
+    head = (f"{'case':48} {'ok':4} {'max abs':>9} {'max rel':>9} {'kern':>4} {'export s':>8} "
+            f"{'load s':>7} {'eager ms':>8} {'aotc ms':>8}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if "abs" not in r:
+            print(f"{r['case']:48} {'ok' if r['ok'] else 'FAIL':4} {r.get('note', '')}")
+            continue
+        print(f"{r['case'][:48]:48} {'ok' if r['ok'] else 'FAIL':4} {r['abs']:9.2e} "
+              f"{r['rel']:9.2e} {r['kernels']:4d} {r['export_s']:8.1f} {r['load_s']:7.3f} "
+              f"{r['eager_ms']:8.3f} {r['aotc_ms']:8.3f}")
+
+
+def cross_build(out: Path, arch: str) -> None:
+    """On a machine without a GPU: export samples for `arch` to carry to a GPU machine."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("mlp", "transformer", "cnn"):
+        build, make_inputs = MODELS[name]
+        torch.manual_seed(0)
+        p = aotc.export(build().eval(), make_inputs(), out / f"{name}_{arch}.aotc",
+                        target=f"cuda:{arch}")
+        print(p)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", help="GPU arch to compile for (default: this GPU's)")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--prebuilt", nargs="*", default=[], type=Path,
+                    help="artifacts built elsewhere (e.g. on a machine without a GPU) to run")
+    ap.add_argument("--cross-build", type=Path, help="export artifacts into this folder and stop")
+    ap.add_argument("--out", type=Path, help="where to write artifacts (default: a temp dir)")
+    args = ap.parse_args(argv)
+    if args.cross_build:
+        cross_build(args.cross_build, args.arch or "sm_90")
+        return 0
+    if not torch.cuda.is_available():
+        print("no CUDA GPU visible to torch; use --cross-build on this machine", file=sys.stderr)
+        return 2
+    major, minor = torch.cuda.get_device_capability()
+    arch = args.arch or f"sm_{major}{minor}"
+    import triton
+    print(f"GPU {torch.cuda.get_device_name()} (sm_{major}{minor}); torch {torch.__version__}, "
+          f"triton {triton.__version__}, aotc {aotc.__version__}; compiling for {arch}\n")
+    out = args.out or Path(tempfile.mkdtemp(prefix="aotc-gpu-check-"))
+    rows = []
+    for name in args.models.split(","):
+        for dtype in args.dtypes.split(","):
+            try:
+                rows.append(check_model(name, dtype, arch, out))
+            except Exception as e:
+                traceback.print_exc()
+                rows.append(dict(case=f"{name} {dtype}", ok=False,
+                                 note=f"{type(e).__name__}: {e}"[:200]))
+    for p in args.prebuilt:
+        try:
+            rows.append(check_prebuilt(p))
+        except Exception as e:
+            traceback.print_exc()
+            rows.append(dict(case=f"prebuilt {p.name}", ok=False,
+                             note=f"{type(e).__name__}: {e}"[:200]))
+    rows += runtime_checks(arch, out)
+    print_table(rows)
+    failed = [r["case"] for r in rows if not r["ok"]]
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} ok" + (f"; failed: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
