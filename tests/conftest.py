@@ -22,7 +22,7 @@ import torch
 import aotc
 from aotc.runtime import format as fmt
 
-AOTC_ROOT = Path(aotc.__file__).resolve().parent
+AOTC_ROOT = Path(__file__).resolve().parents[1]   # the source tree (tests run against the installed aotc)
 SAMPLES_DIR = AOTC_ROOT / "samples"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 

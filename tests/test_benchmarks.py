@@ -17,7 +17,7 @@ import aotc
 
 # benchmarks/ sits beside aotc's stage folders but is not part of the installed package: make it
 # importable from the repository root, appended so nothing there shadows an installed module.
-sys.path.append(str(Path(aotc.__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))   # the source tree, for `benchmarks`
 
 from benchmarks import accuracy, harness, models, report, run, systems  # noqa: E402
 
