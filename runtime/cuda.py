@@ -22,7 +22,6 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024
-_PARAM = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "scratch": ctypes.c_uint64}
 
 _lock = threading.Lock()
 _driver = None
@@ -148,7 +147,10 @@ class CudaKernels(TritonKernels):
 
 
 class CudaLauncher:
-    """Launches one kernel: `launcher((gx, gy, gz), *args)`, args in parameter order."""
+    """Launches one kernel: `launcher((gx, gy, gz), *args)`, args in parameter order.
+
+    Every parameter aotc passes is 8 bytes (data pointers, int64 sizes, scratch pointers), so a
+    launch packs them into one array of 64-bit values plus one array of pointers to them."""
 
     def __init__(self, name: str, fn, module, meta: dict, spec: dict, owner: CudaKernels):
         self.name, self.fn, self.module, self.owner = name, fn, module, owner
@@ -156,25 +158,32 @@ class CudaLauncher:
         self.shared = meta["shared"]
         self.ctas = meta.get("num_ctas", 1)
         self.params = meta["params"]
-        self.inputs = set(spec["inputs"])
         self.user = [p for p in self.params if p["type"] != "scratch"]
         self.scratch = [p for p in self.params if p["type"] == "scratch"]
+        self.pointers = [p["type"].startswith("*") for p in self.user]
+        self.inputs = [p["name"] in spec["inputs"] for p in self.user]
+        unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - {"i64"}
+        if unknown:
+            raise TargetError(f"kernel {name} takes parameters of types {sorted(unknown)}",
+                              where=name, expected="pointers and i64 sizes", found=unknown,
+                              fix="re-export with this aotc")
 
-    def _pointer(self, p: dict, t: torch.Tensor, keep: list) -> int:
-        ptr = t.data_ptr()
-        if ptr % 16 and p["name"] in self.inputs:   # kernels assume 16-byte aligned buffers
-            t = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
-            keep.append(t)
-            ptr = t.data_ptr()
-        return ptr
+    def _aligned(self, t: torch.Tensor, keep: list) -> int:
+        """An input's data pointer, copied first if it is not 16-byte aligned (kernels are
+        compiled assuming aligned buffers, which lets Triton vectorize their accesses)."""
+        t = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+        keep.append(t)
+        return t.data_ptr()
 
     def _values(self, grid, args) -> tuple[list, list]:
+        """The kernel's parameter values as integers, in order, and what must stay alive."""
         values, keep = [], []
-        for p, a in zip(self.user, args):
-            if p["type"].startswith("*"):
-                values.append(ctypes.c_uint64(self._pointer(p, a, keep)))
-            else:
-                values.append(_PARAM[p["type"]](int(a)))
+        for pointer, is_input, a in zip(self.pointers, self.inputs, args):
+            if not pointer:
+                values.append(int(a))
+                continue
+            ptr = a.data_ptr()
+            values.append(self._aligned(a, keep) if ptr % 16 and is_input else ptr)
         programs = grid[0] * grid[1] * grid[2] * self.ctas
         for p in self.scratch:
             ptr = 0
@@ -183,7 +192,7 @@ class CudaLauncher:
                                   device=self.owner.device)
                 keep.append(buf)
                 ptr = -(-buf.data_ptr() // p["align"]) * p["align"]
-            values.append(ctypes.c_uint64(ptr))
+            values.append(ptr)
         return values, keep
 
     def __call__(self, grid, *args) -> int:
@@ -194,10 +203,25 @@ class CudaLauncher:
         d = driver()
         d.make_current(self.owner.context)
         values, keep = self._values(grid, args)
-        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        stream = torch.cuda.current_stream(self.owner.device).cuda_stream
+        packed, params = pack(values)
         d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
             self.fn, grid[0], grid[1], grid[2], self.threads, 1, 1, self.shared,
-            ctypes.c_void_p(stream), params, None))
-        del keep   # stream order keeps copies and scratch valid until the kernel has run
+            ctypes.c_void_p(current_stream(self.owner.device.index)), params, None))
+        del keep, packed   # stream order keeps copies and scratch valid until the kernel ran
         return 0
+
+
+def pack(values: list[int]):
+    """(the 8-byte values in one array, cuLaunchKernel's kernelParams: a pointer to each)."""
+    n = len(values)
+    packed = (ctypes.c_int64 * n)(*values)
+    base = ctypes.addressof(packed)
+    return packed, (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
+
+
+def current_stream(index: int) -> int:
+    """torch's current CUDA stream on device `index`, as a raw handle."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what Inductor's code uses
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream

@@ -171,11 +171,13 @@ def resolve_device(manifest: dict, device, interpret: bool = False) -> torch.dev
 
 
 def _interpret_device(target: dict, device) -> torch.device:
-    """`interpret=True` (a testing aid) runs a CUDA artifact's Triton kernels on the CPU."""
+    """`interpret=True` (a testing aid) runs a CUDA artifact's Triton kernels on the CPU; a
+    portable artifact (no kernels at all) simply runs there."""
     from aotc.errors import UsageError
-    if (target.get("native") or {}).get("kind") != "triton":
+    native = target.get("native")
+    if native is not None and native.get("kind") != "triton":
         raise UsageError("interpret=True runs the Triton kernels of CUDA artifacts; this "
-                         f"artifact targets {target['device']} without Triton kernels",
+                         f"artifact holds C++ kernels for {target['device']}",
                          where="aotc.load(interpret=True)", expected="a cuda artifact",
                          found=target["device"], fix="load it without interpret=True")
     dev = torch.device(device if device is not None else "cpu")

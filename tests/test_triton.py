@@ -192,7 +192,7 @@ def test_cuda_artifact_is_refused_on_cpu_and_interpret_is_checked(cross, tmp_pat
     with pytest.raises(aotc.UsageError, match="CPU tensors"):
         aotc.load(path, device="cuda", interpret=True)
     cpu = compile_function(torch.sin, (torch.randn(3),), tmp_path / "c.aotc")
-    with pytest.raises(aotc.UsageError, match="interpret=True runs the Triton kernels"):
+    with pytest.raises(aotc.UsageError, match="holds C\\+\\+ kernels"):
         aotc.load(cpu, interpret=True)
 
 
@@ -463,7 +463,7 @@ def test_arch_choice():
 
 def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     import ctypes
-    from aotc.runtime.cuda import CudaLauncher
+    from aotc.runtime.cuda import CudaLauncher, pack
     meta = {"num_warps": 4, "shared": 0, "params": [
         {"name": "buf0", "type": "*fp32"}, {"name": "buf1", "type": "*fp32"},
         {"name": "s_n", "type": "i64"}, {"name": "global_scratch", "type": "scratch",
@@ -475,12 +475,15 @@ def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     base = torch.zeros(64)
     misaligned, out = base[1:33], torch.empty(32)
     values, keep = launcher._values((2, 1, 1), (misaligned, out, 32))
-    assert [type(v) for v in values] == [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64,
-                                         ctypes.c_uint64, ctypes.c_uint64]
-    assert values[0].value % 16 == 0 and values[0].value != misaligned.data_ptr()   # copied
+    assert len(values) == 5 and all(isinstance(v, int) for v in values)
+    assert values[0] % 16 == 0 and values[0] != misaligned.data_ptr()    # the input, copied
     assert torch.equal(keep[0], misaligned)
-    assert values[1].value == out.data_ptr() and values[2].value == 32
-    assert values[3].value == values[4].value == 0
+    assert values[1:] == [out.data_ptr(), 32, 0, 0]          # output as is, size, no scratch
+    packed, params = pack(values)
+    assert [ctypes.c_int64.from_address(params[i]).value for i in range(5)] == values
+    with pytest.raises(aotc.TargetError, match="i32"):
+        CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i32"}]),
+                     {"inputs": []}, owner)
 
 
 def test_ptx_parameter_count():

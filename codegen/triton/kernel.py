@@ -12,7 +12,10 @@ inner elements (pointwise: the rest of its dims; reduction: its reduction dims) 
   * a pointwise-only kernel with no node reading another's output splits its inner elements
     over a second grid axis; otherwise a program loops over them;
   * a node that reads what an earlier node of the same kernel stored is preceded by a block
-    barrier (rows never cross programs, so that is all the ordering needed).
+    barrier (rows never cross programs, so that is all the ordering needed);
+  * a load whose address is not provably inside its buffer (the arm of a select that a lane
+    drops, as `cat` computes for the parts a lane is not in) is masked to the buffer: no lane
+    ever dereferences an address outside its tensors.
 
 Every value carries the block axes it varies over ({"x", "r"}), so loads and stores are masked
 and broadcast by exactly the axes their index uses.
@@ -64,6 +67,7 @@ class TritonHandler:
         self.cse: dict[str, TVal] = {}
         self.masks: list[TVal] = []          # conditions of the enclosing `masked` regions
         self.read_names: set[str] = set()
+        self.index_ranges = dict(ranges)       # plus runtime indices, for bounds proofs only
 
     # ------------------------------------------------------------------------------ helpers
     def _var(self, expr: str, dtype, axes) -> TVal:
@@ -121,7 +125,7 @@ class TritonHandler:
         self.read_names.add(name)
         mask, axes = self.mask_for(self.axes_of(index))
         offset = None
-        if not in_bounds(index, buf, self.ranges):
+        if not in_bounds(index, buf, self.index_ranges):
             mask, offset = self._bounds_mask(index, buf, mask, axes)
         ptr = self.pointer(name, index, axes, offset)
         other = "0.0" if buf.dtype.is_floating_point else "0"
@@ -202,7 +206,7 @@ class TritonHandler:
                        + ("" if self.w.wide else ".to(tl.int32)")]
         symbol = sympy.Symbol(name, integer=True)
         self.scope.axes[symbol] = axes
-        self.ranges[symbol] = sympy.sympify(size)   # clamped to [0, size) above
+        self.index_ranges[symbol] = sympy.sympify(size)   # clamped to [0, size) above
         return symbol
 
 

@@ -190,12 +190,18 @@ def in_bounds(index, buf, ranges: dict) -> bool:
     every numerator it divides are bounded, non-negative, and it stays below the extent."""
     def nonneg(e):
         return sympy.simplify(e).is_nonnegative is True
+
+    def bounds(e):
+        try:
+            return index_bounds(e, ranges)
+        except sympy.PolynomialError:   # a variable inside a division: not analysed
+            return None
     for sub in sympy.preorder_traversal(index):
         if isinstance(sub, (FloorDiv, ModIndex)):
-            b = index_bounds(sub.args[0], ranges)
+            b = bounds(sub.args[0])
             if b is None or not nonneg(b[0]):
                 return False
-    b = index_bounds(index, ranges)
+    b = bounds(index)
     return b is not None and nonneg(b[0]) and nonneg(extent(buf) - 1 - b[1])
 
 
