@@ -35,8 +35,8 @@ FORMAT_VERSION = 1
 # refused with a clear error; tests/fixtures keeps a small artifact of each.
 CHANGELOG = {
     1: ("2026-11-30", "first format: manifest.json, weights.safetensors, plans/<entry>.json "
-                      "with kernel/extern/view/free steps, kernels/ (C++ source and library), "
-                      "samples/"),
+                      "with kernel/extern/view/free steps, kernels/ (C++ source and library, or Triton "
+                      "sources, cubins per arch and launch metadata), samples/"),
 }
 
 MANIFEST = "manifest.json"

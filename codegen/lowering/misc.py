@@ -31,7 +31,11 @@ def cat(g, metas, tensors, dim=0):
             off, t = parts[k]
             i = tuple(v - off if d == dim else v for d, v in enumerate(idx))
             return h.to_dtype(t.loader(h, i), dtype)
-        value = load(len(parts) - 1)
+        # every part, the last one too, is read only in its own range: no load outside a buffer
+        i = h.index_expr(idx[dim], torch.int64)
+        last = len(parts) - 1
+        value = load(last) if last == 0 else h.masked(
+            h.op(Op.GE, i, h.index_expr(parts[last][0], torch.int64)), lambda: load(last), 0, dtype)
         for k in range(len(parts) - 2, -1, -1):
             end = parts[k + 1][0]
             cond = h.op(Op.LT, h.index_expr(idx[dim], torch.int64), h.index_expr(end, torch.int64))
