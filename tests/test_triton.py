@@ -56,7 +56,8 @@ def interpreted_accesses_stay_in_bounds(monkeypatch):
         if not ranges:
             return
         addr = ptrs.data.astype(np.uint64)
-        active = addr[np.broadcast_to(mask.data.astype(bool), addr.shape)]
+        active = addr if mask is None else addr[np.broadcast_to(mask.data.astype(bool),
+                                                                addr.shape)]
         inside = np.zeros(active.shape, bool)
         for lo, hi in ranges[-1]:
             inside |= (active >= lo) & (active < hi)
@@ -67,6 +68,12 @@ def interpreted_accesses_stay_in_bounds(monkeypatch):
         check(p, m, "load"), load(self, p, m, *a))[1])
     monkeypatch.setattr(builder, "create_masked_store", lambda self, p, v, m, *a: (
         check(p, m, "store"), store(self, p, v, m, *a))[1])
+    if hasattr(builder, "create_load"):   # unmasked accesses (every lane is active)
+        plain_load, plain_store = builder.create_load, builder.create_store
+        monkeypatch.setattr(builder, "create_load", lambda self, p, *a: (
+            check(p, None, "load"), plain_load(self, p, *a))[1])
+        monkeypatch.setattr(builder, "create_store", lambda self, p, v, *a: (
+            check(p, None, "store"), plain_store(self, p, v, *a))[1])
     kernel = interpret.InterpretedKernels.kernel
 
     def checked_kernel(self, name):
@@ -276,17 +283,32 @@ def test_pattern_matches_eager_through_the_interpreter(name, tmp_path):
 
 
 def test_loads_a_select_drops_are_masked_and_checked(tmp_path, monkeypatch):
-    """`cat` computes every part's address in every lane (a select keeps one): the parts a lane
-    is not in point outside the buffer, so such loads get a bounds mask (the llama rotary
-    embedding crashed a GPU without it). Without that mask, the bounds check above fails."""
+    """Two layers keep a dropped arm's address from being dereferenced: `masked` narrows the
+    loads inside it, and every load not provably in bounds gets a bounds mask. `cat` (the llama
+    rotary embedding, which crashed a GPU) is correct with either layer alone, and with both
+    layers removed the interpreter's bounds check catches the stray read: so neither is dead."""
+    from aotc.codegen.triton.kernel import TritonHandler
+
+    def unmasked_select(self, mask, fn, other, dtype):   # a select that computes both arms
+        other = other if hasattr(other, "expr") else self.constant(other, dtype)
+        value = self.to_dtype(fn(), dtype)
+        return self._var(f"tl.where({mask.expr}, {value.expr}, {other.expr})", dtype,
+                         mask.axes | value.axes | other.axes)
     fn, args = PATTERNS["rotate_half"]
-    m = interpreted(fn, args, tmp_path / "ok.aotc")
-    torch.testing.assert_close(m(*args), fn(*args))
-    assert "< 256)" in (tmp_path / "ok.aotc/kernels/kernel0.py").read_text()   # the mask
-    monkeypatch.setattr("aotc.codegen.triton.kernel.in_bounds", lambda *a: True)
-    m = interpreted(fn, args, tmp_path / "unmasked.aotc")
-    with pytest.raises(Exception, match="outside its tensors"):
-        m(*args)
+    no_proof = ("aotc.codegen.triton.kernel.in_bounds", lambda *a: True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TritonHandler, "masked", unmasked_select)
+        m = interpreted(fn, args, tmp_path / "bounds_mask_only.aotc")
+        torch.testing.assert_close(m(*args), fn(*args))
+        assert "< 256)" in (tmp_path / "bounds_mask_only.aotc/kernels/kernel0.py").read_text()
+        mp.setattr(*no_proof)
+        m = interpreted(fn, args, tmp_path / "unmasked.aotc")
+        with pytest.raises(Exception, match="outside its tensors"):
+            m(*args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(*no_proof)
+        m = interpreted(fn, args, tmp_path / "select_mask_only.aotc")
+        torch.testing.assert_close(m(*args), fn(*args))
 
 
 def test_dynamic_sizes_and_out_of_range_indices(tmp_path):
