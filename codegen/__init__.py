@@ -32,12 +32,12 @@ from aotc.runtime.plan import StepKind
 __all__ = ["compile", "Target"]
 
 
-def lower_and_schedule(graph: dict, *, codegen: bool = True):
+def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False):
     """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
     decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs."""
     if isinstance(graph, Program):
         graph = graph.graph
-    lowered = GraphLowering(graph, codegen=codegen).run()
+    lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last).run()
     verify_lowered(lowered)
     steps, decisions = schedule(lowered.steps)
     return lowered, steps, decisions
@@ -51,7 +51,11 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
         graphs["backward"] = program.backward
     parts = {}
     for name, graph in graphs.items():
-        lowered, steps, decisions = lower_and_schedule(graph, codegen=codegen)
+        # channels-last convolutions: CPU inference (oneDNN's fast layout); training graphs
+        # read weights as Parameters at each call, so they keep them as they are
+        channels_last = codegen and target.device == "cpu" and len(graphs) == 1
+        lowered, steps, decisions = lower_and_schedule(graph, codegen=codegen,
+                                                       channels_last=channels_last)
         kernels = [s for s in steps if isinstance(s, Kernel)]
         if len(graphs) > 1:   # one library for all entries: kernel names must be unique
             for k in kernels:

@@ -24,6 +24,8 @@ from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
 from aotc.runtime.executor import resolve_op
 from aotc.runtime.plan import SlotKind, StepKind
 
+aten = torch.ops.aten
+
 INLINE_LIMIT = 48        # body size (ops) past which a lazy value is realized
 MULTI_USE_COST = 6       # a value used more than once is realized past this cost
 
@@ -31,13 +33,16 @@ MULTI_USE_COST = 6       # a value used more than once is realized past this cos
 class TensorValue:
     """A tensor during lowering: lazy (a body to inline) or realized (a Buffer), maybe a view."""
     __slots__ = ("shape", "dtype", "loader", "buffer", "body", "view_of", "vid", "users",
-                 "origins")
+                 "origins", "channels_last")
 
     def __init__(self, shape, dtype, loader, *, buffer=None, body=None, view_of=None, vid=None,
                  origins=()):
         self.shape, self.dtype, self.loader = tuple(shape), dtype, loader
         self.buffer, self.body, self.view_of, self.vid = buffer, body, view_of, vid
         self.users, self.origins = 0, tuple(origins)
+        # computed from channels-last data (a channels-last convolution's output): realized,
+        # it iterates and is stored channels-last too, so its reads and writes stay contiguous
+        self.channels_last = False
 
 
 class CostCounter(NullHandler):
@@ -82,8 +87,10 @@ class LoweredGraph:
 
 
 class GraphLowering:
-    def __init__(self, graph: dict, *, codegen: bool = True):
-        self.graph, self.codegen = graph, codegen
+    def __init__(self, graph: dict, *, codegen: bool = True, channels_last: bool = False):
+        """`channels_last`: 2d convolutions run with channels-last weights and give channels-last
+        outputs, which kernels read through their strides (oneDNN's fast layout on the CPU)."""
+        self.graph, self.codegen, self.channels_last = graph, codegen, channels_last
         self.values = graph["values"]
         self.out = LoweredGraph(slots=[self._slot_for(i, m) for i, m in enumerate(self.values)])
         self.env: dict[int, TensorValue | object] = {}
@@ -178,10 +185,23 @@ class GraphLowering:
             return
         self.out.lowered[node["op"]] = self.out.lowered.get(node["op"], 0) + 1
         results = result if isinstance(result, (tuple, list)) else (result,)
+        if self.channels_last:
+            self._propagate_channels_last(args + list(kwargs.values()), results)
         for vid, tv in zip(node["out"], results):
             self.env[vid] = tv          # first: realizing rebinds env entries to the buffer
             if isinstance(tv, TensorValue):
                 self._name(tv, vid)
+
+    @staticmethod
+    def _propagate_channels_last(args, results) -> None:
+        """A lazy 4d result over the same batch and channels as a channels-last argument (a
+        pointwise op, a pooling window) inherits its layout."""
+        sources = [a for a in args if isinstance(a, TensorValue) and a.channels_last]
+        for tv in results:
+            if (isinstance(tv, TensorValue) and tv.body is not None and tv.buffer is None
+                    and len(tv.shape) == 4
+                    and any(tuple(a.shape[:2]) == tuple(tv.shape[:2]) for a in sources)):
+                tv.channels_last = True
 
     def _name(self, tv: TensorValue, vid: int) -> None:
         if tv.vid is None:
@@ -244,6 +264,8 @@ class GraphLowering:
     def realize(self, tv: TensorValue) -> Buffer:
         if tv.buffer is not None:
             return tv.buffer
+        if tv.channels_last:
+            return self._realize_channels_last(tv)
         sid = self.new_slot(tv.shape, tv.dtype)
         if tv.vid is not None and self.out.slots[tv.vid].get("shape") is not None \
                 and "producer" not in self.out.slots[tv.vid]:
@@ -251,12 +273,29 @@ class GraphLowering:
         buf = self._buffer(sid)
         body = Pointwise(ranges=tv.shape, dtype=tv.dtype, inner_fn=tv.loader, origins=tv.origins)
         self.out.steps.append(ComputedBuffer(buffers=(buf,), body=body))
+        return self._bind_realized(tv, buf)
+
+    def _realize_channels_last(self, tv: TensorValue) -> Buffer:
+        """`tv` (n, c, h, w) stored channels-last: the kernel loops over (n, h, w, c), so its
+        innermost loop runs along the contiguous channels of its output and of its inputs."""
+        n, c, h, w = tv.shape
+        sid = self.new_slot(tv.shape, tv.dtype, stride=(h * w * c, sym(1), w * c, c))
+        buf = self._buffer(sid)
+        nhwc = Buffer(name=buf.name, slot=sid, shape=(n, h, w, c),
+                      stride=contiguous_strides((n, h, w, c)), dtype=tv.dtype)
+        load = tv.loader
+        body = Pointwise(ranges=nhwc.shape, dtype=tv.dtype, origins=tv.origins,
+                         inner_fn=lambda hd, i: load(hd, (i[0], i[3], i[1], i[2])))
+        self.out.steps.append(ComputedBuffer(buffers=(nhwc,), body=body))
+        return self._bind_realized(tv, buf)
+
+    def _bind_realized(self, tv: TensorValue, buf: Buffer) -> Buffer:
         # `tv` keeps its lazy loader: bodies built before this point may read it at any time
         # (they recompute the value inline). Later consumers get a value that loads the buffer.
         tv.buffer = buf
         loaded = TensorValue(tv.shape, tv.dtype, buf.loader(), buffer=buf, vid=tv.vid,
                              origins=tv.origins)
-        loaded.users = tv.users
+        loaded.users, loaded.channels_last = tv.users, tv.channels_last
         for key, value in list(self.env.items()):
             if value is tv:
                 self.env[key] = loaded
@@ -285,6 +324,9 @@ class GraphLowering:
             if sid is None or "shape" not in self.out.slots[sid]:
                 return self.realize(tv).slot
             self.out.slots[sid]["producer"] = "view"
+            if op == "aten::view.default" and not self.out.slots[base_slot].get("contiguous",
+                                                                              True):
+                op = "aten::reshape.default"   # a channels-last base: view may not apply
             self.out.steps.append({"kind": StepKind.VIEW.value, "op": op,
                                    "args": [{"slot": base_slot}, *args], "kwargs": kwargs,
                                    "out": [sid], "single": True})
@@ -299,6 +341,8 @@ class GraphLowering:
         kind = StepKind.VIEW if is_view(op) else StepKind.EXTERN
         for vid in node["out"]:
             self.out.slots[vid]["producer"] = kind.value
+        layout_cl = (op == aten.convolution.default and self.channels_last
+                     and self._channels_last_conv(node, args))
         self.out.steps.append({"kind": kind.value, "op": node["op"], "args": args,
                                "kwargs": kwargs, "out": list(node["out"]),
                                "single": node["single"]})
@@ -306,8 +350,32 @@ class GraphLowering:
             meta = self.values[vid]
             if meta and "shape" in meta:
                 self.env[vid] = self.realized(vid)
+                self.env[vid].channels_last = layout_cl
             else:
                 self.env[vid] = None
+
+    def _channels_last_conv(self, node: dict, args: list) -> bool:
+        """A 2d convolution whose weight is a model weight takes it channels-last (converted
+        once, at load) and so gives a channels-last output: its slot says so, so kernels index
+        it as it is (a runtime whose convolution answers otherwise gets a copy, never a wrong
+        read). Graph outputs keep eager's layout."""
+        out, = node["out"]
+        weight = args[1].get("slot") if isinstance(args[1], dict) else None
+        meta = self.values[out]
+        if (weight is None or self.out.slots[weight]["kind"] != SlotKind.WEIGHT.value
+                or self.users.get(weight, 0) != 1 or not meta or len(meta.get("shape", ())) != 4 or node["args"][6] is True
+                or out in self._graph_outputs):
+            return False
+        n, c, h, w = (sym(d) for d in meta["shape"])
+        self.out.slots[weight]["memory_format"] = "channels_last"
+        self.out.slots[out].update(stride=_ints((h * w * c, 1, w * c, c)),
+                                   contiguous=_is_contiguous(meta["shape"], (h * w * c, 1,
+                                                                            w * c, c)))
+        return True
+
+    @property
+    def _graph_outputs(self) -> set:
+        return {o["slot"] for o in self.graph["outputs"] if "slot" in o}
 
     def _rewrite(self, a):
         if isinstance(a, list):

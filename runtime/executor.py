@@ -32,6 +32,15 @@ def _layout(t: torch.Tensor, stride: tuple, contiguous: bool) -> torch.Tensor:
     return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def _weight(slot: dict, weights: dict) -> torch.Tensor:
+    """A weight as its slot wants it: "memory_format": "channels_last" (a convolution weight
+    that the plan runs channels-last) is converted here, once, at load."""
+    w = weights[slot["weight"]]
+    if slot.get("memory_format") == "channels_last" and w.dim() == 4:
+        w = w.contiguous(memory_format=torch.channels_last)
+    return w
+
+
 def resolve_op(qualname: str):
     """'aten::addmm.default' -> torch.ops.aten.addmm.default."""
     try:
@@ -60,6 +69,7 @@ class PlanFunction:
         load (inference); training parameters are read at each call."""
         self.library, self.static_weights = library, static_weights
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
+                                "empty_strided": torch.empty_strided,
                                 "layout": _layout, "kernel_failed": kernel_failed}
         self.source = self._emit(plan, weights)
         code = compile(self.source, f"<aotc plan {plan['entry']}>", "exec")
@@ -84,7 +94,7 @@ class PlanFunction:
                                         "weights.safetensors lacks", where=s["weight"],
                                         expected="the weight", found="nothing",
                                         fix="re-export the model")
-                names[i] = self._global(f"w_{s['weight']}", weights[s["weight"]])
+                names[i] = self._global(f"w_{s['weight']}", _weight(s, weights))
             else:
                 names[i] = f"v{i}"
         slot_name = names.__getitem__
@@ -154,13 +164,20 @@ class PlanFunction:
         reuse = step.get("reuse", {})
         for o in step["out"]:
             s = slots[o]
+            dense = s.get("contiguous", True)   # else a permuted dense layout (channels-last)
             if str(o) in reuse:   # memory planning: take over a dead buffer's storage
                 donor = names[reuse[str(o)]]
-                lines.append(f"    {names[o]} = {donor}.view({_shape(s['shape'])})")
+                same = dense and slots[reuse[str(o)]].get("contiguous", True)
+                lines.append(f"    {names[o]} = {donor}.view({_shape(s['shape'])})" if same else
+                             f"    {names[o]} = {donor}.as_strided({_shape(s['shape'])}, "
+                             f"{_shape(s['stride'])})")
                 lines.append(f"    del {donor}")
-            else:
+            elif dense:
                 lines.append(f"    {names[o]} = empty({_shape(s['shape'])}, "
                              f"dtype=torch.{s['dtype']}, device=DEVICE)")
+            else:
+                lines.append(f"    {names[o]} = empty_strided({_shape(s['shape'])}, "
+                             f"{_shape(s['stride'])}, dtype=torch.{s['dtype']}, device=DEVICE)")
             ptrs.append(ptr(names[o]))
         if launch is not None:
             return lines + [_launch_line(fn, launch, ptrs, sizes)]

@@ -17,8 +17,10 @@ static inline uint16_t aotc_float_to_bf16(float f) {
 static inline float aotc_round_bf16(float f) { return aotc_bf16_to_float(aotc_float_to_bf16(f)); }
 static inline float aotc_round_fp16(float f) { return (float)(_Float16)f; }
 
-template <typename T> static inline T aotc_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
-template <typename T> static inline T aotc_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+// NaN-propagating max/min as two selects: a short-circuit `||` stops GCC's if-conversion, so a
+// loop with several of them (an unrolled pooling window) would not vectorize
+template <typename T> static inline T aotc_maximum(T a, T b) { T m = a < b ? b : a; return b != b ? b : m; }
+template <typename T> static inline T aotc_minimum(T a, T b) { T m = b < a ? b : a; return b != b ? b : m; }
 template <typename T> static inline T aotc_relu(T a) { return a < 0 ? T(0) : a; }
 template <typename T> static inline T aotc_sign(T a) { return T((T(0) < a) - (a < T(0))); }
 template <typename T> static inline T aotc_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }

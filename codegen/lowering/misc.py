@@ -157,6 +157,9 @@ def index(g, metas, x, indices):
     return g.pointwise(shape, x.dtype, fn, "index")
 
 
+WINDOW_UNROLL = 25   # pooling windows up to 5x5 are unrolled (as Inductor does)
+
+
 def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=None,
             count=None, ceil_mode=False):
     """A 2d pooling window as a reduction over (kh, kw) for each output element. Windows that
@@ -184,6 +187,19 @@ def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=
                     h.op(Op.LOGICAL_AND, h.op(Op.GE, j, zero),
                          h.op(Op.LT, j, h.index_expr(W, torch.int64))))
         return h.masked(mask, lambda: h.to_dtype(lx(h, src), acc), pad_value, acc)
+    if isinstance(kh, int) and isinstance(kw, int) and kh * kw <= WINDOW_UNROLL:
+        # a small window: unrolled into a pointwise body, so a kernel vectorizes along the
+        # output's rows (a reduction would vectorize over the window's few elements)
+        combine = Op.MAXIMUM if rtype == R.MAX else Op.ADD
+
+        def fn(h, idx):
+            value = None
+            for a in range(kh):
+                for b in range(kw):
+                    v = body(h, idx, (a, b))
+                    value = v if value is None else h.op(combine, value, v)
+            return h.to_dtype(post(h, value) if post else value, dtype)
+        return g.pointwise(shape, dtype, fn, origin)
     red, = g.reduction(shape, (kh, kw), rtype, acc, body, origin)
     if post is None and acc == dtype:
         return red
