@@ -14,13 +14,19 @@ __all__ = ["load", "CompiledModule", "format"]
 
 
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
-         interpret: bool = False) -> CompiledModule:
+         interpret: bool = False, cuda_graph: bool | None = None) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and the sha256 of every file are checked before anything
     else is read. `device` defaults to the device the artifact was built for; portable
     (extern-only) artifacts may be loaded on any device. Guards are checked on every call unless
     `check_guards=False`.
+
+    `cuda_graph`: on a GPU, an artifact with static sizes captures each entry into a CUDA graph
+    on its first call and replays it afterwards (one launch per call instead of one per
+    kernel), after checking that the replay gives the same results as a plain run; None (the
+    default) does so where it can, False never, True insists (an error says why it cannot).
+    `m.graph_status()` tells what each entry does.
 
     `interpret=True` is a testing aid for machines without a GPU: a CUDA artifact's Triton kernels
     run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
@@ -33,5 +39,5 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
         from aotc.runtime.module import load_library_for, load_weights
         from aotc.runtime.training import TrainableModule
         return TrainableModule(path, manifest, dev, load_weights(path, manifest, dev),
-                               load_library_for(path, manifest), check_guards=check_guards)
-    return CompiledModule(path, manifest, dev, check_guards=check_guards)
+                               load_library_for(path, manifest, dev), check_guards=check_guards)
+    return CompiledModule(path, manifest, dev, check_guards=check_guards, cuda_graph=cuda_graph)

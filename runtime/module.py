@@ -2,7 +2,8 @@
 
 Each call checks the guards (on by default), binds symbolic sizes, runs the entry's compiled plan
 and puts the flat outputs back into the model's own output structure. A CompiledModule holds no
-per-call state, so several threads may call it at once.
+per-call state, so several threads may call it at once (an entry that replays a CUDA graph
+serialises its calls: the graph's buffers are shared; runtime/graphs.py).
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class Entry:
 
 
 class CompiledModule:
-    def __init__(self, path: Path, manifest: dict, device: torch.device, *, check_guards: bool):
+    def __init__(self, path: Path, manifest: dict, device: torch.device, *, check_guards: bool,
+                 cuda_graph: bool | None = None):
         self.path, self.manifest, self.device = path, manifest, device
         self.check_guards = check_guards
         self.weights = weights = load_weights(path, manifest, device)
@@ -43,6 +45,41 @@ class CompiledModule:
             name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device,
                         self.library)
             for name, spec in manifest["entries"].items()}
+        self.graphs = self._graphs(cuda_graph)
+
+    def _graphs(self, wanted: bool | None) -> dict:
+        """Entries that replay a CUDA graph (runtime/graphs.py): on a GPU, static plans, by
+        default; `cuda_graph=False` turns them off, `True` insists (and says why it cannot)."""
+        from aotc.errors import UsageError
+        if wanted is False:
+            return {}
+        if self.device.type != "cuda":
+            if wanted:
+                raise UsageError("CUDA graphs need a CUDA device", where="aotc.load(cuda_graph=)",
+                                 expected="device='cuda'", found=str(self.device),
+                                 fix="load on a GPU, or leave cuda_graph unset")
+            return {}
+        dynamic = [n for n, e in self.entries.items() if e.spec.get("symbols")]
+        if dynamic and wanted:
+            raise UsageError("CUDA graphs replay fixed sizes; this artifact has dynamic dims",
+                             where="aotc.load(cuda_graph=True)", expected="a static artifact",
+                             found=f"symbols {sorted(self.entries[dynamic[0]].spec['symbols'])}",
+                             fix="export with static sizes, or leave cuda_graph unset")
+        from aotc.runtime.graphs import GraphedEntry
+        samples = self.recorded_samples()
+        return {name: GraphedEntry(e, self.device,
+                                   [samples[0]] if samples and name == "forward" else None)
+                for name, e in self.entries.items() if name not in dynamic}
+
+    def graph_status(self) -> dict[str, str]:
+        """Per entry: 'graph' (replays a CUDA graph), 'pending' (captured on its first call),
+        or why it runs without one."""
+        out = {}
+        for name in self.entries:
+            g = self.graphs.get(name)
+            out[name] = ("off" if g is None else g.reason if g.reason is not None
+                         else "graph" if g.graph is not None else "pending")
+        return out
 
     # -------------------------------------------------------------------------------- calling
     def __call__(self, *args):
@@ -52,7 +89,7 @@ class CompiledModule:
         e = self.entries[entry]
         symbols = e.guards.check(args, self.device) if self.check_guards else {}
         with torch.no_grad():
-            flat = e.function(args, symbols)
+            flat = self.graphs.get(entry, e.function)(args, symbols)
         return unflatten(e.tree, flat)
 
     def run_flat(self, entry: str, args) -> tuple:
@@ -60,7 +97,7 @@ class CompiledModule:
         e = self.entries[entry]
         symbols = e.guards.check(tuple(args), self.device) if self.check_guards else {}
         with torch.no_grad():
-            return e.function(tuple(args), symbols)
+            return self.graphs.get(entry, e.function)(tuple(args), symbols)
 
     # --------------------------------------------------------------------------- introspection
     @property

@@ -14,7 +14,8 @@ Each model is exported for `cuda:<arch>` (Triton kernels compiled to cubins), lo
 `aotc.load` (cubins through the CUDA driver API, no Triton), run on CUDA and compared with the
 same model run eagerly on CUDA; the table shows errors, kernel counts, export/load times and
 median latencies. Prebuilt artifacts are checked against the eager outputs recorded when they
-were exported. A few runtime checks follow (index errors, side streams, threads, dynamic sizes).
+were exported. A few runtime checks follow (index errors, side streams, threads, dynamic sizes,
+CUDA graphs), then the bandwidth that single fused kernels reach (the roofline fraction).
 Exit status 1 if anything fails.
 """
 from __future__ import annotations
@@ -119,11 +120,14 @@ def check_model(name: str, dtype: str, arch: str, out: Path) -> dict:
         got = m(*dev_inputs)
         eager_ms = median_ms(lambda: ref_model(*dev_inputs))
     aotc_ms = median_ms(lambda: m(*dev_inputs))
+    plain = aotc.load(path, cuda_graph=False)
+    plain_ms = median_ms(lambda: plain(*dev_inputs))
     abs_err, rel = errors(got, want)
     stats = m.manifest["entries"]["forward"]["stats"]
-    return dict(case=f"{name} {dtype}", ok=rel <= TOL[dtype][1] or abs_err <= TOL[dtype][0],
+    return dict(case=f"{name} {dtype} [{m.graph_status()['forward']}]",
+                ok=rel <= TOL[dtype][1] or abs_err <= TOL[dtype][0],
                 abs=abs_err, rel=rel, kernels=stats.get("kernels", 0), export_s=export_s,
-                load_s=load_s, eager_ms=eager_ms, aotc_ms=aotc_ms)
+                load_s=load_s, eager_ms=eager_ms, aotc_ms=aotc_ms, plain_ms=plain_ms)
 
 
 def check_prebuilt(path: Path) -> dict:
@@ -207,6 +211,31 @@ def runtime_checks(arch: str, out: Path) -> list[dict]:
             raise errs[0]
     row("4 threads calling one module", threads)
 
+    def graph_replays():
+        m, xs = aotc.load(soft, cuda_graph=True), x.cuda()
+        assert m.graph_status()["forward"] == "pending", m.graph_status()
+        y1 = m(xs)
+        assert m.graph_status()["forward"] == "graph", m.graph_status()
+        x2 = torch.randn_like(xs)
+        y2 = m(x2)          # a replay reads the new input ...
+        torch.testing.assert_close(y2, torch.softmax(x2 * 3, -1))
+        torch.testing.assert_close(y1, torch.softmax(xs * 3, -1))   # ... and y1 is unchanged
+        torch.testing.assert_close(m(xs.t().contiguous().t()), y1)   # strided input copied in
+    row("CUDA graph: capture, replay, outputs owned by the caller", graph_replays)
+
+    def graph_index_error():
+        m = aotc.load(emb, cuda_graph=True)
+        t, good = table.cuda(), ids.cuda()
+        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
+        assert m.graph_status()["forward"] == "graph", m.graph_status()
+        try:
+            m(t, torch.tensor([[1, 2], [3, 40]]).cuda())
+            raise AssertionError("an out-of-range index was not reported under a graph")
+        except aotc.GuardError:
+            pass
+        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
+    row("CUDA graph: index out of range -> GuardError", graph_index_error)
+
     def dynamic():
         torch.manual_seed(0)
         model = _sample("transformer.py:Net")().eval()
@@ -222,11 +251,52 @@ def runtime_checks(arch: str, out: Path) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------- roofline
+
+def roofline(arch: str, out: Path) -> list[dict]:
+    """Achieved memory bandwidth of single fused kernels on large tensors, as a fraction of
+    this GPU's device-to-device copy bandwidth measured in the same run (the practical roof)."""
+    from aotc.api import compile_function
+    n = 1 << 26
+    a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    dst = torch.empty_like(a)
+    copy_ms = median_ms(lambda: dst.copy_(a), runs=30)
+    roof = 2 * a.nbytes / copy_ms / 1e6    # GB/s: read + write
+    cases = {
+        "pointwise silu(a)*b+a": (lambda a, b: F_silu(a) * b + a, (a, b), 3),
+        "softmax 16384x4096": (lambda x: torch.softmax(x, -1),
+                               (a[:16384 * 4096].view(16384, 4096),), 2),
+        "layer_norm 16384x4096": (lambda x: torch.nn.functional.layer_norm(x, (4096,)),
+                                  (a[:16384 * 4096].view(16384, 4096),), 2),
+        "sum rows 16384x4096": (lambda x: x.sum(-1), (a[:16384 * 4096].view(16384, 4096),), 1),
+    }
+    rows = [dict(case=f"roof: device copy {roof:.0f} GB/s", ok=True)]
+    for name, (fn, args, passes) in cases.items():
+        try:
+            p = compile_function(fn, tuple(t.cpu() for t in args), out / f"roof_{len(rows)}.aotc",
+                                 target=f"cuda:{arch}", record_samples=False)
+            m = aotc.load(p, cuda_graph=False)
+            ms = median_ms(lambda: m(*args), runs=30)
+            eager_ms = median_ms(lambda: fn(*args), runs=30)
+            nbytes = passes * args[0].nbytes
+            gbs = nbytes / ms / 1e6
+            rows.append(dict(case=f"roof: {name}", ok=True,
+                             note=f"{gbs:.0f} GB/s = {gbs / roof:.0%} of copy "
+                                  f"(aotc {ms:.3f} ms, eager {eager_ms:.3f} ms)"))
+        except Exception as e:
+            rows.append(dict(case=f"roof: {name}", ok=False, note=f"{type(e).__name__}: {e}"[:200]))
+    return rows
+
+
+def F_silu(x):
+    return torch.nn.functional.silu(x)
+
+
 # -------------------------------------------------------------------------------- reporting
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'case':48} {'ok':4} {'max abs':>9} {'max rel':>9} {'kern':>4} {'export s':>8} "
-            f"{'load s':>7} {'eager ms':>8} {'aotc ms':>8}")
+            f"{'load s':>7} {'eager ms':>8} {'aotc ms':>8} {'no graph':>8}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -235,7 +305,7 @@ def print_table(rows: list[dict]) -> None:
             continue
         print(f"{r['case'][:48]:48} {'ok' if r['ok'] else 'FAIL':4} {r['abs']:9.2e} "
               f"{r['rel']:9.2e} {r['kernels']:4d} {r['export_s']:8.1f} {r['load_s']:7.3f} "
-              f"{r['eager_ms']:8.3f} {r['aotc_ms']:8.3f}")
+              f"{r['eager_ms']:8.3f} {r['aotc_ms']:8.3f} {r.get('plain_ms', float('nan')):8.3f}")
 
 
 def cross_build(out: Path, arch: str) -> None:
@@ -258,6 +328,8 @@ def main(argv=None) -> int:
                     help="artifacts built elsewhere (e.g. on a machine without a GPU) to run")
     ap.add_argument("--cross-build", type=Path, help="export artifacts into this folder and stop")
     ap.add_argument("--out", type=Path, help="where to write artifacts (default: a temp dir)")
+    ap.add_argument("--no-roofline", action="store_true",
+                    help="skip the memory-bandwidth measurement of single fused kernels")
     args = ap.parse_args(argv)
     if args.cross_build:
         cross_build(args.cross_build, args.arch or "sm_90")
@@ -288,6 +360,8 @@ def main(argv=None) -> int:
             rows.append(dict(case=f"prebuilt {p.name}", ok=False,
                              note=f"{type(e).__name__}: {e}"[:200]))
     rows += runtime_checks(arch, out)
+    if not args.no_roofline:
+        rows += roofline(arch, out)
     print_table(rows)
     failed = [r["case"] for r in rows if not r["ok"]]
     print(f"\n{len(rows) - len(failed)}/{len(rows)} ok" + (f"; failed: {failed}" if failed else ""))

@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_session.sh OUT DTYPE MODELS [BUDGET_S]
 #
-# OUT gets check.txt (scripts/gpu_check.py, when DTYPE is fp32) and bench/ (benchmarks.run on
+# OUT gets check.txt (scripts/gpu_check.py, when DTYPE is fp32 or CHECK=1) and bench/ (benchmarks.run on
 # cuda with the given models, suite `full`, all systems but AOTInductor, whose per-model build
 # time does not fit a 10-minute part). Run from the repository root; the repository does not
 # need to be installed (it is made importable as `aotc` through a symlink).
@@ -17,7 +17,8 @@ mkdir -p "$OUT" /tmp/aotc-root
 ln -sfn "$PWD" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-if [[ $DTYPE == fp32 && -f scripts/gpu_check.py && -z ${SKIP_CHECK:-} ]]; then
+CHECK=${CHECK:-$([[ $DTYPE == fp32 ]] && echo 1)}   # the correctness checks: fp32 parts by default
+if [[ -n $CHECK && -f scripts/gpu_check.py && -z ${SKIP_CHECK:-} ]]; then
     prebuilt=(.devcarry/prebuilt/*.aotc)   # cubins cross-compiled on the CPU-only machine
     [[ -e ${prebuilt[0]} ]] || prebuilt=()
     timeout -k 5 ${CHECK_S:-240} python3 scripts/gpu_check.py ${prebuilt:+--prebuilt "${prebuilt[@]}"} \
