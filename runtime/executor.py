@@ -32,6 +32,33 @@ def _layout(t: torch.Tensor, stride: tuple, contiguous: bool) -> torch.Tensor:
     return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+# ATen ops called as tensor methods (name, positional argument count) or torch functions; the
+# plan's arguments are these bindings' positional arguments in the same order
+_METHODS = {"aten::view.default": ("view", 2), "aten::reshape.default": ("reshape", 2),
+            "aten::permute.default": ("permute", 2), "aten::expand.default": ("expand", 2),
+            "aten::select.int": ("select", 3), "aten::unsqueeze.default": ("unsqueeze", 2),
+            "aten::t.default": ("t", 1), "aten::transpose.int": ("transpose", 3)}
+_FUNCTIONS = {"aten::addmm.default": torch.addmm, "aten::mm.default": torch.mm,
+              "aten::bmm.default": torch.bmm, "aten::baddbmm.default": torch.baddbmm}
+
+
+def _reads_only(step: dict, slots: set) -> bool:
+    """Whether every tensor the step reads is in `slots` (and no size is symbolic)."""
+    found = []
+
+    def walk(a):
+        if isinstance(a, list):
+            return all(walk(x) for x in a)
+        if isinstance(a, dict):
+            if "sym" in a:
+                return False
+            if "slot" in a:
+                found.append(a["slot"])
+        return True
+    ok = walk(step["args"]) and walk(list(step["kwargs"].values()))
+    return ok and bool(found) and all(i in slots for i in found)
+
+
 def _weight(slot: dict, weights: dict) -> torch.Tensor:
     """A weight as its slot wants it: "memory_format": "channels_last" (a convolution weight
     that the plan runs channels-last) is converted here, once, at load."""
@@ -107,31 +134,54 @@ class PlanFunction:
         if ins:
             lines.append(f"    {', '.join(ins)}, = inputs")
         checked: set[int] = set()
+        # views of weights (a linear layer's transposed weight) are taken once, here
+        folded = {i for i, s in enumerate(slots) if s["kind"] == SlotKind.WEIGHT} \
+            if self.static_weights else set()
         for step in plan["steps"]:
             kind = step["kind"]
             if kind == StepKind.FREE:
-                if step["slots"]:   # donated slots stay bound until a kernel reuses them
-                    lines.append(f"    del {', '.join(names[i] for i in step['slots'])}")
+                dead = [names[i] for i in step["slots"] if i not in folded]
+                if dead:   # donated slots stay bound until a kernel reuses them
+                    lines.append(f"    del {', '.join(dead)}")
                 continue
             if kind == StepKind.KERNEL:
-                lines += self._kernel(step, slots, names, weights, checked)
+                lines += self._kernel(step, slots, names, weights, checked, folded)
                 continue
             if kind not in (StepKind.EXTERN, StepKind.VIEW):
                 raise ArtifactError(f"unknown plan step kind {kind!r}", where=plan["entry"],
                                     expected=[k.value for k in StepKind], found=kind,
                                     fix="upgrade aotc or re-export the model")
-            fn = self._global(step["op"].replace("::", "_"), resolve_op(step["op"]))
             args = [decode_arg(a, slot_name, device) for a in step["args"]]
             args += [f"{k}={decode_arg(v, slot_name, device)}" for k, v in step["kwargs"].items()]
+            call = self._call(step, args)
+            if kind == StepKind.VIEW and len(step["out"]) == 1 and step["out"][0] is not None \
+                    and _reads_only(step, folded):
+                out = step["out"][0]
+                value = eval(call, self.namespace)  # noqa: S307 - source built above
+                names[out] = self._global(f"c{out}", value)
+                folded.add(out)
+                continue
             outs = [names[o] if o is not None else "_" for o in step["out"]]
             target = outs[0] if step.get("single", True) else ", ".join(outs) + ","
-            lines.append(f"    {target} = {fn}({', '.join(args)})")
+            lines.append(f"    {target} = {call}")
         lines += flag_tail
         rets = [names[o["slot"]] if "slot" in o else repr(o["const"]) for o in plan["outputs"]]
         lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(lines) + "\n"
 
-    def _kernel(self, step, slots, names, weights, checked) -> list[str]:
+    def _call(self, step: dict, args: list[str]) -> str:
+        """Source of one ATen call: common views and matmuls through torch's Python bindings
+        (about 1 us cheaper per call than an OpOverload), the rest through the overload."""
+        op, n = step["op"], len(step["args"])
+        method = _METHODS.get(op)
+        if method is not None and not step["kwargs"] and n == method[1]:
+            return f"{args[0]}.{method[0]}({', '.join(args[1:])})"
+        if op in _FUNCTIONS:
+            return f"{self._global(_FUNCTIONS[op].__name__, _FUNCTIONS[op])}({', '.join(args)})"
+        fn = self._global(op.replace("::", "_"), resolve_op(op))
+        return f"{fn}({', '.join(args)})"
+
+    def _kernel(self, step, slots, names, weights, checked, folded=frozenset()) -> list[str]:
         """Lines that allocate a kernel's outputs and call it with data pointers."""
         if self.library is None:
             raise ArtifactError(f"the plan calls kernel {step['name']} but the artifact has no "
@@ -154,6 +204,13 @@ class PlanFunction:
                 continue
             if s["kind"] == SlotKind.WEIGHT:
                 ptrs.append(ptr(names[i]))
+                continue
+            if i in folded:   # a view of weights, taken at load: laid out once, here
+                t = _layout(self.namespace[names[i]], tuple(s["stride"]), s.get("contiguous",
+                                                                                 False))
+                ptrs.append(self._global(f"p_{names[i]}", t if launch is not None
+                                         else t.data_ptr()))
+                self.namespace.setdefault("_keep", []).append(t)
                 continue
             if s.get("producer") != "kernel" and i not in checked:
                 checked.add(i)
