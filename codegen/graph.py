@@ -172,6 +172,8 @@ class GraphLowering:
         if fn is not None:
             args = [self.decode(a) for a in node["args"]]
             kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
+            if is_view(op) and sum(self.users.get(o, 0) for o in node["out"]) > 1:
+                self._realize_shared(args)
             self.arg_origins = _lazy_origins(args + list(kwargs.values()))
             metas = [self.values[o] for o in node["out"]]
             try:
@@ -212,6 +214,20 @@ class GraphLowering:
             if cost.ops > INLINE_LIMIT or (tv.users > 1 and (cost.expensive or
                                                              cost.ops > MULTI_USE_COST)):
                 self.realize(tv)
+
+    def _realize_shared(self, args) -> None:
+        """A view read more than once hides its base's users: an expensive lazy base (a GELU
+        backward, say) is realized first, so the view's readers load it instead of each
+        recomputing it."""
+        for a in args:
+            if isinstance(a, TensorValue) and a.body is not None and a.buffer is None:
+                cost = body_cost(a.shape, a.loader)
+                if cost.expensive or cost.ops > MULTI_USE_COST:
+                    self.realize(a)
+        for i, a in enumerate(args):   # read the realized values from here on
+            if isinstance(a, TensorValue) and a.buffer is not None and a.body is not None:
+                args[i] = next((v for v in self.env.values() if isinstance(v, TensorValue)
+                                and v.buffer is a.buffer and v.body is None), a)
 
     def used(self, i: int) -> bool:
         """Whether output `i` of the node being lowered is read by anything."""

@@ -175,6 +175,11 @@ class NullHandler:
     def indirect(self, value, size):
         return sympy.Symbol(f"indirect{id(value)}", integer=True)
 
+    def bounded_index(self, expr, size):
+        """`expr`, known by the caller to lie in [0, size) where it is used (inside a mask
+        that says so): a backend may name it to simplify the indices that use it."""
+        return expr
+
 
 # ---------------------------------------------------------------------------------- IR nodes
 
@@ -239,6 +244,23 @@ def index_bounds(expr, ranges: dict) -> tuple | None:
     for term in sympy.Add.make_args(sympy.expand(expr)):
         loops = [v for v in term.free_symbols if v in ranges]
         mods = [f for f in sympy.Mul.make_args(term) if isinstance(f, ModIndex)]
+        floors = [f for f in sympy.Mul.make_args(term) if isinstance(f, FloorDiv)]
+        if len(floors) + len(mods) == 1 and (floors or mods)[0].args[1].is_positive:
+            f = (floors or mods)[0]
+            factor = sympy.cancel(term / f)
+            if not factor.is_nonnegative or factor.free_symbols & set(ranges):
+                return None
+            inner = index_bounds(f.args[0], ranges)
+            if inner is None and floors:
+                return None
+            if floors:
+                lo, hi = lo + factor * FloorDiv(inner[0], f.args[1]), \
+                    hi + factor * FloorDiv(inner[1], f.args[1])
+            elif inner is not None and (f.args[1] - 1 - inner[1]).is_nonnegative:
+                lo, hi = lo + factor * inner[0], hi + factor * inner[1]   # never wraps
+            else:
+                hi = hi + factor * (f.args[1] - 1)
+            continue
         if not loops and not mods:
             if not term.is_nonnegative:
                 return None
@@ -264,21 +286,65 @@ def _divisible(term, b) -> bool:
 
 def simplify_index(expr, ranges: dict):
     """Fold FloorDiv/ModIndex using the ranges of the loop variables (var -> size)."""
+    def nonnegative(e) -> bool:   # so C's truncating / and % agree with floor semantics
+        bounds = index_bounds(e, ranges)
+        return bounds is not None and sympy.simplify(bounds[0]).is_nonnegative is True
+
+    def within(e, k) -> bool:   # 0 <= e < k for every value of the loop variables
+        bounds = index_bounds(e, ranges)
+        return bounds is not None and sympy.simplify(bounds[0]).is_nonnegative is True and \
+            sympy.simplify(k - 1 - bounds[1]).is_nonnegative is True
+
     def fold(e):
         if not e.args:
             return e
         e = e.func(*[fold(a) for a in e.args])
-        if isinstance(e, (FloorDiv, ModIndex)):
-            a, b = e.args
-            keep, rest = [], []
-            for term in sympy.Add.make_args(sympy.expand(a)):
-                (keep if _divisible(term, b) else rest).append(term)
-            rest_e = sympy.Add(*rest)
-            bounds = index_bounds(rest_e, ranges)
-            if bounds is not None and sympy.simplify(bounds[0]).is_nonnegative and \
-                    sympy.simplify(b - 1 - bounds[1]).is_nonnegative:
-                if isinstance(e, FloorDiv):
-                    return sympy.expand(sympy.Add(*keep) / b)
-                return rest_e
+        if isinstance(e, sympy.Add):
+            return _recombine(e)
+        if not isinstance(e, (FloorDiv, ModIndex)):
+            return e
+        a, b = e.args
+        terms = sympy.Add.make_args(sympy.expand(a))
+        keep = [t for t in terms if _divisible(t, b)]
+        rest = sympy.Add(*[t for t in terms if not _divisible(t, b)])
+        if within(rest, b):
+            return sympy.expand(sympy.Add(*keep) / b) if isinstance(e, FloorDiv) else rest
+        if keep and nonnegative(rest):   # whole multiples of b leave the division
+            if isinstance(e, FloorDiv):
+                return sympy.expand(sympy.Add(*keep) / b) + fold(FloorDiv(rest, b))
+            return fold(ModIndex(rest, b))
+        # (k*x + y) // (k*m) == x // m and (k*x + y) % (k*m) == k*(x % m) + y, for 0 <= y < k:
+        # a flattened row index divided back into its dims ((p0 + 512*r0) // 32768 -> r0 // 64)
+        if b.is_Integer:
+            for k in sorted({int(sympy.gcd(_coefficient(t), b)) for t in terms}, reverse=True):
+                if k <= 1 or k == b:
+                    continue
+                big = [t for t in terms if _divisible(t, k)]
+                small = sympy.Add(*[t for t in terms if not _divisible(t, k)])
+                if big and within(small, k):
+                    x = sympy.expand(sympy.Add(*big) / k)
+                    if isinstance(e, FloorDiv):
+                        return fold(FloorDiv(x, b // k))
+                    return sympy.expand(k * fold(ModIndex(x, b // k)) + small)
         return e
     return fold(sympy.expand(expr))
+
+
+def _coefficient(term) -> sympy.Integer:
+    c, _ = term.as_coeff_Mul()
+    return sympy.Integer(c) if c.is_Integer else sympy.Integer(1)
+
+
+def _recombine(e: sympy.Expr) -> sympy.Expr:
+    """c*(x % m) + c*m*(x // m) -> c*x: a dim split by a view and joined again."""
+    terms = list(sympy.Add.make_args(e))
+    for t in terms:
+        c, f = t.as_coeff_Mul()
+        if not isinstance(f, ModIndex):
+            continue
+        x, m = f.args
+        partner = c * m * FloorDiv(x, m)
+        if any(sympy.expand(u - partner) == 0 for u in terms):
+            rest = [u for u in terms if u is not t and sympy.expand(u - partner) != 0]
+            return _recombine(sympy.Add(*rest, c * x))
+    return e

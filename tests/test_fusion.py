@@ -147,3 +147,55 @@ def test_out_of_range_index_raises_guard_error(tmp_path):
     with pytest.raises(aotc.GuardError, match="out of range"):
         m(table, torch.tensor([[1, 2], [3, 40]]))
     torch.testing.assert_close(m(table, ids), F.embedding(ids, table) * 2)
+
+
+# ------------------------------------------------------------------ index arithmetic, reductions
+
+def test_index_simplification_undoes_flatten_and_split():
+    import sympy
+    from aotc.codegen.ir import FloorDiv, ModIndex, index_bounds, simplify_index
+    p0, p1, r0, x0 = sympy.symbols("p0 p1 r0 x0", integer=True, nonnegative=True)
+    # a [512, 512] row index split back into [8, 64, 512]: (p0 + 512 r0) -> dims -> 512 r0 + p0
+    a = p0 + 512 * r0
+    split = ModIndex(a, 512) + 512 * ModIndex(FloorDiv(a, 512), 64) + \
+        32768 * ModIndex(FloorDiv(a, 32768), 8)
+    assert simplify_index(split, {p0: 512, r0: 512}) == a
+    assert simplify_index(FloorDiv(a, 32768), {p0: 512, r0: 512}) == FloorDiv(r0, 64)
+    # whole multiples leave a division only when what is left stays non-negative
+    assert simplify_index(ModIndex(8192 * p0 + x0, 32), {p0: 8, x0: 384}) == ModIndex(x0, 32)
+    assert simplify_index(FloorDiv(-256 + 8192 * p0 + x0, 32), {p0: 8, x0: 384}) == \
+        256 * p0 - 8 + FloorDiv(x0, 32)
+    assert simplify_index(FloorDiv(-5 + 8192 * p0 + x0, 32), {p0: 8, x0: 384}) == \
+        FloorDiv(-5 + 8192 * p0 + x0, 32)   # x0 - 5 may be negative: C's / would truncate
+    assert index_bounds(FloorDiv(r0, 64), {r0: 512}) == (0, 7)
+    assert index_bounds(3 * ModIndex(p1, 64), {p1: 10}) == (0, 27)
+
+
+@pytest.mark.parametrize("shape,dims", [((512, 384), 0), ((8, 64, 384), (0, 1)),
+                                        ((37, 45), 0), ((4, 100, 70), 1)])
+def test_column_sums_accumulate_by_blocks_of_columns(shape, dims, tmp_path):
+    """A sum over rows (a bias gradient) reads along the kept dim: it is reduced row by row
+    into blocks of accumulators, vectorized along the columns, not gathered down each one."""
+    x = torch.randn(*shape)
+    fn = lambda x: (x * 2).sum(dims)
+    text = cpp(fn, x)
+    assert "by columns of 64" in text and "acc[p" in text
+    m = aotc.load(compile_function(fn, (x,), tmp_path / "c.aotc"))
+    torch.testing.assert_close(m(x), fn(x), rtol=1e-5, atol=1e-4)
+
+
+def test_row_sums_keep_the_vectorized_reduction():
+    assert "by columns" not in cpp(lambda x: x.sum(-1), torch.randn(64, 128))
+
+
+def test_cat_parts_index_with_their_own_bounded_variable(tmp_path):
+    """Inside its mask a part of `cat` reads through a named index in [0, its size), so the
+    view arithmetic of permuted parts folds (no division left of the flattened row index)."""
+    q, k = torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16)
+    fn = lambda q, k: torch.cat([q.transpose(1, 2).reshape(2, 8, 64),
+                                 k.transpose(1, 2).reshape(2, 8, 64)], -1) * 3
+    text = cpp(fn, q, k)
+    assert "int64_t t" in text and "(-64 + x0)" in text
+    assert "8192" not in text
+    m = aotc.load(compile_function(fn, (q, k), tmp_path / "cat.aotc"))
+    torch.testing.assert_close(m(q, k), fn(q, k))

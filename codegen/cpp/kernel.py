@@ -19,6 +19,7 @@ from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, va
 from aotc.codegen.scheduler import Kernel
 
 PARALLEL_MIN_ELEMENTS = 32768   # below this a kernel runs on one thread (OpenMP start-up costs)
+COLUMN_BLOCK = 64               # accumulators per column block of a column reduction
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,23 @@ class CppHandler:
             self.vectorizable = False
             self.inner.add(symbol)
         return symbol
+
+
+def _bounded_index(self, expr, size):
+    """A named index variable in [0, size): `x0 - 256` inside the mask `x0 >= 256` (a part
+    of a `cat`) simplifies the view arithmetic of the loads that use it."""
+    expr = simplify_index(sympy.sympify(expr), self.ranges)
+    if not expr.free_symbols or (expr.is_Symbol and self.ranges.get(expr) == size):
+        return expr
+    value = self._var(cexpr(expr), torch.int64, self._invariant(expr))
+    symbol = sympy.Symbol(value.expr, integer=True, nonnegative=True)
+    self.ranges[symbol] = sympy.sympify(size)
+    if not value.inv:
+        self.inner.add(symbol)
+    return symbol
+
+
+CppHandler.bounded_index = _bounded_index
 
 
 def _pow_by_constant(x: str, exponent: str, ct: str) -> str | None:
@@ -347,13 +365,87 @@ class KernelWriter:
         return [f"{ct} {best} = {ct}(0);", f"int64_t {idx} = -1;", *h.pre,
                 *_loops(rvars, body.reduction_ranges, lines, None)]
 
+    # -------------------------------------------------------------------- column reductions
+    def _column_node(self):
+        """The kernel's one node if it is a sum or product whose reads run contiguously along
+        its last output dim and stride over its innermost reduced dim (a bias gradient: the
+        column sums of a [rows, features] matrix). Reduced row by row into a block of
+        accumulators, it vectorizes along the columns instead of gathering down each one."""
+        if len(self.k.nodes) != 1 or not self.pvars:
+            return None
+        node = self.k.nodes[0]
+        body = node.body
+        if (not isinstance(body, Reduction) or body.reduction_type not in (R.SUM, R.PROD)
+                or len(node.buffers) != 1 or node.buffers[0].name not in self.stored
+                or not body.reduction_ranges):
+            return None
+        from aotc.codegen.scheduler import LoadRecorder
+        rvars = index_vars("r", len(body.reduction_ranges))
+        rec = LoadRecorder()
+        body.inner_fn(rec, self.pvars, rvars)
+        if not rec.loads:
+            return None
+        last, inner = self.pvars[-1], rvars[-1]
+        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
+        loads = [simplify_index(i, ranges) for _, i in rec.loads]
+        coef = lambda idx, v: sympy.expand(idx).coeff(v)
+        along = [i for i in loads if coef(i, last) == 1]
+        if not along or any(coef(i, inner) == 1 for i in loads):
+            return None
+        return node
+
+    def column_source(self, node) -> list:
+        body, buf = node.body, node.buffers[0]
+        rtype = body.reduction_type
+        rvars = index_vars("r", len(body.reduction_ranges))
+        last, n = self.pvars[-1], cexpr(self.k.prefix[-1])
+        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
+        ct, fp = value_type(body.dtype), body.dtype.is_floating_point
+        init, update, _ = _ACC[rtype]
+        lines: list = []
+        h = self._handler(lines, ranges, (last, *rvars))
+        v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
+        self.reads |= h_reads(h)
+        slot = f"acc[{last} - xb]"
+        lines.append(update(slot, v.expr))
+        simd = "#pragma omp simd" if h.vectorizable else None
+        column = [f"for (int64_t {last} = xb; {last} < xe; ++{last}) {{",
+                  *["    " + ln for ln in lines], "}"]
+        if simd:
+            column.insert(0, simd)
+        store = _store(buf, linear_index(self.pvars, buf.stride), CVal(slot, buf.dtype))
+        block = [f"const int64_t xe = std::min<int64_t>(xb + {COLUMN_BLOCK}, {n});",
+                 f"{ct} acc[{COLUMN_BLOCK}];",
+                 f"for (int64_t i = 0; i < {COLUMN_BLOCK}; ++i) acc[i] = {init(ct, fp)};",
+                 *h.pre,
+                 *_loops(rvars, body.reduction_ranges, column, None),
+                 f"for (int64_t {last} = xb; {last} < xe; ++{last}) {store}"]
+        head = [f"// {buf.name} = {rtype.value}({'+'.join(body.origins)}) over "
+                f"{[str(s) for s in body.reduction_ranges]}, by columns of {COLUMN_BLOCK}"]
+        par = self._parallel_clause()
+        outer = self.pvars[:-1]
+        pragma = (f"#pragma omp parallel for collapse({len(outer) + 1}){par}"
+                  if par is not None else None)
+        xb = [f"for (int64_t xb = 0; xb < {n}; xb += {COLUMN_BLOCK}) {{",
+              *["    " + ln for ln in block], "}"]
+        if not outer:
+            return head + ([pragma] if pragma else []) + xb
+        return head + _loops(outer, self.k.prefix[:-1], xb, None, pragma)
+
     # ------------------------------------------------------------------------------ kernel
     def source(self) -> tuple[str, list[str], list[str], list[str]]:
         """(C++ source, buffers read, buffers written, dim-size symbols taken as arguments)."""
         body: list = []
+        column = self._column_node()
+        if column is not None:
+            return self._wrap(self.column_source(column), flat=True)
         for node in self.k.nodes:
             body += (self.reduction(node) if isinstance(node.body, Reduction)
                      else self.pointwise(node))
+        return self._wrap(body)
+
+    def _wrap(self, body: list, flat: bool = False) -> tuple[str, list[str], list[str], list[str]]:
+        """The function around `body` (`flat`: it holds its own loops over the rows)."""
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
         ins = sorted(self.reads - set(written))
@@ -365,7 +457,9 @@ class KernelWriter:
         lines = [f"// {self.k.name}: " + "; ".join(self.k.reasons),
                  f'extern "C" int {self.k.name}({", ".join(params)}) {{',
                  "    int aotc_err = 0;"]
-        if self.mode == "outer" and self.pvars:
+        if flat:
+            lines += ["    " + ln for ln in body]
+        elif self.mode == "outer" and self.pvars:
             par = self._parallel_clause()
             pragma = (f"#pragma omp parallel for collapse({len(self.pvars)}){par}"
                       if par is not None else None)

@@ -27,9 +27,10 @@ def cat(g, metas, tensors, dim=0):
         return g.pointwise(shape, dtype, lambda h, idx: h.constant(0, dtype), "cat")
 
     def fn(h, idx):
-        def load(k):
+        def load(k):   # called inside the mask that keeps idx[dim] in part k's range
             off, t = parts[k]
-            i = tuple(v - off if d == dim else v for d, v in enumerate(idx))
+            i = tuple(h.bounded_index(v - off, t.shape[dim]) if d == dim and len(parts) > 1
+                      else v for d, v in enumerate(idx))
             return h.to_dtype(t.loader(h, i), dtype)
         # every part, the last one too, is read only in its own range: no load outside a buffer
         i = h.index_expr(idx[dim], torch.int64)
