@@ -22,13 +22,6 @@ def _bytes(n: int) -> str:
         n /= 1024
 
 
-def _meta_bytes(meta: dict) -> int:
-    n = torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
-    for d in meta["shape"]:
-        n *= d if isinstance(d, int) else 0
-    return n
-
-
 def _guard_words(spec: dict) -> list[str]:
     lines = []
     for i, inp in enumerate(spec["inputs"]):
@@ -106,13 +99,11 @@ def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
         plan = json.loads((path / e["plan"]).read_text()) if fusion else None
         out += _entry_lines(name, e, plan, fusion)
     if "training" in m:
-        t = m["training"]
-        fwd = m["entries"]["forward"]["outputs"]
-        saved = fwd[t["num_outputs"] + len(t["mutated"]):]
-        nbytes = sum(_meta_bytes(o) for o in saved if o)
+        from aotc.runtime.training import saved_for_backward
+        t, saved = m["training"], saved_for_backward(m)
         out.append(f"\ntraining: {len(t['params'])} parameters, {len(t['buffers'])} buffers "
                    f"({len(t['mutated'])} updated by forward); saved for backward: "
-                   f"{len(saved)} tensors, {_bytes(nbytes)} per step")
+                   f"{saved['count']} tensors, {_bytes(saved['bytes'])} per step")
     w = m["weights"]
     out.append(f"\nweights: {w['count']} tensors, {_bytes(w['bytes'])}"
                + (f" ({len(w['aliases'])} tied)" if w["aliases"] else ""))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from aotc.runtime.guards import Guards
 from aotc.runtime.module import Entry
 from aotc.runtime.trees import unflatten
 
@@ -39,13 +40,12 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         module = ctx.module
-        tangents = [g if g is not None else torch.zeros(s, dtype=d, device=module.device)
-                    for g, (s, d), need in zip(grads, ctx.out_meta, module.needs_grad) if need]
-        bwd = module.entries["backward"]
-        args = tuple(ctx.saved_tensors) + tuple(tangents)
-        if module.check_guards:
-            bwd.guards.check(args, module.device)
-        res = bwd.function(args, {})
+        tangents = tuple(g if g is not None else torch.zeros(s, dtype=d, device=module.device)
+                         for g, (s, d), need in zip(grads, ctx.out_meta, module.needs_grad)
+                         if need)
+        if module.check_guards:   # what forward saved comes from the plan itself, unchecked:
+            module.tangent_guards.check(tangents, module.device)   # some live on the host
+        res = module.entries["backward"].function(tuple(ctx.saved_tensors) + tangents, {})
         n, nb = len(module.param_list), len(module.buffer_names)
         return (None, *res[:n], *res[n + nb:])
 
@@ -72,13 +72,38 @@ class TrainableModule(torch.nn.Module):
             name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), owned,
                         device, library, static_weights=False)
             for name, spec in manifest["entries"].items()}
+        # backward's inputs: what forward saved, then the gradients of the outputs (tangents).
+        # Only tangents come from outside; saved tensors may live on the host (CUDA attention
+        # saves its dropout seed and offset as CPU scalars).
+        saved = saved_for_backward(manifest)["count"]
+        self.tangent_guards = Guards(manifest["entries"]["backward"]["inputs"][saved:], {}, [])
 
     def forward(self, *inputs):
         outs = _Step.apply(self, *self.param_list, *inputs)
         return unflatten(self.entries["forward"].spec["output_tree"], outs)
 
+    def saved_for_backward(self) -> dict:
+        """What one forward keeps for backward, from the manifest: {"count", "bytes"}."""
+        return saved_for_backward(self.manifest)
+
     def extra_repr(self) -> str:
         return f"artifact={str(self.path)!r}, training"
+
+
+def saved_for_backward(manifest: dict) -> dict:
+    """The tensors a training artifact's forward returns for its backward (the outputs after
+    the model's outputs and the updated buffers): {"count", "bytes", "tensors": [meta...]}.
+    Shapes are static in training artifacts."""
+    t = manifest["training"]
+    metas = manifest["entries"]["forward"]["outputs"][t["num_outputs"] + len(t["mutated"]):]
+    nbytes = 0
+    for meta in metas:
+        if meta:
+            n = torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
+            for d in meta["shape"]:
+                n *= d if isinstance(d, int) else 0
+            nbytes += n
+    return {"count": len(metas), "bytes": nbytes, "tensors": metas}
 
 
 def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False):

@@ -1,0 +1,628 @@
+"""Training-step benchmark: eager vs torch.compile vs aotc training artifacts.
+
+    python -m benchmarks.training --device cpu --threads 1 --out benchmarks/results/cpu-training
+    python -m benchmarks.training --device cuda --dtype bf16 --out DIR       # a GPU machine
+
+One training step is what a training loop does per batch, minus the optimizer:
+
+    for p in params: p.grad = None          # zero_grad(set_to_none=True)
+    loss = projection_loss(module(*inputs))  # forward + loss
+    loss.backward()                          # backward: gradients of every parameter
+
+No optimizer step is taken (it is the same `torch.optim` code for every system and would only
+dilute the differences); weights therefore stay the same from step to step. The loss is the
+same for every system and computed outside the model: every floating output `o` is multiplied
+by a fixed random tensor `w` of its shape and summed, `sum((o.float() * w).sum())`, so the
+gradient reaches every output element with non-trivial weights (a plain sum would give zero
+gradients through a final layer norm).
+
+Systems:
+  eager          the model in train mode
+  torch.compile  `torch.compile(model)` (default mode: Inductor compiles forward and backward;
+                 its first step includes both compilations). Inductor's `fallback_random` is on,
+                 so dropout draws from torch's generator as in eager and in aotc, and gradients
+                 can be compared under one seed (it only changes how dropout masks are drawn).
+  aotc           `aotc.export(model, inputs, path, train=True, target=DEVICE)` then
+                 `aotc.load(path)`: a TrainableModule whose forward and backward run the
+                 artifact's compiled plans inside a torch.autograd.Function.
+
+Per model (the `small` registry configs of benchmarks/models.py: mlp, cnn, transformer_block,
+gpt2, bert, at their throughput batch; `--size full` for the published sizes on a GPU):
+  1. model and inputs built seeded, cast to the run dtype on the device, put in train mode;
+  2. reference gradients: a copy of the model and float inputs in float64, one step;
+  3. per system, eager first: build (export / compile), load, first step, each in isolation
+     under a time limit (failures are recorded, the run goes on);
+  4. eager's step is run twice more under the same seed: gradients that are not bitwise equal
+     mark every system `eager_nondeterministic`;
+  5. each system's gradients (of every parameter, by name, one step under the same seed as
+     eager's) are judged with benchmarks/accuracy.py's rule against eager's and the float64
+     reference: a system with wrong gradients is `fail_accuracy` and its speedup never
+     enters the summary;
+  6. timing as in benchmarks/harness.py: warm-up, then rounds in which every system takes one
+     step (interleaved, rotating order, device synchronized after each), medians;
+     speedup = eager median / system median; spread = median / min;
+  7. saved for backward: one more step per system with torch.autograd.graph.saved_tensors_hooks
+     installed, summing the bytes of the distinct storages the step saves for backward (each
+     storage counted once, a view counting its whole storage; parameters, buffers, the inputs
+     and the loss weights are not counted: they exist anyway). The same measurement for every
+     system (torch.compile's and aotc's autograd Functions save through the same hooks); for
+     aotc the manifest's figure (what `aotc inspect` prints as "saved for backward": every
+     saved tensor at its own size, parameters included) is reported too. On CUDA the step's
+     peak allocation above what was allocated before it is recorded as well.
+
+Output in --out: results.json (meta, summary, one record per model) and results.md.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from benchmarks import harness, models, report, systems
+from benchmarks.accuracy import flatten, judge
+from benchmarks.harness import Status, describe, time_limit
+
+MODELS = ("mlp", "cnn", "transformer_block", "gpt2", "bert")
+SYSTEMS = ("eager", "torch.compile", "aotc")
+# Per device: (warmup, min rounds, max rounds, timing seconds per model, build limit seconds).
+TIMING = {"cpu": (3, 10, 100, 3.0, 300.0), "cuda": (10, 20, 200, 3.0, 420.0)}
+LOSS_SEED = 1234     # the loss's fixed projection weights
+STEP_SEED = 7        # dropout masks of the steps whose gradients are compared
+
+
+# --------------------------------------------------------------------------------- systems
+@dataclass(kw_only=True, slots=True)
+class Trainee:
+    """A system ready to train: `module` owns the parameters, `forward()` runs it once on the
+    benchmark inputs."""
+    module: torch.nn.Module
+    forward: object
+    build_s: float | None = None
+    load_s: float | None = None
+    artifact_bytes: int | None = None
+    manifest_saved: dict | None = None   # aotc: what its manifest says forward saves
+
+
+class EagerTrain(systems.System):
+    name = "eager"
+
+    def build(self, model, inputs, workdir):
+        return Trainee(module=model, forward=lambda: model(*inputs))
+
+
+class CompileTrain(systems.System):
+    name = "torch.compile"
+    compiles_on_first_call = True
+    uses_inductor = True
+
+    def build(self, model, inputs, workdir):
+        model = copy.deepcopy(model)
+        compiled = torch.compile(model)
+        return Trainee(module=model, forward=lambda: compiled(*inputs))
+
+
+class AotcTrain(systems.System):
+    name = "aotc"
+    cache_env = "XDG_CACHE_HOME"
+
+    def build(self, model, inputs, workdir):
+        import aotc
+        device = inputs[0].device
+        t0 = time.perf_counter()
+        path = aotc.export(copy.deepcopy(model), inputs, workdir / "model.aotc", train=True,
+                           target=device.type)
+        build_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        module = aotc.load(path, device=device)
+        load_s = time.perf_counter() - t0
+        saved = module.saved_for_backward()
+        return Trainee(module=module, forward=lambda: module(*inputs), build_s=build_s,
+                       load_s=load_s, artifact_bytes=systems.directory_bytes(path),
+                       manifest_saved={"count": saved["count"], "bytes": saved["bytes"]})
+
+
+TRAIN_SYSTEMS = {s.name: s for s in (EagerTrain(), CompileTrain(), AotcTrain())}
+
+
+def select(names: list[str] | None) -> list[systems.System]:
+    unknown = sorted(set(names or ()) - set(TRAIN_SYSTEMS))
+    if unknown:
+        raise ValueError(f"unknown system(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(TRAIN_SYSTEMS)}")
+    return [TRAIN_SYSTEMS[n] for n in ["eager"] + [n for n in (names or SYSTEMS) if n != "eager"]]
+
+
+@contextmanager
+def eager_rng_in_inductor():
+    """Inductor draws dropout masks from torch's generator (as eager and aotc do) while this
+    benchmark runs, so one seed gives every system the same masks."""
+    import torch._inductor.config as inductor_config
+    with inductor_config.patch(fallback_random=True):
+        yield
+
+
+# ------------------------------------------------------------------------------ one step
+def projection_weights(outputs, seed: int = LOSS_SEED) -> list[torch.Tensor]:
+    """The loss's fixed weights: one float32 tensor per floating output, on its device."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(o.shape, generator=g).to(o.device) for o in flatten(outputs)
+            if o.is_floating_point()]
+
+
+def projection_loss(outputs, weights: list[torch.Tensor]) -> torch.Tensor:
+    outs = [o for o in flatten(outputs) if o.is_floating_point()]
+    if len(outs) != len(weights):
+        raise RuntimeError(f"{len(outs)} floating outputs, the loss has {len(weights)} weights")
+    return sum((o.to(w.dtype) * w).sum() for o, w in zip(outs, weights))
+
+
+def make_step(t: Trainee, weights: list[torch.Tensor]):
+    params = [p for p in t.module.parameters() if p.requires_grad]
+
+    def step():
+        for p in params:
+            p.grad = None
+        projection_loss(t.forward(), weights).backward()
+    return step
+
+
+def gradients(module: torch.nn.Module) -> dict[str, torch.Tensor | None]:
+    return {n: (None if p.grad is None else p.grad.detach().clone())
+            for n, p in module.named_parameters() if p.requires_grad}
+
+
+def seeded_step(step, module, seed: int = STEP_SEED) -> dict:
+    """One step with the dropout masks of `seed`; the gradients it gave."""
+    torch.manual_seed(seed)
+    step()
+    return gradients(module)
+
+
+def grad_list(grads: dict, names: list[str], like: dict) -> list[torch.Tensor]:
+    """Gradients in eager's parameter order; a missing one (None) counts as zeros."""
+    out = []
+    for n in names:
+        g = grads.get(n)
+        out.append(torch.zeros_like(like[n]) if g is None else g)
+    return out
+
+
+def saved_for_backward(t: Trainee, weights: list, inputs: tuple, device) -> dict:
+    """Step 7: one step with saved-tensor hooks: the distinct storages saved for backward that
+    are not parameters, buffers, inputs or loss weights (count and bytes); on CUDA also the
+    step's peak allocation above the memory in use before it."""
+    exclude = {x.untyped_storage().data_ptr()
+               for x in [*t.module.parameters(), *t.module.buffers(), *inputs, *weights]}
+    seen: dict[int, int] = {}
+    calls = [0]
+
+    def pack(x):
+        calls[0] += 1
+        storage = x.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr and ptr not in exclude:
+            seen[ptr] = storage.nbytes()
+        return x
+
+    for p in t.module.parameters():
+        p.grad = None
+    out: dict = {}
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        loss = projection_loss(t.forward(), weights)
+    out.update(saved_bytes=sum(seen.values()), saved_tensors=len(seen), saved_calls=calls[0])
+    loss.backward()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        out["step_peak_bytes"] = torch.cuda.max_memory_allocated(device) - base
+    return out
+
+
+# ----------------------------------------------------------------------------- one model
+def run_model(spec, size: str, point: str, chosen: list, cfg: harness.Config) -> dict:
+    t_start = time.perf_counter()
+    device, dtype = torch.device(cfg.device), harness.DTYPES[cfg.dtype]
+    model, inputs = spec.make(size, point, cfg.seed)
+    model.train()
+    rec = {"model": spec.name, "family": spec.family, "point": point, "size": size,
+           "batch": spec.batch(size, point), "dtype": cfg.dtype,
+           "inputs": [f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in inputs],
+           "params": sum(p.numel() for p in model.parameters()), "systems": {}}
+    ref, rec["reference_error"] = reference_gradients(model, inputs, device)
+    model = model.to(device=device, dtype=dtype)
+    inputs = harness.cast(inputs, device, dtype)
+    with tempfile.TemporaryDirectory(prefix=f"aotc-train-{spec.name}-") as tmp, \
+            eager_rng_in_inductor():
+        steps, trainees, weights = build_systems(rec["systems"], model, inputs, ref, chosen,
+                                                 Path(tmp), cfg)
+        harness.time_systems(rec["systems"], steps, device, cfg)
+        for name, t in trainees.items():
+            if rec["systems"][name].get("status") in (Status.FAIL_RUN, Status.FAIL_EXPORT):
+                continue
+            try:
+                rec["systems"][name].update(saved_for_backward(t, weights, inputs, device))
+            except Exception as e:
+                rec["systems"][name]["saved_error"] = describe(e)
+        eager_saved = rec["systems"].get("eager", {}).get("saved_bytes")
+        for res in rec["systems"].values():
+            if eager_saved and res.get("saved_bytes") is not None:
+                res["saved_vs_eager"] = res["saved_bytes"] / eager_saved
+        del steps, trainees
+    harness.release()
+    rec["wall_s"] = time.perf_counter() - t_start
+    return rec
+
+
+def reference_gradients(model, inputs, device) -> tuple[list | None, str | None]:
+    """Gradients (eager's parameter order, on the CPU) of one float64 step, or (None, why)."""
+    try:
+        m64 = copy.deepcopy(model).to(device=device, dtype=torch.float64).train()
+        ins = harness.cast(inputs, device, torch.float64)
+        torch.manual_seed(STEP_SEED)
+        out = m64(*ins)
+        weights = [w.double() for w in projection_weights(out)]
+        projection_loss(out, weights).backward()
+        grads = gradients(m64)
+        return [(torch.zeros_like(p) if grads[n] is None else grads[n]).cpu()
+                for n, p in m64.named_parameters() if p.requires_grad], None
+    except Exception as e:
+        return None, describe(e)
+    finally:
+        m64 = None
+        harness.release()
+
+
+def build_systems(results: dict, model, inputs, ref, chosen, workdir: Path, cfg):
+    """Steps 3-5: build, load, first step and gradient check per system. Returns the step
+    functions to time, the trainees and the loss weights."""
+    steps, trainees, eager_grads, deterministic = {}, {}, None, True
+    names, like, weights = [], {}, None
+    for system in chosen:
+        if system.name != "eager" and eager_grads is None:
+            results[system.name] = {"status": Status.SKIPPED, "reason": "eager baseline failed"}
+            continue
+        res, t, step, grads, w = attempt(system, model, inputs, weights, workdir / system.name,
+                                         cfg)
+        results[system.name] = res
+        if t is None:
+            continue
+        steps[system.name], trainees[system.name] = step, t
+        if system.name == "eager":
+            weights = w
+            names, like = list(grads), {n: p for n, p in t.module.named_parameters()}
+            eager_grads = grad_list(grads, names, like)
+            again = [grad_list(seeded_step(step, t.module), names, like) for _ in range(2)]
+            deterministic = all(torch.equal(a, b) for g in again for a, b in zip(g, eager_grads))
+            res["status"] = Status.PASS if deterministic else Status.EAGER_NONDETERMINISTIC
+            res["grad_tensors"] = len(names)
+            continue
+        if not deterministic:
+            res["status"] = Status.EAGER_NONDETERMINISTIC
+            continue
+        missing = [n for n in names if n not in grads]
+        if missing:
+            res.update(status=Status.FAIL_ACCURACY,
+                       reason=f"no parameter named {missing[0]} ({len(missing)} missing)")
+            continue
+        verdict = judge(grad_list(grads, names, like), eager_grads, ref)
+        res.update(status=Status.PASS if verdict.ok else Status.FAIL_ACCURACY,
+                   grad_error=verdict.error, eager_grad_error=verdict.eager_error)
+        if not verdict.ok:
+            bad = int(verdict.reason.split("#")[1].split(":")[0]) if "#" in verdict.reason else None
+            where = f" ({names[bad]})" if bad is not None and bad < len(names) else ""
+            res["reason"] = f"gradient {verdict.reason}{where}"
+    return steps, trainees, weights or []
+
+
+def attempt(system, model, inputs, weights, workdir: Path, cfg):
+    """(result, Trainee, step, first-step gradients, loss weights), the middle three None on
+    failure; never raises. The first step (seeded) gives the gradients that are judged; for
+    torch.compile it includes compiling forward and backward. `weights` None (eager): the loss
+    weights are made from the first outputs' shapes."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    res: dict = {"status": Status.FAIL_EXPORT}
+    stage, limit = "export", None
+    try:
+        with time_limit(cfg.build_limit_s) as limit, systems.fresh_cache(system, workdir):
+            t = system.build(model, inputs, workdir)
+            res.update(build_s=t.build_s, load_s=t.load_s, artifact_bytes=t.artifact_bytes)
+            if t.manifest_saved is not None:
+                res.update(manifest_saved_tensors=t.manifest_saved["count"],
+                           manifest_saved_bytes=t.manifest_saved["bytes"])
+            stage = "run"
+            t0 = time.perf_counter()
+            if weights is None:
+                torch.manual_seed(STEP_SEED)
+                weights = projection_weights(t.forward())
+            step = make_step(t, weights)
+            grads = seeded_step(step, t.module)
+            harness.sync(inputs)
+            res["first_step_s"] = time.perf_counter() - t0
+    except Exception as e:
+        why = (f"timed out after {cfg.build_limit_s:g} s" if limit is not None and limit.expired
+               else describe(e))
+        compiling = stage == "export" or system.compiles_on_first_call
+        res.update(status=Status.FAIL_EXPORT if compiling else Status.FAIL_RUN, reason=why)
+        return res, None, None, None, weights
+    if system.compiles_on_first_call:
+        res["build_s"] = res["first_step_s"]
+    res["cold_start_s"] = (res.get("load_s") or 0.0) + res["first_step_s"]
+    return res, t, step, grads, weights
+
+
+# ---------------------------------------------------------------------------------- report
+def summarize(records: list[dict]) -> dict:
+    out = {}
+    for name in report.system_names(records):
+        rows = [r["systems"][name] for r in records if name in r.get("systems", {})]
+        rows = [r for r in rows if r["status"] != Status.SKIPPED]
+        passed = [r for r in rows if r["status"] == Status.PASS]
+        out[name] = {"rows": len(rows), "passed": len(passed),
+                     "geomean_speedup": report.geomean(r.get("speedup") for r in passed),
+                     "geomean_saved_vs_eager": report.geomean(
+                         r.get("saved_vs_eager") for r in rows if r.get("saved_vs_eager")),
+                     "median_build_s": _median(r.get("build_s") for r in rows),
+                     "median_first_step_s": _median(r.get("first_step_s") for r in rows)}
+    return out
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def write(out_dir: Path, meta: dict, records: list[dict]) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": meta, "summary": summarize(records), "results": records}
+    import json
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    (out_dir / "results.md").write_text(markdown(doc))
+    return doc
+
+
+def markdown(doc: dict) -> str:
+    meta, records = doc["meta"], doc["results"]
+    ran = [r for r in records if r.get("systems")]
+    names = report.system_names(ran)
+    lines = [f"# aotc training-step benchmark: {meta.get('device')}, {meta.get('dtype')}, "
+             f"size {meta.get('size')}", "", report._meta_line(meta), "",
+             "## Summary", "",
+             "| system | models passing | geomean speedup (passing) | saved for backward vs "
+             "eager (geomean) | median build | median first step |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, s in doc["summary"].items():
+        if name == "eager":
+            continue
+        lines.append(f"| {name} | {s['passed']}/{s['rows']} | {report._x(s['geomean_speedup'])} "
+                     f"| {report._x(s['geomean_saved_vs_eager'])} "
+                     f"| {report._s(s['median_build_s'])} "
+                     f"| {report._s(s['median_first_step_s'])} |")
+    others = names[1:]
+    lines += ["", "## Training step: speedup over eager (status if not pass) and saved for "
+              "backward", "",
+              "| model | batch | eager step | " + " | ".join(others) + " | spread | "
+              + " | ".join(f"saved {n}" for n in names) + " |",
+              "|---|---:|---:|" + "---:|" * len(others) + "---:|" + "---:|" * len(names)]
+    for r in ran:
+        eager = r["systems"].get("eager", {})
+        cells = []
+        for n in others:
+            s = r["systems"].get(n)
+            if s is None:
+                cells.append("-")
+                continue
+            speed = report._x(s.get("speedup")) if s.get("speedup") else ""
+            cells.append(speed if s["status"] == Status.PASS else f"{speed} {s['status']}".strip())
+        sp = report.spread(r)
+        saved = [report._bytes(r["systems"].get(n, {}).get("saved_bytes")) for n in names]
+        lines.append(f"| {r['model']} | {r['batch']} | "
+                     f"{report._s(eager.get('median_s'), 1e3, 'ms', 2)} | " + " | ".join(cells)
+                     + f" | {'-' if sp is None else f'{sp:.2f}'} | " + " | ".join(saved) + " |")
+    lines += ["", "saved: distinct storages saved for backward by one step, measured with "
+              "saved-tensor hooks, parameters, inputs and loss weights left out. spread: the "
+              f"largest median / min over the row's systems (above {report.NOISY}: disturbed)."]
+    aotc_rows = [r for r in ran if "manifest_saved_bytes" in r["systems"].get("aotc", {})]
+    if aotc_rows:
+        lines += ["", "aotc's manifest (`aotc inspect`, every saved tensor at its own size, "
+                  "parameters included): " + "; ".join(
+                      f"{r['model']} {r['systems']['aotc']['manifest_saved_tensors']} tensors, "
+                      f"{report._bytes(r['systems']['aotc']['manifest_saved_bytes'])}"
+                      for r in aotc_rows) + "."]
+    if any("step_peak_bytes" in s for r in ran for s in r["systems"].values()):
+        lines += ["", "## Peak allocation of one step (CUDA)", "",
+                  "| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        lines += [f"| {r['model']} | " + " | ".join(
+            report._bytes(r["systems"].get(n, {}).get("step_peak_bytes")) for n in names) + " |"
+            for r in ran]
+    lines += ["", "## Build and first step", "",
+              "| model | system | build | load | first step | gradient rmse vs fp64 "
+              "(eager's) |", "|---|---|---:|---:|---:|---:|"]
+    for r in ran:
+        for n in names:
+            s = r["systems"].get(n)
+            if s is None:
+                continue
+            err = ("-" if s.get("grad_error") is None else
+                   f"{s['grad_error']:.2e} ({s.get('eager_grad_error') or 0:.2e})")
+            lines.append(f"| {r['model']} | {n} | {report._s(s.get('build_s'))} "
+                         f"| {report._s(s.get('load_s'), 1e3, 'ms', 1)} "
+                         f"| {report._s(s.get('first_step_s'), 1e3, 'ms', 1)} | {err} |")
+    problems = [f"- {r['model']} / {n}: **{s['status']}**: {s.get('reason', '')}"
+                for r in records for n, s in r.get("systems", {}).items()
+                if s["status"] != Status.PASS]
+    problems += [f"- {r['model']} / {n}: saved-tensor measurement failed: {s['saved_error']}"
+                 for r in records for n, s in r.get("systems", {}).items()
+                 if s.get("saved_error")]
+    problems += [f"- {r['model']}: float64 reference failed: {r['reference_error']}"
+                 for r in records if r.get("reference_error")]
+    problems += [f"- {r['model']}: {r['skipped']}" for r in records if r.get("skipped")]
+    if problems:
+        lines += ["", "## Failures and skipped", "", *problems]
+    lines += ["", "## Protocol", "", PROTOCOL]
+    return "\n".join(lines) + "\n"
+
+
+PROTOCOL = """\
+One step = grads set to None, forward, loss = sum over floating outputs of (output * fixed \
+random weights).sum(), backward; no optimizer. Models in train mode (dropout on; torch.compile \
+with Inductor's fallback_random so dropout draws from torch's generator as eager and aotc do). \
+Per model: float64 reference step; each system built, loaded and stepped once (seeded) in \
+isolation with a time limit; eager stepped twice more (gradients must be bitwise equal); every \
+parameter's gradient judged with benchmarks/accuracy.py's rule (allclose to eager at tol, else \
+rmse vs float64 within m x eager's + tol/10; tol 1e-4, m 2 in float32; 1e-2, 3 in bfloat16). \
+Timing: warm-up, then interleaved rounds (rotating order, device synchronized after each step); \
+medians; speedup = eager median / system median. See benchmarks/training.py."""
+
+
+# ------------------------------------------------------------------------------ command line
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.training", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--dtype", default="fp32", choices=tuple(harness.DTYPES))
+    p.add_argument("--size", default="small", choices=models.SIZES)
+    p.add_argument("--point", default="throughput", choices=models.POINTS,
+                   help="batch: the registry's throughput (default) or latency batch")
+    p.add_argument("--models", type=_names, default=list(MODELS),
+                   help=f"comma-separated (default: {','.join(MODELS)})")
+    p.add_argument("--systems", type=_names, default=None,
+                   help=f"comma-separated, from {', '.join(SYSTEMS)} (eager always runs)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: benchmarks/results/DEVICE-training)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per op (torch.set_num_threads and OMP_NUM_THREADS)")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--min-reps", type=int, default=None)
+    p.add_argument("--max-reps", type=int, default=None)
+    p.add_argument("--timing-s", type=float, default=None)
+    p.add_argument("--build-limit-s", type=float, default=None)
+    return p.parse_args(argv)
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def make_config(args) -> harness.Config:
+    warmup, min_reps, max_reps, timing_s, limit_s = TIMING[args.device]
+    pick = lambda v, default: default if v is None else v   # noqa: E731
+    return harness.Config(device=args.device, dtype=args.dtype, warmup=pick(args.warmup, warmup),
+                          min_reps=pick(args.min_reps, min_reps),
+                          max_reps=pick(args.max_reps, max_reps),
+                          timing_s=pick(args.timing_s, timing_s),
+                          build_limit_s=pick(args.build_limit_s, limit_s))
+
+
+def environment(args, cfg: harness.Config, chosen: list) -> dict:
+    import dataclasses
+
+    import aotc
+    from benchmarks import run
+    meta = {"benchmark": "training step", "device": args.device, "dtype": args.dtype,
+            "size": args.size, "point": args.point, "systems": [s.name for s in chosen],
+            "config": dataclasses.asdict(cfg), "machine": run._cpu_name(),
+            "threads": torch.get_num_threads(), "nice": os.nice(0),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "aotc": aotc.__version__, "matmul_precision": torch.get_float32_matmul_precision(),
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "load_average_at_start": run._load_average()}
+    try:
+        meta["transformers"] = __import__("transformers").__version__
+    except ImportError:
+        meta["transformers"] = None
+    if args.device == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name()
+    return meta
+
+
+def run(args) -> dict:
+    from benchmarks import run as inference_run
+    if args.threads:   # before any system loads an OpenMP library of its own
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        torch.set_num_threads(args.threads)
+    cfg = make_config(args)
+    device = torch.device(args.device)
+    _, specs = models.select("small" if args.size == "small" else "full", args.models)
+    chosen = select(args.systems)
+    out = args.out or Path(__file__).parent / "results" / f"{args.device}-training"
+    meta = environment(args, cfg, chosen)
+    print(f"{len(specs)} models, one training step each, on {args.device} {args.dtype}: "
+          f"{', '.join(s.name for s in chosen)} -> {out}", flush=True)
+    start = time.perf_counter()
+    systems.warm_up([systems.SYSTEMS["torch.compile"]] if any(
+        s.uses_inductor for s in chosen) else [], device)
+    records = []
+    for spec in specs:
+        why = spec.available()
+        if why:
+            rec = inference_run.skipped_record(spec, args.size, args.point, why)
+        else:
+            records.append(inference_run.skipped_record(spec, args.size, args.point,
+                                                        inference_run.UNFINISHED))
+            write(out, meta, records)
+            records.pop()
+            try:
+                rec = run_model(spec, args.size, args.point, chosen, cfg)
+            except Exception as e:
+                harness.release()
+                rec = inference_run.skipped_record(spec, args.size, args.point,
+                                                   f"benchmark error: {describe(e)}")
+        records.append(rec)
+        print(progress_line(rec, time.perf_counter() - start), flush=True)
+        meta["wall_s"] = time.perf_counter() - start
+        write(out, meta, records)
+    meta["load_average_at_end"] = inference_run._load_average()
+    doc = write(out, meta, records)
+    print(f"done in {time.perf_counter() - start:.0f} s: {out}/results.md", flush=True)
+    return doc
+
+
+def progress_line(rec: dict, elapsed: float) -> str:
+    head = f"[{elapsed:7.1f}s] {rec['model']} (b{rec['batch']})"
+    if rec.get("skipped"):
+        return f"{head}: skipped ({rec['skipped']})"
+    parts = []
+    for name, s in rec["systems"].items():
+        speed = f" {s['speedup']:.2f}x" if s.get("speedup") and name != "eager" else ""
+        ms = f" {s['median_s'] * 1e3:.2f} ms" if name == "eager" and s.get("median_s") else ""
+        saved = (f" saved {report._bytes(s['saved_bytes'])}"
+                 if s.get("saved_bytes") is not None else "")
+        parts.append(f"{name} {s['status']}{speed}{ms}{saved}")
+    return f"{head}: " + " | ".join(parts)
+
+
+def main(argv=None) -> int:
+    from benchmarks import run as inference_run
+    inference_run.quiet()
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda, but this torch sees no GPU", file=sys.stderr)
+        return 2
+    try:
+        models.select("small", args.models)
+        select(args.systems)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    warnings.filterwarnings("ignore")
+    sys.exit(main())
