@@ -199,3 +199,34 @@ def test_cat_parts_index_with_their_own_bounded_variable(tmp_path):
     assert "8192" not in text
     m = aotc.load(compile_function(fn, (q, k), tmp_path / "cat.aotc"))
     torch.testing.assert_close(m(q, k), fn(q, k))
+
+
+def test_max_pool_indices_are_kernels_that_match_aten(tmp_path):
+    """Training saves max_pool2d's indices: they are computed by a kernel (positions held as
+    floats so the loop vectorizes), with ATen's tie and NaN rules, also with padding and
+    ceil_mode windows."""
+    import json
+    x = torch.randn(2, 3, 9, 9)
+    x[0, 0, 0, :3] = 5.0                 # ties keep the first
+    x[1, 1, 2, 2] = float("nan")         # NaN wins
+    for k, st, pad, ceil in [(2, 2, 0, False), (3, 2, 1, False), (3, 2, 1, True)]:
+        fn = lambda x: F.max_pool2d(torch.relu(x), k, st, pad, ceil_mode=ceil,
+                                    return_indices=True)
+        p = compile_function(fn, (x,), tmp_path / f"mp{k}{pad}{ceil}.aotc")
+        plan = json.loads((p / "plans/forward.json").read_text())
+        assert {s["kind"] for s in plan["steps"]} <= {"kernel", "free"}
+        got, want = aotc.load(p)(x), fn(x)
+        torch.testing.assert_close(got[0], want[0], equal_nan=True)
+        assert torch.equal(got[1], want[1])
+    text = cpp(lambda x: F.max_pool2d(x, 2, 2, return_indices=True)[1], x)
+    assert "||" not in text and "static_cast<float>(" in text
+
+
+def test_relu_keeps_nan_and_clears_negatives_in_kernels(tmp_path):
+    x = torch.tensor([1.5, -2.0, 0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-40,
+                      1e-40, 3.0] * 4)
+    fn = lambda x: (torch.relu(x) * 2, torch.relu(x) <= 0)
+    m = aotc.load(compile_function(fn, (x,), tmp_path / "relu.aotc"))
+    got, want = m(x), fn(x)
+    torch.testing.assert_close(got[0], want[0], equal_nan=True)
+    assert torch.equal(got[1], want[1])

@@ -48,13 +48,13 @@ class CppHandler:
     def _invariant(self, expr) -> bool:
         return self.hoist and not (sympy.sympify(expr).free_symbols & self.inner)
 
-    def _var(self, expr: str, dtype, inv: bool = False) -> CVal:
+    def _var(self, expr: str, dtype, inv: bool = False, ctype: str | None = None) -> CVal:
         inv = inv and self.hoist
         if expr in self.cse:
             return CVal(self.cse[expr], dtype, inv)
         name = f"t{self.counter[0]}"
         self.counter[0] += 1
-        (self.pre if inv else self.lines).append(f"{value_type(dtype)} {name} = {expr};")
+        (self.pre if inv else self.lines).append(f"{ctype or value_type(dtype)} {name} = {expr};")
         self.cse[expr] = name
         return CVal(name, dtype, inv)
 
@@ -71,6 +71,9 @@ class CppHandler:
             access = f"aotc_bf16_to_float({access})"
         elif buf.dtype == torch.float16:
             access = f"(float)({access})"
+        elif buf.dtype == torch.bool:   # bytes read as int: GCC vectorizes selects on them
+            return self._var(f"reinterpret_cast<const uint8_t*>({name})[{cexpr(index)}]",
+                             buf.dtype, self._invariant(index), ctype="int32_t")
         return self._var(access, buf.dtype, self._invariant(index))
 
     def constant(self, value, dtype) -> CVal:
@@ -273,8 +276,34 @@ class KernelWriter:
                 *(_loops(xvars, sizes, lines, simd) if xvars else ["{", *lines, "}"])]
 
     # --------------------------------------------------------------------------- reductions
+    def _merge_reduced_dims(self, body):
+        """`body` with adjacent reduced dims merged where every load walks them as one
+        contiguous run (a per-channel batch-norm sum over [n, h, w]: h and w become one loop of
+        h*w), so the vectorized inner loop is long instead of a row of w."""
+        from aotc.codegen.scheduler import LoadRecorder
+        from aotc.codegen.ir import FloorDiv, ModIndex, replace
+        while len(body.reduction_ranges) >= 2:
+            sizes = body.reduction_ranges
+            if not (sizes[-1].is_Integer and sizes[-2].is_Integer):
+                break
+            rvars = index_vars("r", len(sizes))
+            rec = LoadRecorder()
+            body.inner_fn(rec, self.pvars, rvars)
+            ranges = {**self.ranges, **dict(zip(rvars, sizes))}
+            loads = [sympy.expand(simplify_index(i, ranges)) for _, i in rec.loads]
+            a, b = rvars[-2], rvars[-1]
+            if not loads or any(i.coeff(b) == 0 or sympy.expand(i.coeff(a) - sizes[-1] *
+                                                                  i.coeff(b)) != 0
+                                for i in loads):
+                break
+            n, fn = sizes[-1], body.inner_fn
+            merged = lambda h, p, r, fn=fn, n=n: fn(h, p, (*r[:-1], FloorDiv(r[-1], n),
+                                                         ModIndex(r[-1], n)))
+            body = replace(body, reduction_ranges=(*sizes[:-2], sizes[-2] * n), inner_fn=merged)
+        return body
+
     def reduction(self, node) -> list:
-        body = node.body
+        body = self._merge_reduced_dims(node.body)
         rtype = body.reduction_type
         rvars = index_vars("r", len(body.reduction_ranges))
         ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}

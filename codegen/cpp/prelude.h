@@ -22,6 +22,16 @@ static inline float aotc_round_fp16(float f) { return (float)(_Float16)f; }
 template <typename T> static inline T aotc_maximum(T a, T b) { T m = a < b ? b : a; return b != b ? b : m; }
 template <typename T> static inline T aotc_minimum(T a, T b) { T m = b < a ? b : a; return b != b ? b : m; }
 template <typename T> static inline T aotc_relu(T a) { return a < 0 ? T(0) : a; }
+// float relu in integer bit operations (NaN kept): a select here, merged by GCC with a later
+// comparison into a select of booleans, stops a loop from vectorizing (relu's mask in training)
+static inline float aotc_relu(float a) {
+    uint32_t u; std::memcpy(&u, &a, 4);
+    uint32_t neg = (uint32_t)((int32_t)u >> 31);
+    uint32_t nan = (uint32_t)((int32_t)(0x7f800000u - (u & 0x7fffffffu)) >> 31);
+    u &= ~(neg & ~nan);
+    float r; std::memcpy(&r, &u, 4);
+    return r;
+}
 template <typename T> static inline T aotc_sign(T a) { return T((T(0) < a) - (a < T(0))); }
 template <typename T> static inline T aotc_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 

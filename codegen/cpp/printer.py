@@ -90,9 +90,11 @@ _CALL = {Op.EXP: "std::exp", Op.EXPM1: "std::expm1", Op.LOG: "std::log", Op.LOG1
          Op.ATAN2: "std::atan2", Op.COPYSIGN: "std::copysign", Op.HYPOT: "std::hypot",
          Op.REMAINDER: "aotc_remainder", Op.FLOORDIV: "aotc_floordiv"}
 _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUEDIV: "/", Op.EQ: "==", Op.NE: "!=",
-          Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.LOGICAL_AND: "&&",
-          Op.LOGICAL_OR: "||", Op.BITWISE_AND: "&", Op.BITWISE_OR: "|", Op.BITWISE_XOR: "^",
-          Op.LSHIFT: "<<", Op.RSHIFT: ">>"}
+          Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.BITWISE_AND: "&",
+          Op.BITWISE_OR: "|", Op.BITWISE_XOR: "^", Op.LSHIFT: "<<", Op.RSHIFT: ">>"}
+# logical and/or of values already computed: bitwise on bools, since a short-circuit `&&` or
+# `||` is control flow that stops GCC's if-conversion (the loop would not vectorize)
+_LOGICAL = {Op.LOGICAL_AND: "&", Op.LOGICAL_OR: "|"}
 
 
 # float versions that vectorize (codegen/cpp/vecmath.h); double keeps libm's
@@ -108,6 +110,8 @@ def op_expr(op: Op, args: list[str], dtypes: list[torch.dtype], ct: str) -> str:
     fp = dtypes[0].is_floating_point
     if op in _INFIX:
         return f"({a} {_INFIX[op]} {args[1]})"
+    if op in _LOGICAL:
+        return f"(static_cast<bool>({a}) {_LOGICAL[op]} static_cast<bool>({args[1]}))"
     if not fp and op in (Op.ISNAN, Op.ISINF):
         return "false"
     if op in _CALL:

@@ -211,13 +211,66 @@ def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=
 
 @register(aten.max_pool2d_with_indices.default)
 def max_pool2d(g, metas, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    if g.used(1) or len(kernel) != 2:
+    if len(kernel) != 2:
         return None
     padding = tuple(padding) * (2 // len(padding)) if padding else (0, 0)
     dilation = tuple(dilation) * (2 // len(dilation)) if dilation else (1, 1)
     stride = tuple(stride) * (2 // len(stride)) if stride else tuple(kernel)
-    return _window(g, metas, x, kernel, stride, padding, dilation, R.MAX, "max_pool2d",
-                   ceil_mode=ceil_mode), None
+    if not g.used(1):
+        return _window(g, metas, x, kernel, stride, padding, dilation, R.MAX, "max_pool2d",
+                       ceil_mode=ceil_mode), None
+    kh, kw = kernel
+    if not (isinstance(kh, int) and isinstance(kw, int) and kh * kw <= WINDOW_UNROLL):
+        return None   # the indices of large windows: ATen's kernel
+    values = _window(g, metas, x, kernel, stride, padding, dilation, R.MAX, "max_pool2d",
+                     ceil_mode=ceil_mode)
+    return values, _window_argmax(g, metas, x, kernel, stride, padding, dilation, ceil_mode)
+
+
+def _window_argmax(g, metas, x, kernel, stride, padding, dilation, ceil_mode):
+    """max_pool2d's indices: the flat position in the input plane of each window's maximum,
+    as training saves for the backward, from an unrolled body (the values come from the
+    vectorized max window). ATen's rule: a later element wins if it is greater or NaN, so ties
+    keep the first; padding never wins."""
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    kh, kw = kernel
+    sh, sw = stride
+    ph, pw = padding
+    dh, dw = dilation
+    H, W = x.shape[-2], x.shape[-1]
+    lx = x.loader
+
+    def scan(h, idx):
+        best = pos = None
+        for a in range(kh):
+            for b in range(kw):
+                ih = idx[-2] * sh - ph + a * dh
+                iw = idx[-1] * sw - pw + b * dw
+                src = tuple(idx[:-2]) + (ih, iw)
+                i64 = lambda e: h.index_expr(e, torch.int64)
+                # positions held as floats (exact below 2**24) keep every select in the float
+                # lanes of the values, so the loop vectorizes; stored as int64 at the end
+                where = h.index_expr(ih * W + iw, pos_dtype)
+                v = h.to_dtype(lx(h, src), dtype)
+                if ph or pw or ceil_mode:   # windows that reach past the input
+                    zero = h.constant(0, torch.int64)
+                    inside = h.op(Op.LOGICAL_AND, h.op(Op.LOGICAL_AND, h.op(Op.GE, i64(ih), zero),
+                                                       h.op(Op.LT, i64(ih), i64(H))),
+                                  h.op(Op.LOGICAL_AND, h.op(Op.GE, i64(iw), zero),
+                                       h.op(Op.LT, i64(iw), i64(W))))
+                    v = h.masked(inside, lambda src=src: h.to_dtype(lx(h, src), dtype),
+                                 float("-inf"), dtype)
+                if best is None:
+                    best, pos = v, where
+                    continue
+                take = h.op(Op.LOGICAL_OR, h.op(Op.GT, v, best), h.op(Op.NE, v, v))
+                best = h.op(Op.WHERE, take, v, best)
+                pos = h.op(Op.WHERE, take, where, pos)
+        return best, pos
+    plane = H * W
+    pos_dtype = torch.float32 if plane.is_Integer and int(plane) < 1 << 24 else torch.int64
+    return g.pointwise(shape, torch.int64, lambda h, i: h.to_dtype(scan(h, i)[1], torch.int64),
+                       "max_pool2d_indices")
 
 
 @register(aten.avg_pool2d.default)
