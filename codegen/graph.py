@@ -326,6 +326,17 @@ class GraphLowering:
         return vid
 
     # ----------------------------------------------------------------------------- externs
+    def extern_call(self, op: str, tensors: list, shape, dtype) -> TensorValue:
+        """An ATen call that a lowering makes itself (an `mm` whose bias add it keeps lazy):
+        one extern step into a new contiguous slot, returned as a realized value."""
+        args = [{"slot": self.materialize(t)} for t in tensors]
+        sid = self.new_slot(tuple(sym(d) for d in shape), dtype)
+        self.out.slots[sid]["producer"] = StepKind.EXTERN.value
+        self.out.steps.append({"kind": StepKind.EXTERN.value, "op": op, "args": args,
+                               "kwargs": {}, "out": [sid], "single": True})
+        self.out.fallback[op] = self.out.fallback.get(op, 0) + 1
+        return self.realized(sid)
+
     def materialize(self, tv) -> int:
         """The slot holding `tv` as a real tensor, emitting a view step or a kernel if needed."""
         if not isinstance(tv, TensorValue):

@@ -68,6 +68,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "nn.functional.adaptive_avg_pool2d"),
     "creation": ("arange", "full", "zeros", "ones", "scalar_tensor", "full_like", "zeros_like",
                  "ones_like"),
+    # lowered as an `mm` extern plus the bias add kept for the consuming kernel
+    "matmul": ("nn.functional.linear",),   # addmm's own samples use 2-d biases or beta, alpha
 }
 
 # Elementwise OpInfos' sample_inputs are thin (one to three random tensors for most unary ops):

@@ -39,9 +39,19 @@ b = torch.randn(32)
 
 
 def test_linear_bias_gelu_is_one_extern_and_one_kernel():
-    _, _, _, kernels, externs = schedule(lambda x, w, b: F.gelu(F.linear(x, w, b)), x2, w, b)
-    assert len(externs) == 1 and externs[0]["op"] == "aten::addmm.default"
+    """The GEMM runs without its bias (no pre-fill of the output); the epilogue kernel adds the
+    bias and applies GELU in one pass."""
+    fn = lambda x, w, b: F.gelu(F.linear(x, w, b))
+    _, _, _, kernels, externs = schedule(fn, x2, w, b)
+    assert len(externs) == 1 and externs[0]["op"] == "aten::mm.default"
     assert len(kernels) == 1
+    assert kernels[0].nodes[0].body.origins[:2] == ("addmm", "gelu")
+
+
+def test_linear_epilogue_matches_eager(tmp_path):
+    fn = lambda x, w, b: F.gelu(F.linear(x, w, b)) + F.linear(x, w, b)
+    m = aotc.load(compile_function(fn, (x2, w, b), tmp_path / "lin.aotc"))
+    torch.testing.assert_close(m(x2, w, b), fn(x2, w, b))
 
 
 def test_softmax_is_one_kernel():

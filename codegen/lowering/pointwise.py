@@ -301,3 +301,19 @@ def div_mode(g, metas, a, b, rounding_mode=None):
 
 
 del index_vars, sym
+
+
+@register(aten.addmm.default)
+def addmm(g, metas, bias, x, w, beta=1, alpha=1):
+    """bias + x @ w as an `mm` extern and a lazy bias add, which the kernel reading the
+    product (GELU, a residual add and layer norm, the split into heads) does on the way: the
+    GEMM skips its bias pre-fill (ATen's addmm copies the bias into the output first)."""
+    if beta != 1 or alpha != 1 or not is_tensor(bias) or len(bias.shape) != 1:
+        return None
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    if bias.dtype != dtype or x.dtype != dtype or dtype not in (torch.float32, torch.float64):
+        return None   # half precision: the product would round before the bias is added
+    prod = g.extern_call("aten::mm.default", [x, w], shape, dtype)
+    lp, lb = prod.loader, bias.loader
+    return g.pointwise(shape, dtype, lambda h, i: h.op(Op.ADD, lp(h, i), lb(h, (i[-1],))),
+                       "addmm")
