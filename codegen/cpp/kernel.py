@@ -395,62 +395,68 @@ class KernelWriter:
                 *_loops(rvars, body.reduction_ranges, lines, None)]
 
     # -------------------------------------------------------------------- column reductions
-    def _column_node(self):
-        """The kernel's one node if it is a sum or product whose reads run contiguously along
-        its last output dim and stride over its innermost reduced dim (a bias gradient: the
-        column sums of a [rows, features] matrix). Reduced row by row into a block of
-        accumulators, it vectorizes along the columns instead of gathering down each one."""
-        if len(self.k.nodes) != 1 or not self.pvars:
-            return None
-        node = self.k.nodes[0]
-        body = node.body
-        if (not isinstance(body, Reduction) or body.reduction_type not in (R.SUM, R.PROD)
-                or len(node.buffers) != 1 or node.buffers[0].name not in self.stored
-                or not body.reduction_ranges):
+    def _column_nodes(self) -> list | None:
+        """The kernel's nodes if all are sums or products over the same reduced dims whose
+        reads run contiguously along the last output dim and stride over the innermost reduced
+        dim (bias gradients: the column sums of a [rows, features] matrix; a layer norm's
+        weight and bias gradients, fused horizontally). Reduced row by row into blocks of
+        accumulators, they vectorize along the columns instead of gathering down each one."""
+        if not self.pvars or not self.k.nodes:
             return None
         from aotc.codegen.scheduler import LoadRecorder
-        rvars = index_vars("r", len(body.reduction_ranges))
-        rec = LoadRecorder()
-        body.inner_fn(rec, self.pvars, rvars)
-        if not rec.loads:
-            return None
-        last, inner = self.pvars[-1], rvars[-1]
-        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
-        loads = [simplify_index(i, ranges) for _, i in rec.loads]
-        coef = lambda idx, v: sympy.expand(idx).coeff(v)
-        along = [i for i in loads if coef(i, last) == 1]
-        if not along or any(coef(i, inner) == 1 for i in loads):
-            return None
-        return node
+        first = self.k.nodes[0].body
+        for node in self.k.nodes:
+            body = node.body
+            if (not isinstance(body, Reduction) or body.reduction_type not in (R.SUM, R.PROD)
+                    or len(node.buffers) != 1 or node.buffers[0].name not in self.stored
+                    or not body.reduction_ranges
+                    or tuple(body.reduction_ranges) != tuple(first.reduction_ranges)):
+                return None
+            rvars = index_vars("r", len(body.reduction_ranges))
+            rec = LoadRecorder()
+            body.inner_fn(rec, self.pvars, rvars)
+            if not rec.loads:
+                return None
+            last, inner = self.pvars[-1], rvars[-1]
+            ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
+            loads = [simplify_index(i, ranges) for _, i in rec.loads]
+            coef = lambda idx, v: sympy.expand(idx).coeff(v)
+            # some read runs along the columns; none runs along the reduced dim as well (a
+            # per-row statistic, constant along the columns, is broadcast)
+            if not any(coef(i, last) == 1 for i in loads) or \
+                    any(coef(i, inner) == 1 and coef(i, last) != 0 for i in loads):
+                return None
+        return list(self.k.nodes)
 
-    def column_source(self, node) -> list:
-        body, buf = node.body, node.buffers[0]
-        rtype = body.reduction_type
-        rvars = index_vars("r", len(body.reduction_ranges))
+    def column_source(self, nodes: list) -> list:
+        rsizes = nodes[0].body.reduction_ranges
+        rvars = index_vars("r", len(rsizes))
         last, n = self.pvars[-1], cexpr(self.k.prefix[-1])
-        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
-        ct, fp = value_type(body.dtype), body.dtype.is_floating_point
-        init, update, _ = _ACC[rtype]
-        lines: list = []
-        h = self._handler(lines, ranges, (last, *rvars))
-        v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
-        self.reads |= h_reads(h)
-        slot = f"acc[{last} - xb]"
-        lines.append(update(slot, v.expr))
-        simd = "#pragma omp simd" if h.vectorizable else None
-        column = [f"for (int64_t {last} = xb; {last} < xe; ++{last}) {{",
-                  *["    " + ln for ln in lines], "}"]
-        if simd:
-            column.insert(0, simd)
-        store = _store(buf, linear_index(self.pvars, buf.stride), CVal(slot, buf.dtype))
-        block = [f"const int64_t xe = std::min<int64_t>(xb + {COLUMN_BLOCK}, {n});",
-                 f"{ct} acc[{COLUMN_BLOCK}];",
-                 f"for (int64_t i = 0; i < {COLUMN_BLOCK}; ++i) acc[i] = {init(ct, fp)};",
-                 *h.pre,
-                 *_loops(rvars, body.reduction_ranges, column, None),
-                 f"for (int64_t {last} = xb; {last} < xe; ++{last}) {store}"]
-        head = [f"// {buf.name} = {rtype.value}({'+'.join(body.origins)}) over "
-                f"{[str(s) for s in body.reduction_ranges]}, by columns of {COLUMN_BLOCK}"]
+        ranges = {**self.ranges, **dict(zip(rvars, rsizes))}
+        pre, columns, stores, head = [], [], [], []
+        block = [f"const int64_t xe = std::min<int64_t>(xb + {COLUMN_BLOCK}, {n});"]
+        for node in nodes:
+            body, buf = node.body, node.buffers[0]
+            ct, fp = value_type(body.dtype), body.dtype.is_floating_point
+            init, update, _ = _ACC[body.reduction_type]
+            acc = self._fresh("acc")
+            lines: list = []
+            h = self._handler(lines, ranges, (last, *rvars))
+            v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
+            self.reads |= h_reads(h)
+            slot = f"{acc}[{last} - xb]"
+            lines.append(update(slot, v.expr))
+            column = [f"for (int64_t {last} = xb; {last} < xe; ++{last}) {{",
+                      *["    " + ln for ln in lines], "}"]
+            columns += (["#pragma omp simd"] if h.vectorizable else []) + column
+            block += [f"{ct} {acc}[{COLUMN_BLOCK}];",
+                      f"for (int64_t i = 0; i < {COLUMN_BLOCK}; ++i) {acc}[i] = {init(ct, fp)};"]
+            pre += h.pre
+            store = _store(buf, linear_index(self.pvars, buf.stride), CVal(slot, buf.dtype))
+            stores.append(f"for (int64_t {last} = xb; {last} < xe; ++{last}) {store}")
+            head.append(f"// {buf.name} = {body.reduction_type.value}({'+'.join(body.origins)}) "
+                        f"over {[str(x) for x in rsizes]}, by columns of {COLUMN_BLOCK}")
+        block += pre + _loops(rvars, rsizes, columns, None) + stores
         par = self._parallel_clause()
         outer = self.pvars[:-1]
         pragma = (f"#pragma omp parallel for collapse({len(outer) + 1}){par}"
@@ -465,9 +471,9 @@ class KernelWriter:
     def source(self) -> tuple[str, list[str], list[str], list[str]]:
         """(C++ source, buffers read, buffers written, dim-size symbols taken as arguments)."""
         body: list = []
-        column = self._column_node()
-        if column is not None:
-            return self._wrap(self.column_source(column), flat=True)
+        columns = self._column_nodes()
+        if columns is not None:
+            return self._wrap(self.column_source(columns), flat=True)
         for node in self.k.nodes:
             body += (self.reduction(node) if isinstance(node.body, Reduction)
                      else self.pointwise(node))
