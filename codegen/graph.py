@@ -91,6 +91,7 @@ class GraphLowering:
         """`channels_last`: 2d convolutions run with channels-last weights and give channels-last
         outputs, which kernels read through their strides (oneDNN's fast layout on the CPU)."""
         self.graph, self.codegen, self.channels_last = graph, codegen, channels_last
+        self.graph_outputs = {o["slot"] for o in graph["outputs"] if "slot" in o}
         self.values = graph["values"]
         self.out = LoweredGraph(slots=[self._slot_for(i, m) for i, m in enumerate(self.values)])
         self.env: dict[int, TensorValue | object] = {}
@@ -172,8 +173,9 @@ class GraphLowering:
         if fn is not None:
             args = [self.decode(a) for a in node["args"]]
             kwargs = {k: self.decode(v) for k, v in node["kwargs"].items()}
-            if is_view(op) and sum(self.users.get(o, 0) for o in node["out"]) > 1:
-                self._realize_shared(args)
+            if is_view(op) and sum(self.users.get(o, 0) for o in node["out"]) > 1 \
+                    and self._realize_shared(args):   # read the realized values from here on
+                args = [self.decode(a) for a in node["args"]]
             self.arg_origins = _lazy_origins(args + list(kwargs.values()))
             metas = [self.values[o] for o in node["out"]]
             try:
@@ -211,23 +213,18 @@ class GraphLowering:
         tv.users = max(tv.users, self.users.get(vid, 0))
         if tv.body is not None and tv.buffer is None:
             cost = body_cost(tv.shape, tv.loader)
-            if cost.ops > INLINE_LIMIT or (tv.users > 1 and (cost.expensive or
-                                                             cost.ops > MULTI_USE_COST)):
+            if cost.ops > INLINE_LIMIT or (tv.users > 1 and _costly_to_repeat(cost)):
                 self.realize(tv)
 
-    def _realize_shared(self, args) -> None:
+    def _realize_shared(self, args) -> bool:
         """A view read more than once hides its base's users: an expensive lazy base (a GELU
         backward, say) is realized first, so the view's readers load it instead of each
-        recomputing it."""
-        for a in args:
-            if isinstance(a, TensorValue) and a.body is not None and a.buffer is None:
-                cost = body_cost(a.shape, a.loader)
-                if cost.expensive or cost.ops > MULTI_USE_COST:
-                    self.realize(a)
-        for i, a in enumerate(args):   # read the realized values from here on
-            if isinstance(a, TensorValue) and a.buffer is not None and a.body is not None:
-                args[i] = next((v for v in self.env.values() if isinstance(v, TensorValue)
-                                and v.buffer is a.buffer and v.body is None), a)
+        recomputing it. Whether anything was realized."""
+        shared = [a for a in args if isinstance(a, TensorValue) and a.body is not None
+                  and a.buffer is None and _costly_to_repeat(body_cost(a.shape, a.loader))]
+        for a in shared:
+            self.realize(a)
+        return bool(shared)
 
     def used(self, i: int) -> bool:
         """Whether output `i` of the node being lowered is read by anything."""
@@ -391,7 +388,7 @@ class GraphLowering:
         meta = self.values[out]
         if (weight is None or self.out.slots[weight]["kind"] != SlotKind.WEIGHT.value
                 or self.users.get(weight, 0) != 1 or not meta or len(meta.get("shape", ())) != 4 or node["args"][6] is True
-                or out in self._graph_outputs):
+                or out in self.graph_outputs):
             return False
         n, c, h, w = (sym(d) for d in meta["shape"])
         self.out.slots[weight]["memory_format"] = "channels_last"
@@ -400,16 +397,17 @@ class GraphLowering:
                                                                             w * c, c)))
         return True
 
-    @property
-    def _graph_outputs(self) -> set:
-        return {o["slot"] for o in self.graph["outputs"] if "slot" in o}
-
     def _rewrite(self, a):
         if isinstance(a, list):
             return [self._rewrite(x) for x in a]
         if isinstance(a, dict) and "slot" in a:
             return {"slot": self.materialize(self.env[a["slot"]])}
         return a
+
+
+def _costly_to_repeat(cost) -> bool:
+    """Whether each reader recomputing a value costs more than storing it once."""
+    return cost.expensive or cost.ops > MULTI_USE_COST
 
 
 def _is_contiguous(shape, stride) -> bool:

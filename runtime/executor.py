@@ -208,9 +208,9 @@ class PlanFunction:
             if i in folded:   # a view of weights, taken at load: laid out once, here
                 t = _layout(self.namespace[names[i]], tuple(s["stride"]), s.get("contiguous",
                                                                                  False))
+                self._global(f"l_{names[i]}", t)   # owns the memory the pointer points to
                 ptrs.append(self._global(f"p_{names[i]}", t if launch is not None
                                          else t.data_ptr()))
-                self.namespace.setdefault("_keep", []).append(t)
                 continue
             if s.get("producer") != "kernel" and i not in checked:
                 checked.add(i)

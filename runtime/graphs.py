@@ -29,6 +29,8 @@ class GraphedEntry:
     """Runs `entry.function` through a CUDA graph captured on the first call."""
 
     def __init__(self, entry, device: torch.device, samples=None):
+        """`samples`: a callable giving input sets (the artifact's recorded sample) that the
+        capture is also checked on; read only when the graph is captured, not at load."""
         self.entry, self.device, self.samples = entry, device, samples
         self.graph = None
         self.static_in: list = []
@@ -84,7 +86,7 @@ class GraphedEntry:
             if check is not None:
                 fn.namespace["check_error_flag"] = check
         self.graph, self.static_out, self.flags = graph, out, flags
-        reason = self._mismatch([args] + [s for s in (self.samples or ())], symbols)
+        reason = self._mismatch([args, *(self.samples() if self.samples else ())], symbols)
         if reason is not None:
             self.graph = None
             self._disable(reason)

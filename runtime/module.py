@@ -66,9 +66,8 @@ class CompiledModule:
                              found=f"symbols {sorted(self.entries[dynamic[0]].spec['symbols'])}",
                              fix="export with static sizes, or leave cuda_graph unset")
         from aotc.runtime.graphs import GraphedEntry
-        samples = self.recorded_samples()
-        return {name: GraphedEntry(e, self.device,
-                                   [samples[0]] if samples and name == "forward" else None)
+        samples = lambda: [s[0]] if (s := self.recorded_samples()) else []   # noqa: E731
+        return {name: GraphedEntry(e, self.device, samples if name == "forward" else None)
                 for name, e in self.entries.items() if name not in dynamic}
 
     def graph_status(self) -> dict[str, str]:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, ReductionType as R,
-                             index_vars, linear_index, product, simplify_index)
+from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, FloorDiv, ModIndex, Op, Reduction,
+                             ReductionType as R, index_vars, linear_index, product, replace,
+                             simplify_index)
 from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, value_type
-from aotc.codegen.scheduler import Kernel
+from aotc.codegen.scheduler import Kernel, LoadRecorder
 
 PARALLEL_MIN_ELEMENTS = 32768   # below this a kernel runs on one thread (OpenMP start-up costs)
 COLUMN_BLOCK = 64               # accumulators per column block of a column reduction
@@ -123,6 +124,19 @@ class CppHandler:
         self.lines += ["    " + ln for ln in body] + ["}"]
         return CVal(name, dtype)
 
+    def bounded_index(self, expr, size):
+        """A named index variable in [0, size): `x0 - 256` inside the mask `x0 >= 256` (a part
+        of a `cat`) simplifies the view arithmetic of the loads that use it."""
+        expr = simplify_index(sympy.sympify(expr), self.ranges)
+        if not expr.free_symbols or (expr.is_Symbol and self.ranges.get(expr) == size):
+            return expr
+        value = self._var(cexpr(expr), torch.int64, self._invariant(expr))
+        symbol = sympy.Symbol(value.expr, integer=True, nonnegative=True)
+        self.ranges[symbol] = sympy.sympify(size)
+        if not value.inv:
+            self.inner.add(symbol)
+        return symbol
+
     def indirect(self, value: CVal, size):
         """A runtime index: wrapped if negative, checked against `size` (flags aotc_err).
         Computed before the inner loops when it does not vary in them, so they still
@@ -141,23 +155,6 @@ class CppHandler:
             self.vectorizable = False
             self.inner.add(symbol)
         return symbol
-
-
-def _bounded_index(self, expr, size):
-    """A named index variable in [0, size): `x0 - 256` inside the mask `x0 >= 256` (a part
-    of a `cat`) simplifies the view arithmetic of the loads that use it."""
-    expr = simplify_index(sympy.sympify(expr), self.ranges)
-    if not expr.free_symbols or (expr.is_Symbol and self.ranges.get(expr) == size):
-        return expr
-    value = self._var(cexpr(expr), torch.int64, self._invariant(expr))
-    symbol = sympy.Symbol(value.expr, integer=True, nonnegative=True)
-    self.ranges[symbol] = sympy.sympify(size)
-    if not value.inv:
-        self.inner.add(symbol)
-    return symbol
-
-
-CppHandler.bounded_index = _bounded_index
 
 
 def _pow_by_constant(x: str, exponent: str, ct: str) -> str | None:
@@ -276,21 +273,24 @@ class KernelWriter:
                 *(_loops(xvars, sizes, lines, simd) if xvars else ["{", *lines, "}"])]
 
     # --------------------------------------------------------------------------- reductions
+    def _reduction_loads(self, body) -> tuple[tuple, list]:
+        """(reduction loop vars, the index of every load in `body`, simplified over the
+        kernel's and the reduction's ranges and expanded)."""
+        rvars = index_vars("r", len(body.reduction_ranges))
+        rec = LoadRecorder()
+        body.inner_fn(rec, self.pvars, rvars)
+        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
+        return rvars, [sympy.expand(simplify_index(i, ranges)) for _, i in rec.loads]
+
     def _merge_reduced_dims(self, body):
         """`body` with adjacent reduced dims merged where every load walks them as one
         contiguous run (a per-channel batch-norm sum over [n, h, w]: h and w become one loop of
         h*w), so the vectorized inner loop is long instead of a row of w."""
-        from aotc.codegen.scheduler import LoadRecorder
-        from aotc.codegen.ir import FloorDiv, ModIndex, replace
         while len(body.reduction_ranges) >= 2:
             sizes = body.reduction_ranges
             if not (sizes[-1].is_Integer and sizes[-2].is_Integer):
                 break
-            rvars = index_vars("r", len(sizes))
-            rec = LoadRecorder()
-            body.inner_fn(rec, self.pvars, rvars)
-            ranges = {**self.ranges, **dict(zip(rvars, sizes))}
-            loads = [sympy.expand(simplify_index(i, ranges)) for _, i in rec.loads]
+            rvars, loads = self._reduction_loads(body)
             a, b = rvars[-2], rvars[-1]
             if not loads or any(i.coeff(b) == 0 or sympy.expand(i.coeff(a) - sizes[-1] *
                                                                   i.coeff(b)) != 0
@@ -403,7 +403,6 @@ class KernelWriter:
         accumulators, they vectorize along the columns instead of gathering down each one."""
         if not self.pvars or not self.k.nodes:
             return None
-        from aotc.codegen.scheduler import LoadRecorder
         first = self.k.nodes[0].body
         for node in self.k.nodes:
             body = node.body
@@ -412,15 +411,11 @@ class KernelWriter:
                     or not body.reduction_ranges
                     or tuple(body.reduction_ranges) != tuple(first.reduction_ranges)):
                 return None
-            rvars = index_vars("r", len(body.reduction_ranges))
-            rec = LoadRecorder()
-            body.inner_fn(rec, self.pvars, rvars)
-            if not rec.loads:
+            rvars, loads = self._reduction_loads(body)
+            if not loads:
                 return None
             last, inner = self.pvars[-1], rvars[-1]
-            ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
-            loads = [simplify_index(i, ranges) for _, i in rec.loads]
-            coef = lambda idx, v: sympy.expand(idx).coeff(v)
+            coef = lambda idx, v: idx.coeff(v)
             # some read runs along the columns; none runs along the reduced dim as well (a
             # per-row statistic, constant along the columns, is broadcast)
             if not any(coef(i, last) == 1 for i in loads) or \

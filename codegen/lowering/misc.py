@@ -161,33 +161,43 @@ def index(g, metas, x, indices):
 WINDOW_UNROLL = 25   # pooling windows up to 5x5 are unrolled (as Inductor does)
 
 
-def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=None,
-            count=None, ceil_mode=False):
-    """A 2d pooling window as a reduction over (kh, kw) for each output element. Windows that
-    reach past the input (padding, or the extra window of ceil_mode) read it masked."""
-    shape, dtype = out_shape(metas), out_dtype(metas)
-    kh, kw = kernel
-    sh, sw = stride or kernel
+def _window_reader(x, stride, padding, dilation, ceil_mode, pad_value):
+    """`read(h, idx, (a, b), dtype) -> (value, ih, iw)`: element (a, b) of output idx's pooling
+    window and its row and column in the input. Windows that reach past the input (padding, or
+    the extra window of ceil_mode) read it masked, as `pad_value` outside."""
+    sh, sw = stride
     ph, pw = padding
     dh, dw = dilation
     H, W = x.shape[-2], x.shape[-1]
-    acc = acc_dtype(dtype)
     lx = x.loader
-    pad_value = float("-inf") if rtype == R.MAX else 0.0
+    masked = bool(ph or pw or ceil_mode)
 
-    def body(h, idx, ridx):
+    def read(h, idx, ridx, dtype):
         ih = idx[-2] * sh - ph + ridx[0] * dh
         iw = idx[-1] * sw - pw + ridx[1] * dw
         src = tuple(idx[:-2]) + (ih, iw)
-        if ph == 0 and pw == 0 and not ceil_mode:
-            return h.to_dtype(lx(h, src), acc)
+        load = lambda: h.to_dtype(lx(h, src), dtype)
+        if not masked:
+            return load(), ih, iw
         i, j = h.index_expr(ih, torch.int64), h.index_expr(iw, torch.int64)
         zero = h.constant(0, torch.int64)
         mask = h.op(Op.LOGICAL_AND, h.op(Op.LOGICAL_AND, h.op(Op.GE, i, zero),
                                          h.op(Op.LT, i, h.index_expr(H, torch.int64))),
                     h.op(Op.LOGICAL_AND, h.op(Op.GE, j, zero),
                          h.op(Op.LT, j, h.index_expr(W, torch.int64))))
-        return h.masked(mask, lambda: h.to_dtype(lx(h, src), acc), pad_value, acc)
+        return h.masked(mask, load, pad_value, dtype), ih, iw
+    return read
+
+
+def _window(g, metas, x, kernel, stride, padding, dilation, rtype, origin, post=None,
+            count=None, ceil_mode=False):
+    """A 2d pooling window as a reduction over (kh, kw) for each output element."""
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    kh, kw = kernel
+    acc = acc_dtype(dtype)
+    read = _window_reader(x, stride or kernel, padding, dilation, ceil_mode,
+                          float("-inf") if rtype == R.MAX else 0.0)
+    body = lambda h, idx, ridx: read(h, idx, ridx, acc)[0]
     if isinstance(kh, int) and isinstance(kw, int) and kh * kw <= WINDOW_UNROLL:
         # a small window: unrolled into a pointwise body, so a kernel vectorizes along the
         # output's rows (a reduction would vectorize over the window's few elements)
@@ -234,32 +244,17 @@ def _window_argmax(g, metas, x, kernel, stride, padding, dilation, ceil_mode):
     keep the first; padding never wins."""
     shape, dtype = out_shape(metas), out_dtype(metas)
     kh, kw = kernel
-    sh, sw = stride
-    ph, pw = padding
-    dh, dw = dilation
-    H, W = x.shape[-2], x.shape[-1]
-    lx = x.loader
+    W = x.shape[-1]
+    read = _window_reader(x, stride, padding, dilation, ceil_mode, float("-inf"))
 
     def scan(h, idx):
         best = pos = None
         for a in range(kh):
             for b in range(kw):
-                ih = idx[-2] * sh - ph + a * dh
-                iw = idx[-1] * sw - pw + b * dw
-                src = tuple(idx[:-2]) + (ih, iw)
-                i64 = lambda e: h.index_expr(e, torch.int64)
+                v, ih, iw = read(h, idx, (a, b), dtype)
                 # positions held as floats (exact below 2**24) keep every select in the float
                 # lanes of the values, so the loop vectorizes; stored as int64 at the end
                 where = h.index_expr(ih * W + iw, pos_dtype)
-                v = h.to_dtype(lx(h, src), dtype)
-                if ph or pw or ceil_mode:   # windows that reach past the input
-                    zero = h.constant(0, torch.int64)
-                    inside = h.op(Op.LOGICAL_AND, h.op(Op.LOGICAL_AND, h.op(Op.GE, i64(ih), zero),
-                                                       h.op(Op.LT, i64(ih), i64(H))),
-                                  h.op(Op.LOGICAL_AND, h.op(Op.GE, i64(iw), zero),
-                                       h.op(Op.LT, i64(iw), i64(W))))
-                    v = h.masked(inside, lambda src=src: h.to_dtype(lx(h, src), dtype),
-                                 float("-inf"), dtype)
                 if best is None:
                     best, pos = v, where
                     continue
@@ -267,7 +262,7 @@ def _window_argmax(g, metas, x, kernel, stride, padding, dilation, ceil_mode):
                 best = h.op(Op.WHERE, take, v, best)
                 pos = h.op(Op.WHERE, take, where, pos)
         return best, pos
-    plane = H * W
+    plane = x.shape[-2] * W
     pos_dtype = torch.float32 if plane.is_Integer and int(plane) < 1 << 24 else torch.int64
     return g.pointwise(shape, torch.int64, lambda h, i: h.to_dtype(scan(h, i)[1], torch.int64),
                        "max_pool2d_indices")
