@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, FloorDiv, ModIndex, Op, Reduction,
-                             ReductionType as R, index_vars, linear_index, product, replace,
-                             simplify_index)
+from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, ReductionType as R,
+                             index_vars, linear_index, product, simplify_index)
+from aotc.codegen.cpp.loopshape import column_nodes, merge_reduced_dims
 from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, value_type
-from aotc.codegen.scheduler import Kernel, LoadRecorder
+from aotc.codegen.scheduler import Kernel
 
 PARALLEL_MIN_ELEMENTS = 32768   # below this a kernel runs on one thread (OpenMP start-up costs)
 COLUMN_BLOCK = 64               # accumulators per column block of a column reduction
@@ -273,37 +273,8 @@ class KernelWriter:
                 *(_loops(xvars, sizes, lines, simd) if xvars else ["{", *lines, "}"])]
 
     # --------------------------------------------------------------------------- reductions
-    def _reduction_loads(self, body) -> tuple[tuple, list]:
-        """(reduction loop vars, the index of every load in `body`, simplified over the
-        kernel's and the reduction's ranges and expanded)."""
-        rvars = index_vars("r", len(body.reduction_ranges))
-        rec = LoadRecorder()
-        body.inner_fn(rec, self.pvars, rvars)
-        ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
-        return rvars, [sympy.expand(simplify_index(i, ranges)) for _, i in rec.loads]
-
-    def _merge_reduced_dims(self, body):
-        """`body` with adjacent reduced dims merged where every load walks them as one
-        contiguous run (a per-channel batch-norm sum over [n, h, w]: h and w become one loop of
-        h*w), so the vectorized inner loop is long instead of a row of w."""
-        while len(body.reduction_ranges) >= 2:
-            sizes = body.reduction_ranges
-            if not (sizes[-1].is_Integer and sizes[-2].is_Integer):
-                break
-            rvars, loads = self._reduction_loads(body)
-            a, b = rvars[-2], rvars[-1]
-            if not loads or any(i.coeff(b) == 0 or sympy.expand(i.coeff(a) - sizes[-1] *
-                                                                  i.coeff(b)) != 0
-                                for i in loads):
-                break
-            n, fn = sizes[-1], body.inner_fn
-            merged = lambda h, p, r, fn=fn, n=n: fn(h, p, (*r[:-1], FloorDiv(r[-1], n),
-                                                         ModIndex(r[-1], n)))
-            body = replace(body, reduction_ranges=(*sizes[:-2], sizes[-2] * n), inner_fn=merged)
-        return body
-
     def reduction(self, node) -> list:
-        body = self._merge_reduced_dims(node.body)
+        body = merge_reduced_dims(node.body, self.pvars, self.ranges)
         rtype = body.reduction_type
         rvars = index_vars("r", len(body.reduction_ranges))
         ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
@@ -395,34 +366,6 @@ class KernelWriter:
                 *_loops(rvars, body.reduction_ranges, lines, None)]
 
     # -------------------------------------------------------------------- column reductions
-    def _column_nodes(self) -> list | None:
-        """The kernel's nodes if all are sums or products over the same reduced dims whose
-        reads run contiguously along the last output dim and stride over the innermost reduced
-        dim (bias gradients: the column sums of a [rows, features] matrix; a layer norm's
-        weight and bias gradients, fused horizontally). Reduced row by row into blocks of
-        accumulators, they vectorize along the columns instead of gathering down each one."""
-        if not self.pvars or not self.k.nodes:
-            return None
-        first = self.k.nodes[0].body
-        for node in self.k.nodes:
-            body = node.body
-            if (not isinstance(body, Reduction) or body.reduction_type not in (R.SUM, R.PROD)
-                    or len(node.buffers) != 1 or node.buffers[0].name not in self.stored
-                    or not body.reduction_ranges
-                    or tuple(body.reduction_ranges) != tuple(first.reduction_ranges)):
-                return None
-            rvars, loads = self._reduction_loads(body)
-            if not loads:
-                return None
-            last, inner = self.pvars[-1], rvars[-1]
-            coef = lambda idx, v: idx.coeff(v)
-            # some read runs along the columns; none runs along the reduced dim as well (a
-            # per-row statistic, constant along the columns, is broadcast)
-            if not any(coef(i, last) == 1 for i in loads) or \
-                    any(coef(i, inner) == 1 and coef(i, last) != 0 for i in loads):
-                return None
-        return list(self.k.nodes)
-
     def column_source(self, nodes: list) -> list:
         rsizes = nodes[0].body.reduction_ranges
         rvars = index_vars("r", len(rsizes))
@@ -466,7 +409,7 @@ class KernelWriter:
     def source(self) -> tuple[str, list[str], list[str], list[str]]:
         """(C++ source, buffers read, buffers written, dim-size symbols taken as arguments)."""
         body: list = []
-        columns = self._column_nodes()
+        columns = column_nodes(self.k.nodes, self.pvars, self.ranges, self.stored)
         if columns is not None:
             return self._wrap(self.column_source(columns), flat=True)
         for node in self.k.nodes:
