@@ -50,6 +50,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="output folder (default: benchmarks/results/DEVICE-DTYPE-SUITE)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="start no point after this many seconds (the rest are skipped)")
+    add_timing_args(p)
+    return p.parse_args(argv)
+
+
+def add_timing_args(p: argparse.ArgumentParser) -> None:
+    """Threads and the timing protocol's knobs (shared with benchmarks/training.py)."""
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads per op (torch.set_num_threads and OMP_NUM_THREADS, for every "
                         "system alike; default: torch's)")
@@ -60,7 +66,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seconds of timed rounds per point (all systems together)")
     p.add_argument("--build-limit-s", type=float, default=None,
                    help="per system and point: limit on build + load + first call")
-    return p.parse_args(argv)
 
 
 def _names(text: str) -> list[str]:
@@ -77,8 +82,9 @@ def _part(text: str) -> tuple[int, int]:
     return k, n
 
 
-def make_config(args) -> harness.Config:
-    warmup, min_reps, max_reps, timing_s, limit_s = TIMING[args.device]
+def make_config(args, timing: dict = TIMING) -> harness.Config:
+    """The harness config: `timing[device]`'s defaults, overridden by the timing arguments."""
+    warmup, min_reps, max_reps, timing_s, limit_s = timing[args.device]
     pick = lambda v, default: default if v is None else v   # noqa: E731
     return harness.Config(device=args.device, dtype=args.dtype, warmup=pick(args.warmup, warmup),
                           min_reps=pick(args.min_reps, min_reps),
@@ -89,16 +95,22 @@ def make_config(args) -> harness.Config:
 
 def environment(args, cfg: harness.Config, chosen: list, skipped: dict) -> dict:
     """What was run, where, with which versions: the results' `meta`."""
+    return {"suite": args.suite, "part": f"{args.part[0]}/{args.part[1]}",
+            **machine_meta(args, cfg, chosen), "systems_skipped": skipped}
+
+
+def machine_meta(args, cfg: harness.Config, chosen: list,
+                 libs: tuple = ("transformers", "torchvision")) -> dict:
+    """The `meta` every benchmark records: device, dtype, systems, config, machine, versions."""
     import aotc
-    meta = {"device": args.device, "dtype": args.dtype, "suite": args.suite,
-            "part": f"{args.part[0]}/{args.part[1]}", "systems": [s.name for s in chosen],
-            "systems_skipped": skipped, "config": dataclasses.asdict(cfg),
+    meta = {"device": args.device, "dtype": args.dtype, "systems": [s.name for s in chosen],
+            "config": dataclasses.asdict(cfg),
             "machine": _cpu_name(), "threads": torch.get_num_threads(), "nice": os.nice(0),
             "python": platform.python_version(), "torch": torch.__version__,
             "aotc": aotc.__version__, "matmul_precision": torch.get_float32_matmul_precision(),
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "load_average_at_start": _load_average()}
-    for lib in ("transformers", "torchvision"):
+    for lib in libs:
         try:
             meta[lib] = __import__(lib).__version__
         except ImportError:
@@ -131,15 +143,20 @@ def skipped_record(spec, size: str, point: str, why: str) -> dict:
             "batch": spec.batch(size, point), "skipped": why, "systems": {}}
 
 
-def progress_line(rec: dict, elapsed: float) -> str:
-    head = f"[{elapsed:7.1f}s] {rec['model']} / {rec['point']} (b{rec['batch']})"
+def progress_line(rec: dict, elapsed: float, *, label: str | None = None, ms_digits: int = 3,
+                  extra=lambda s: "") -> str:
+    """One record as a progress line: eager's median, each system's status and speedup, and
+    `extra(system result)` (the training benchmark adds the bytes saved for backward)."""
+    label = label or f"{rec['model']} / {rec['point']}"
+    head = f"[{elapsed:7.1f}s] {label} (b{rec['batch']})"
     if rec.get("skipped"):
         return f"{head}: skipped ({rec['skipped']})"
     parts = []
     for name, s in rec["systems"].items():
         speed = f" {s['speedup']:.2f}x" if s.get("speedup") and name != "eager" else ""
-        ms = f" {s['median_s'] * 1e3:.3f} ms" if name == "eager" and s.get("median_s") else ""
-        parts.append(f"{name} {s['status']}{speed}{ms}")
+        ms = (f" {s['median_s'] * 1e3:.{ms_digits}f} ms" if name == "eager" and s.get("median_s")
+              else "")
+        parts.append(f"{name} {s['status']}{speed}{ms}{extra(s)}")
     return f"{head}: " + " | ".join(parts)
 
 

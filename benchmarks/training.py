@@ -56,10 +56,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -71,6 +68,8 @@ from pathlib import Path
 import torch
 
 from benchmarks import harness, models, report, systems
+from benchmarks import run as inference_run
+from benchmarks.training_report import summarize, write  # noqa: F401 - summarize: API
 from benchmarks.accuracy import flatten, judge
 from benchmarks.harness import Status, describe, time_limit
 
@@ -365,130 +364,6 @@ def attempt(system, model, inputs, weights, workdir: Path, cfg):
     return res, t, step, grads, weights
 
 
-# ---------------------------------------------------------------------------------- report
-def summarize(records: list[dict]) -> dict:
-    out = {}
-    for name in report.system_names(records):
-        rows = [r["systems"][name] for r in records if name in r.get("systems", {})]
-        rows = [r for r in rows if r["status"] != Status.SKIPPED]
-        passed = [r for r in rows if r["status"] == Status.PASS]
-        out[name] = {"rows": len(rows), "passed": len(passed),
-                     "geomean_speedup": report.geomean(r.get("speedup") for r in passed),
-                     "geomean_saved_vs_eager": report.geomean(
-                         r.get("saved_vs_eager") for r in rows if r.get("saved_vs_eager")),
-                     "median_build_s": _median(r.get("build_s") for r in rows),
-                     "median_first_step_s": _median(r.get("first_step_s") for r in rows)}
-    return out
-
-
-def _median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def write(out_dir: Path, meta: dict, records: list[dict]) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    doc = {"meta": meta, "summary": summarize(records), "results": records}
-    import json
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    (out_dir / "results.md").write_text(markdown(doc))
-    return doc
-
-
-def markdown(doc: dict) -> str:
-    meta, records = doc["meta"], doc["results"]
-    ran = [r for r in records if r.get("systems")]
-    names = report.system_names(ran)
-    lines = [f"# aotc training-step benchmark: {meta.get('device')}, {meta.get('dtype')}, "
-             f"size {meta.get('size')}", "", report._meta_line(meta), "",
-             "## Summary", "",
-             "| system | models passing | geomean speedup (passing) | saved for backward vs "
-             "eager (geomean) | median build | median first step |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for name, s in doc["summary"].items():
-        if name == "eager":
-            continue
-        lines.append(f"| {name} | {s['passed']}/{s['rows']} | {report._x(s['geomean_speedup'])} "
-                     f"| {report._x(s['geomean_saved_vs_eager'])} "
-                     f"| {report._s(s['median_build_s'])} "
-                     f"| {report._s(s['median_first_step_s'])} |")
-    others = names[1:]
-    lines += ["", "## Training step: speedup over eager (status if not pass) and saved for "
-              "backward", "",
-              "| model | batch | eager step | " + " | ".join(others) + " | spread | "
-              + " | ".join(f"saved {n}" for n in names) + " |",
-              "|---|---:|---:|" + "---:|" * len(others) + "---:|" + "---:|" * len(names)]
-    for r in ran:
-        eager = r["systems"].get("eager", {})
-        cells = []
-        for n in others:
-            s = r["systems"].get(n)
-            if s is None:
-                cells.append("-")
-                continue
-            speed = report._x(s.get("speedup")) if s.get("speedup") else ""
-            cells.append(speed if s["status"] == Status.PASS else f"{speed} {s['status']}".strip())
-        sp = report.spread(r)
-        saved = [report._bytes(r["systems"].get(n, {}).get("saved_bytes")) for n in names]
-        lines.append(f"| {r['model']} | {r['batch']} | "
-                     f"{report._s(eager.get('median_s'), 1e3, 'ms', 2)} | " + " | ".join(cells)
-                     + f" | {'-' if sp is None else f'{sp:.2f}'} | " + " | ".join(saved) + " |")
-    lines += ["", "saved: distinct storages saved for backward by one step, measured with "
-              "saved-tensor hooks, parameters, inputs and loss weights left out. spread: the "
-              f"largest median / min over the row's systems (above {report.NOISY}: disturbed)."]
-    aotc_rows = [r for r in ran if "manifest_saved_bytes" in r["systems"].get("aotc", {})]
-    if aotc_rows:
-        lines += ["", "aotc's manifest (`aotc inspect`, every saved tensor at its own size, "
-                  "parameters included): " + "; ".join(
-                      f"{r['model']} {r['systems']['aotc']['manifest_saved_tensors']} tensors, "
-                      f"{report._bytes(r['systems']['aotc']['manifest_saved_bytes'])}"
-                      for r in aotc_rows) + "."]
-    if any("step_peak_bytes" in s for r in ran for s in r["systems"].values()):
-        lines += ["", "## Peak allocation of one step (CUDA)", "",
-                  "| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-        lines += [f"| {r['model']} | " + " | ".join(
-            report._bytes(r["systems"].get(n, {}).get("step_peak_bytes")) for n in names) + " |"
-            for r in ran]
-    lines += ["", "## Build and first step", "",
-              "| model | system | build | load | first step | gradient rmse vs fp64 "
-              "(eager's) |", "|---|---|---:|---:|---:|---:|"]
-    for r in ran:
-        for n in names:
-            s = r["systems"].get(n)
-            if s is None:
-                continue
-            err = ("-" if s.get("grad_error") is None else
-                   f"{s['grad_error']:.2e} ({s.get('eager_grad_error') or 0:.2e})")
-            lines.append(f"| {r['model']} | {n} | {report._s(s.get('build_s'))} "
-                         f"| {report._s(s.get('load_s'), 1e3, 'ms', 1)} "
-                         f"| {report._s(s.get('first_step_s'), 1e3, 'ms', 1)} | {err} |")
-    problems = [f"- {r['model']} / {n}: **{s['status']}**: {s.get('reason', '')}"
-                for r in records for n, s in r.get("systems", {}).items()
-                if s["status"] != Status.PASS]
-    problems += [f"- {r['model']} / {n}: saved-tensor measurement failed: {s['saved_error']}"
-                 for r in records for n, s in r.get("systems", {}).items()
-                 if s.get("saved_error")]
-    problems += [f"- {r['model']}: float64 reference failed: {r['reference_error']}"
-                 for r in records if r.get("reference_error")]
-    problems += [f"- {r['model']}: {r['skipped']}" for r in records if r.get("skipped")]
-    if problems:
-        lines += ["", "## Failures and skipped", "", *problems]
-    lines += ["", "## Protocol", "", PROTOCOL]
-    return "\n".join(lines) + "\n"
-
-
-PROTOCOL = """\
-One step = grads set to None, forward, loss = sum over floating outputs of (output * fixed \
-random weights).sum(), backward; no optimizer. Models in train mode (dropout on; torch.compile \
-with Inductor's fallback_random so dropout draws from torch's generator as eager and aotc do). \
-Per model: float64 reference step; each system built, loaded and stepped once (seeded) in \
-isolation with a time limit; eager stepped twice more (gradients must be bitwise equal); every \
-parameter's gradient judged with benchmarks/accuracy.py's rule (allclose to eager at tol, else \
-rmse vs float64 within m x eager's + tol/10; tol 1e-4, m 2 in float32; 1e-2, 3 in bfloat16). \
-Timing: warm-up, then interleaved rounds (rotating order, device synchronized after each step); \
-medians; speedup = eager median / system median. See benchmarks/training.py."""
-
-
 # ------------------------------------------------------------------------------ command line
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.training", description=__doc__,
@@ -498,64 +373,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--size", default="small", choices=models.SIZES)
     p.add_argument("--point", default="throughput", choices=models.POINTS,
                    help="batch: the registry's throughput (default) or latency batch")
-    p.add_argument("--models", type=_names, default=list(MODELS),
+    names = inference_run._names
+    p.add_argument("--models", type=names, default=list(MODELS),
                    help=f"comma-separated (default: {','.join(MODELS)})")
-    p.add_argument("--systems", type=_names, default=None,
+    p.add_argument("--systems", type=names, default=None,
                    help=f"comma-separated, from {', '.join(SYSTEMS)} (eager always runs)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: benchmarks/results/DEVICE-training)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads per op (torch.set_num_threads and OMP_NUM_THREADS)")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--min-reps", type=int, default=None)
-    p.add_argument("--max-reps", type=int, default=None)
-    p.add_argument("--timing-s", type=float, default=None)
-    p.add_argument("--build-limit-s", type=float, default=None)
+    inference_run.add_timing_args(p)
     return p.parse_args(argv)
 
 
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def make_config(args) -> harness.Config:
-    warmup, min_reps, max_reps, timing_s, limit_s = TIMING[args.device]
-    pick = lambda v, default: default if v is None else v   # noqa: E731
-    return harness.Config(device=args.device, dtype=args.dtype, warmup=pick(args.warmup, warmup),
-                          min_reps=pick(args.min_reps, min_reps),
-                          max_reps=pick(args.max_reps, max_reps),
-                          timing_s=pick(args.timing_s, timing_s),
-                          build_limit_s=pick(args.build_limit_s, limit_s))
-
-
 def environment(args, cfg: harness.Config, chosen: list) -> dict:
-    import dataclasses
-
-    import aotc
-    from benchmarks import run
-    meta = {"benchmark": "training step", "device": args.device, "dtype": args.dtype,
-            "size": args.size, "point": args.point, "systems": [s.name for s in chosen],
-            "config": dataclasses.asdict(cfg), "machine": run._cpu_name(),
-            "threads": torch.get_num_threads(), "nice": os.nice(0),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "aotc": aotc.__version__, "matmul_precision": torch.get_float32_matmul_precision(),
-            "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "load_average_at_start": run._load_average()}
-    try:
-        meta["transformers"] = __import__("transformers").__version__
-    except ImportError:
-        meta["transformers"] = None
-    if args.device == "cuda":
-        meta["gpu"] = torch.cuda.get_device_name()
-    return meta
+    return {"benchmark": "training step", "size": args.size, "point": args.point,
+            **inference_run.machine_meta(args, cfg, chosen, libs=("transformers",))}
 
 
 def run(args) -> dict:
-    from benchmarks import run as inference_run
     if args.threads:   # before any system loads an OpenMP library of its own
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
         torch.set_num_threads(args.threads)
-    cfg = make_config(args)
+    cfg = inference_run.make_config(args, TIMING)
     device = torch.device(args.device)
     _, specs = models.select("small" if args.size == "small" else "full", args.models)
     chosen = select(args.systems)
@@ -593,21 +431,13 @@ def run(args) -> dict:
 
 
 def progress_line(rec: dict, elapsed: float) -> str:
-    head = f"[{elapsed:7.1f}s] {rec['model']} (b{rec['batch']})"
-    if rec.get("skipped"):
-        return f"{head}: skipped ({rec['skipped']})"
-    parts = []
-    for name, s in rec["systems"].items():
-        speed = f" {s['speedup']:.2f}x" if s.get("speedup") and name != "eager" else ""
-        ms = f" {s['median_s'] * 1e3:.2f} ms" if name == "eager" and s.get("median_s") else ""
-        saved = (f" saved {report._bytes(s['saved_bytes'])}"
-                 if s.get("saved_bytes") is not None else "")
-        parts.append(f"{name} {s['status']}{speed}{ms}{saved}")
-    return f"{head}: " + " | ".join(parts)
+    saved = lambda s: (f" saved {report._bytes(s['saved_bytes'])}"   # noqa: E731
+                       if s.get("saved_bytes") is not None else "")
+    return inference_run.progress_line(rec, elapsed, label=rec["model"], ms_digits=2,
+                                       extra=saved)
 
 
 def main(argv=None) -> int:
-    from benchmarks import run as inference_run
     inference_run.quiet()
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():

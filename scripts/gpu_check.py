@@ -150,105 +150,102 @@ def check_prebuilt(path: Path) -> dict:
 # ---------------------------------------------------------------------------- runtime checks
 
 def runtime_checks(arch: str, out: Path) -> list[dict]:
-    """Index errors, side streams, threads and dynamic sizes on the GPU."""
+    """Index errors (with and without a CUDA graph), side streams, threads, graph replays and
+    dynamic sizes on the GPU: one row each, a failure reported and the rest still run."""
     import torch.nn.functional as F
-    from torch.export import Dim
     from aotc.api import compile_function
+    table, ids, x = torch.randn(10, 4), torch.tensor([[1, 2], [3, 4]]), torch.randn(64, 256)
+    emb = compile_function(lambda t, i: F.embedding(i, t) * 2, (table, ids), out / "emb.aotc",
+                           target=f"cuda:{arch}")
+    soft = compile_function(lambda x: torch.softmax(x * 3, -1), (x,), out / "soft.aotc",
+                            target=f"cuda:{arch}")
+    checks = {
+        "index out of range -> GuardError": lambda: check_index_error(emb, table, ids, False),
+        "launch on a side stream": lambda: check_side_stream(soft, x),
+        "4 threads calling one module": lambda: check_threads(soft, x),
+        "CUDA graph: capture, replay, outputs owned by the caller":
+            lambda: check_graph_replays(soft, x),
+        "CUDA graph: index out of range -> GuardError":
+            lambda: check_index_error(emb, table, ids, True),
+        "dynamic seq 2..256 (transformer)": lambda: check_dynamic(arch, out),
+    }
     rows = []
-
-    def row(case, fn):
+    for case, fn in checks.items():
         try:
             fn()
             rows.append(dict(case=case, ok=True))
         except Exception as e:   # report and go on
             rows.append(dict(case=case, ok=False, note=f"{type(e).__name__}: {e}"[:200]))
-
-    table, ids = torch.randn(10, 4), torch.tensor([[1, 2], [3, 4]])
-    emb = compile_function(lambda t, i: F.embedding(i, t) * 2, (table, ids), out / "emb.aotc",
-                           target=f"cuda:{arch}")
-
-    def index_error():
-        m = aotc.load(emb)
-        t, good = table.cuda(), ids.cuda()
-        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
-        try:
-            m(t, torch.tensor([[1, 2], [3, 40]]).cuda())
-            raise AssertionError("an out-of-range index was not reported")
-        except aotc.GuardError:
-            pass
-        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
-    row("index out of range -> GuardError", index_error)
-
-    x = torch.randn(64, 256)
-    soft = compile_function(lambda x: torch.softmax(x * 3, -1), (x,), out / "soft.aotc",
-                            target=f"cuda:{arch}")
-
-    def side_stream():
-        m, xs = aotc.load(soft), x.cuda()
-        s = torch.cuda.Stream()
-        with torch.cuda.stream(s):
-            y = m(xs)
-        s.synchronize()
-        torch.testing.assert_close(y, torch.softmax(xs * 3, -1))
-    row("launch on a side stream", side_stream)
-
-    def threads():
-        m, xs = aotc.load(soft), x.cuda()
-        want, errs = torch.softmax(xs * 3, -1), []
-
-        def work():
-            try:
-                for _ in range(20):
-                    torch.testing.assert_close(m(xs), want)
-            except Exception as e:
-                errs.append(e)
-        ts = [threading.Thread(target=work) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        if errs:
-            raise errs[0]
-    row("4 threads calling one module", threads)
-
-    def graph_replays():
-        m, xs = aotc.load(soft, cuda_graph=True), x.cuda()
-        assert m.graph_status()["forward"] == "pending", m.graph_status()
-        y1 = m(xs)
-        assert m.graph_status()["forward"] == "graph", m.graph_status()
-        x2 = torch.randn_like(xs)
-        y2 = m(x2)          # a replay reads the new input ...
-        torch.testing.assert_close(y2, torch.softmax(x2 * 3, -1))
-        torch.testing.assert_close(y1, torch.softmax(xs * 3, -1))   # ... and y1 is unchanged
-        torch.testing.assert_close(m(xs.t().contiguous().t()), y1)   # strided input copied in
-    row("CUDA graph: capture, replay, outputs owned by the caller", graph_replays)
-
-    def graph_index_error():
-        m = aotc.load(emb, cuda_graph=True)
-        t, good = table.cuda(), ids.cuda()
-        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
-        assert m.graph_status()["forward"] == "graph", m.graph_status()
-        try:
-            m(t, torch.tensor([[1, 2], [3, 40]]).cuda())
-            raise AssertionError("an out-of-range index was not reported under a graph")
-        except aotc.GuardError:
-            pass
-        torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
-    row("CUDA graph: index out of range -> GuardError", graph_index_error)
-
-    def dynamic():
-        torch.manual_seed(0)
-        model = _sample("transformer.py:Net")().eval()
-        seq = Dim("seq", min=2, max=256)
-        p = aotc.export(model, (torch.randn(2, 64, 128),), out / "dyn.aotc",
-                        target=f"cuda:{arch}", dynamic_shapes=({1: seq},))
-        m, ref = aotc.load(p), model.cuda()
-        for s in (2, 17, 64, 200):
-            xs = torch.randn(2, s, 128, device="cuda")
-            with torch.no_grad():
-                torch.testing.assert_close(m(xs), ref(xs), rtol=2e-3, atol=2e-3)
-    row("dynamic seq 2..256 (transformer)", dynamic)
     return rows
+
+
+def check_index_error(emb: Path, table, ids, cuda_graph: bool) -> None:
+    import torch.nn.functional as F
+    m = aotc.load(emb, cuda_graph=cuda_graph)
+    t, good = table.cuda(), ids.cuda()
+    torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
+    if cuda_graph:
+        assert m.graph_status()["forward"] == "graph", m.graph_status()
+    try:
+        m(t, torch.tensor([[1, 2], [3, 40]]).cuda())
+        raise AssertionError("an out-of-range index was not reported")
+    except aotc.GuardError:
+        pass
+    torch.testing.assert_close(m(t, good), F.embedding(good, t) * 2)
+
+
+def check_side_stream(soft: Path, x) -> None:
+    m, xs = aotc.load(soft), x.cuda()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = m(xs)
+    s.synchronize()
+    torch.testing.assert_close(y, torch.softmax(xs * 3, -1))
+
+
+def check_threads(soft: Path, x) -> None:
+    m, xs = aotc.load(soft), x.cuda()
+    want, errs = torch.softmax(xs * 3, -1), []
+
+    def work():
+        try:
+            for _ in range(20):
+                torch.testing.assert_close(m(xs), want)
+        except Exception as e:
+            errs.append(e)
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        raise errs[0]
+
+
+def check_graph_replays(soft: Path, x) -> None:
+    m, xs = aotc.load(soft, cuda_graph=True), x.cuda()
+    assert m.graph_status()["forward"] == "pending", m.graph_status()
+    y1 = m(xs)
+    assert m.graph_status()["forward"] == "graph", m.graph_status()
+    x2 = torch.randn_like(xs)
+    y2 = m(x2)          # a replay reads the new input ...
+    torch.testing.assert_close(y2, torch.softmax(x2 * 3, -1))
+    torch.testing.assert_close(y1, torch.softmax(xs * 3, -1))   # ... and y1 is unchanged
+    torch.testing.assert_close(m(xs.t().contiguous().t()), y1)   # strided input copied in
+
+
+def check_dynamic(arch: str, out: Path) -> None:
+    from torch.export import Dim
+    torch.manual_seed(0)
+    model = _sample("transformer.py:Net")().eval()
+    seq = Dim("seq", min=2, max=256)
+    p = aotc.export(model, (torch.randn(2, 64, 128),), out / "dyn.aotc",
+                    target=f"cuda:{arch}", dynamic_shapes=({1: seq},))
+    m, ref = aotc.load(p), model.cuda()
+    for s in (2, 17, 64, 200):
+        xs = torch.randn(2, s, 128, device="cuda")
+        with torch.no_grad():
+            torch.testing.assert_close(m(xs), ref(xs), rtol=2e-3, atol=2e-3)
 
 
 # ------------------------------------------------------------------------------- roofline
