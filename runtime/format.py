@@ -30,13 +30,18 @@ from pathlib import Path
 
 from aotc.errors import ArtifactError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
-# refused with a clear error; tests/fixtures keeps a small artifact of each.
+# refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
+# FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
 CHANGELOG = {
     1: ("2026-11-30", "first format: manifest.json, weights.safetensors, plans/<entry>.json "
                       "with kernel/extern/view/free steps, kernels/ (C++ source and library, or Triton "
                       "sources, cubins per arch and launch metadata), samples/"),
+    2: ("2026-11-30", "plans: a kernel output may have a permuted dense layout (slot "
+                      "'contiguous': false, allocated with its 'stride': channels-last "
+                      "activations), and a weight slot may say 'memory_format': 'channels_last' "
+                      "(converted at load); a reader of version 1 would misread both"),
 }
 
 MANIFEST = "manifest.json"
@@ -186,7 +191,7 @@ def _parse_manifest(raw: bytes, mpath: Path) -> dict:
 
 def _check_version(manifest: dict, mpath: Path) -> None:
     version = manifest.get("format_version")
-    if version == FORMAT_VERSION:
+    if version in CHANGELOG and version <= FORMAT_VERSION:
         return
     newer = isinstance(version, int) and version > FORMAT_VERSION
     raise ArtifactError(
