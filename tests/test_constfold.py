@@ -1,0 +1,103 @@
+"""Constant folding of lazy tensors, and the attention masks it lets aotc drop."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aotc
+from aotc.codegen.constfold import UNKNOWN, constant_value
+from aotc.codegen.ir import Op
+
+
+class Lazy:
+    def __init__(self, shape, loader):
+        self.shape, self.loader = shape, loader
+
+
+def idx(h, i):
+    return h.index_expr(i, torch.int64)
+
+
+def c(h, v):
+    return h.constant(v, torch.int64)
+
+
+@pytest.mark.parametrize("loader, shape, expected", [
+    (lambda h, i: h.op(Op.GE, h.op(Op.ADD, idx(h, i[2]), c(h, 0)), c(h, 0)), (1, 1, 9, 9), True),
+    (lambda h, i: h.op(Op.LT, idx(h, i[0]), c(h, 4)), (4,), True),
+    (lambda h, i: h.op(Op.LT, idx(h, i[0]), c(h, 3)), (4,), UNKNOWN),      # false at i=3
+    (lambda h, i: h.op(Op.GE, idx(h, i[0]), c(h, 4)), (4,), False),
+    (lambda h, i: h.op(Op.LE, idx(h, i[0]), idx(h, i[1])), (4, 4), UNKNOWN),   # causal
+    (lambda h, i: h.op(Op.LOGICAL_AND, h.op(Op.GE, idx(h, i[0]), c(h, 0)),
+                       h.op(Op.LT, h.op(Op.SUB, idx(h, i[0]), c(h, 1)), c(h, 3))), (4,), True),
+    (lambda h, i: h.load("x", i[0]), (4,), UNKNOWN),
+    (lambda h, i: h.to_dtype(h.op(Op.GE, idx(h, i[0]), c(h, 0)), torch.float32), (4,), 1.0),
+])
+def test_constant_value(loader, shape, expected):
+    assert constant_value(Lazy(shape, loader)) == expected if expected is not UNKNOWN \
+        else constant_value(Lazy(shape, loader)) is UNKNOWN
+
+
+class Attention(torch.nn.Module):
+    """SDPA with the mask `make_mask(Lq, Lk)` builds inside the model (as traced code does)."""
+
+    def __init__(self, make_mask):
+        super().__init__()
+        self.make_mask = make_mask
+
+    def forward(self, q, k, v):
+        mask = self.make_mask(q.shape[2], k.shape[2])
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def export_attention(tmp_path, make_mask, q_len: int = 6) -> dict:
+    """The plan's one SDPA step, for a model built around `make_mask`; the artifact's output
+    is checked against eager on the way."""
+    q, k, v = torch.randn(2, 4, q_len, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    model = Attention(make_mask)
+    path = aotc.export(model, (q, k, v), tmp_path / "a.aotc")
+    torch.testing.assert_close(aotc.load(path)(q, k, v), model(q, k, v))
+    plan = json.loads((path / "plans/forward.json").read_text())
+    step, = [s for s in plan["steps"]
+             if s["kind"] == "extern" and "scaled_dot_product" in s["op"]]
+    return step
+
+
+def is_causal(step: dict) -> bool:
+    return step["args"][5] if len(step["args"]) > 5 else step["kwargs"].get("is_causal", False)
+
+
+@pytest.mark.parametrize("make_mask, dropped", [
+    (lambda n, m: (torch.arange(n) >= 0)[None, None, :, None].expand(2, 1, n, m), True),
+    (lambda n, m: torch.zeros(n, m), True),                                 # additive, all 0
+    (lambda n, m: (torch.arange(m) < m - 1)[None, None, None, :].expand(2, 1, n, m), False),
+    (lambda n, m: torch.ones(n, m, dtype=torch.bool).triu(), False),
+])
+def test_sdpa_drops_a_mask_that_masks_nothing(tmp_path, make_mask, dropped):
+    """A traced model's all-True (or all-zero additive) attention mask is dropped, so SDPA may
+    pick a flash kernel; a mask that masks something is kept; results match eager."""
+    step = export_attention(tmp_path, make_mask)
+    assert (step["args"][3] is None) == dropped and not is_causal(step)
+
+
+@pytest.mark.parametrize("make_mask, causal", [
+    (lambda n, m: torch.ones(n, m, dtype=torch.bool).tril(), True),
+    (lambda n, m: (torch.arange(m)[None, :] <= torch.arange(n)[:, None])[None, None]
+     .expand(2, 1, n, m), True),
+    (lambda n, m: torch.arange(m)[None, :] < torch.arange(n)[:, None], False),    # strict
+    (lambda n, m: torch.arange(m)[None, :] >= torch.arange(n)[:, None], False),   # upper
+])
+def test_sdpa_takes_a_causal_mask_as_is_causal(tmp_path, make_mask, causal):
+    """A mask proved to be `j <= i` becomes is_causal=True (flash kernels); results match."""
+    step = export_attention(tmp_path, make_mask)
+    assert (step["args"][3] is None) == causal and is_causal(step) == causal
+
+
+def test_causal_mask_needs_equal_lengths(tmp_path):
+    """With fewer queries than keys, `j <= i` is not SDPA's is_causal: the mask stays."""
+    step = export_attention(
+        tmp_path, lambda n, m: torch.arange(m)[None, :] <= torch.arange(n)[:, None], q_len=3)
+    assert step["args"][3] is not None and not is_causal(step)
