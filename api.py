@@ -30,7 +30,8 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
         program = exporter.export(model, example_inputs, opts, source=source,
                                   value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
     step("compiling and writing the artifact")
-    return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa)
+    return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
+                           autotune=opts.autotune)
 
 
 def cast_floating(model, example_inputs, dtype):
@@ -68,4 +69,4 @@ def compile_function(fn, example_inputs, path, **options) -> Path:
     opts = ExportOptions.from_kwargs(**options)
     program = exporter.trace_function(fn, tuple(example_inputs))
     return codegen.compile(program, Target.parse(opts.target), path, codegen=opts.codegen,
-                           isa=opts.isa)
+                           isa=opts.isa, autotune=opts.autotune)

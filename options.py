@@ -28,12 +28,23 @@ class ExportOptions:
                                "(portable to any device).")
     isa: str = _opt("auto", "CPU instruction set the kernels are built for: auto (this host's "
                             "best), or a level such as x86-64-v3 for hosts without AVX-512.")
+    autotune: bool = _opt(False, "CUDA: time a few block sizes and warp counts of each generated "
+                                 "kernel on this machine's GPU and keep the fastest (recorded in "
+                                 "the manifest). Without a GPU of a target arch, the heuristic "
+                                 "sizes are kept and the reason recorded.")
     dtype: str | None = _opt(None, "Cast the model's floating parameters and buffers and the "
                                    "floating example inputs to bf16 or fp16 before capture "
                                    "(default: keep their dtypes).")
     train: bool = _opt(False, "Export a training artifact: forward and precomputed backward, "
                               "loaded as an nn.Module whose parameters train with any optimizer.")
     name: str | None = _opt(None, "Model name recorded in the manifest (default: the class name).")
+
+    def __post_init__(self):
+        if self.autotune and self.target.strip().lower().partition(":")[0] == "cpu":
+            raise UsageError("--autotune times Triton kernels on a GPU; target cpu has none",
+                             where="--autotune", expected="a cuda target, e.g. --target cuda",
+                             found=f"--target {self.target}",
+                             fix="drop --autotune, or export for --target cuda[:sm_XX]")
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":

@@ -1,6 +1,7 @@
 """What the CLI prints: `inspect` reports, output summaries, timings, verification."""
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -36,7 +37,8 @@ def _guard_words(spec: dict) -> list[str]:
     return lines
 
 
-def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool) -> list[str]:
+def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool,
+                 path: Path) -> list[str]:
     ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
                     for i in e["inputs"])
     st = e["stats"]
@@ -65,6 +67,9 @@ def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool) -> list[st
                 out.append(f"  {step['name']}: " + " | ".join(
                     f"{'+'.join(f['ops'])} -> {','.join(f['buffers'])}" for f in step["fused"]))
                 out += [f"      {r}" for r in step["reasons"]]
+                tuned = _kernel_tuning(path, step)
+                if tuned:
+                    out.append(f"      {tuned}")
         rejected = [d for d in st.get("fusion", []) if ": not fused " in d]
         if rejected:
             out.append("fusions declined:")
@@ -83,8 +88,41 @@ def _native_text(native: dict) -> str:
     return f"  (kernels built for {native['isa']} with {native['compiler']})"
 
 
+def _config_text(c: dict) -> str:
+    return (f"XBLOCK {c['xblock']}" + (f", R block {c['rblock']}" if c["rblock"] else "")
+            + f", {c['num_warps']} warps")
+
+
+def _autotune_text(a: dict) -> str:
+    """The manifest's autotune summary (target.native.autotune) in one line."""
+    if "skipped" in a:
+        return f"autotune: skipped: {a['skipped']}"
+    sizes = ", ".join(f"{k}={v}" for k, v in sorted(a.get("sizes", {}).items()))
+    return (f"autotune: {a['tuned']} of {a['kernels']} kernels timed on {a['device']} "
+            f"({a['arch']}{', at ' + sizes if sizes else ''}) in {a['time_s']:.1f} s: "
+            f"{a['changed']} changed, their launches {a['heuristic_us_total']:.1f} -> "
+            f"{a['chosen_us_total']:.1f} us in all"
+            + (f"; {a['rejected']} candidates rejected" if a["rejected"] else ""))
+
+
+def _kernel_tuning(path: Path, step: dict) -> str | None:
+    """What autotuning chose for one kernel step (from its launch spec), if it was tuned."""
+    spec = (step.get("launch") or {}).get("spec")
+    if spec is None or not (path / spec).is_file():
+        return None
+    t = json.loads((path / spec).read_text()).get("autotune")
+    if t is None:
+        return None
+    if "heuristic_us" not in t:
+        return f"autotune: {_config_text(t['chosen'])} ({t['skipped']})"
+    if t["chosen"] == t["heuristic"]:
+        return (f"autotune: kept {_config_text(t['chosen'])} ({t['heuristic_us']:.2f} us; "
+                f"best of {len(t['candidates'])} candidates {t['best_us']:.2f} us)")
+    return (f"autotune: {_config_text(t['chosen'])}, {t['chosen_us']:.2f} us (heuristic "
+            f"{_config_text(t['heuristic'])}, {t['heuristic_us']:.2f} us)")
+
+
 def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
-    import json
     p = m["producer"]
     t = m["target"]
     native = t.get("native")
@@ -95,9 +133,11 @@ def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
            f"target:  {t['device']}{':' + ','.join(t['archs']) if t['archs'] else ''}"
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)")]
+    if native and "autotune" in native:
+        out.append(_autotune_text(native["autotune"]))
     for name, e in m["entries"].items():
         plan = json.loads((path / e["plan"]).read_text()) if fusion else None
-        out += _entry_lines(name, e, plan, fusion)
+        out += _entry_lines(name, e, plan, fusion, path)
     if "training" in m:
         from aotc.runtime.training import saved_for_backward
         t, saved = m["training"], saved_for_backward(m)

@@ -44,7 +44,9 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
 
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
-            codegen: bool = True, isa: str = "auto") -> Path:
+            codegen: bool = True, isa: str = "auto", autotune: bool = False) -> Path:
+    """`autotune` (CUDA): time candidate block sizes of each kernel on this machine's GPU,
+    at the sizes the program was exported with (codegen/triton/autotune.py)."""
     target = _resolve_archs(target, codegen)
     graphs = {"forward": program.graph}
     if program.backward is not None:
@@ -61,7 +63,9 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
             for k in kernels:
                 k.name = f"{name}_{k.name}"
         parts[name] = (lowered, steps, decisions, kernels)
-    files, native, signatures = _build_native(parts, isa, target)
+    examples = {k: v["example"] for k, v in program.symbols.items()}
+    files, native, signatures = _build_native(parts, isa, target,
+                                              tuning=examples if autotune else None)
     bindings = {k: v["max"] for k, v in program.symbols.items()}
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
@@ -91,14 +95,15 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
     return fmt.write_artifact(dest, files, manifest)
 
 
-def _build_native(parts: dict, isa: str, target: Target):
-    """Compile every entry's kernels into one library: (files, manifest native, signatures)."""
+def _build_native(parts: dict, isa: str, target: Target, tuning: dict | None = None):
+    """Compile every entry's kernels into one library: (files, manifest native, signatures).
+    `tuning`: autotune CUDA kernels at these symbol sizes (None: the heuristics only)."""
     groups = [(kernels, _buffers(lowered.slots), _stored(steps, lowered.outputs))
               for lowered, steps, _, kernels in parts.values() if kernels]
     if not groups:
         return {}, None, {}
     if target.device == "cuda":
-        return _build_triton(parts, groups, target)
+        return _build_triton(parts, groups, target, tuning)
     from aotc.codegen import cpp
     level = cpp.resolve_isa(isa)
     source, library, signatures = cpp.generate(groups, level)
@@ -183,13 +188,19 @@ def _resolve_archs(target: Target, codegen: bool) -> Target:
     return Target(device="cuda", archs=(f"sm_{major}{minor}",))
 
 
-def _build_triton(parts: dict, groups: list, target: Target):
+def _build_triton(parts: dict, groups: list, target: Target, tuning: dict | None):
     """CUDA: Triton kernels compiled for each arch of `target` (codegen/triton): (files,
-    manifest native, signatures with each kernel's launch: grid, spec file, error code)."""
+    manifest native, signatures with each kernel's launch: grid, spec file, error code).
+    With `tuning` (symbol sizes), block sizes are autotuned where this machine's GPU allows."""
     from aotc.codegen import triton as tb
+    tuner = skipped = None
+    if tuning is not None:
+        from aotc.codegen.triton.autotune import local_tuner
+        tuner, skipped = local_tuner(list(target.archs), tuning)
     files, signatures, code = {}, {}, 1
     for kernels, buffers, stored in groups:
-        out, specs = tb.generate(kernels, buffers, stored, list(target.archs), first_code=code)
+        out, specs = tb.generate(kernels, buffers, stored, list(target.archs), first_code=code,
+                                 tuner=tuner)
         code += len(kernels)
         files.update(out)
         for name, spec in specs.items():
@@ -202,6 +213,8 @@ def _build_triton(parts: dict, groups: list, target: Target):
             lowered.slots[int(name[3:])]["local"] = True
     native = {"kind": "triton", "triton": tb.triton_version(), "archs": list(target.archs),
               "kernels": sorted(signatures)}
+    if tuning is not None:
+        native["autotune"] = tuner.summary() if tuner is not None else {"skipped": skipped}
     return files, native, signatures
 
 

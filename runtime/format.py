@@ -43,6 +43,9 @@ CHANGELOG = {
                       "activations), and a weight slot may say 'memory_format': 'channels_last' "
                       "(converted at load); a reader of version 1 would misread both"),
 }
+# Optional additions within a version (readers of that version ignore them; no new version):
+#   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
+#               kernels/<name>.json "autotune" (each kernel's timed candidates and choice)
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"

@@ -152,6 +152,22 @@ def test_several_archs_give_one_cubin_each(tmp_path):
     assert (p / "kernels" / files[2]).read_bytes() != (p / "kernels" / files[3]).read_bytes()
 
 
+def test_cross_compiled_cubins_are_reproducible(tmp_path, monkeypatch):
+    """Two exports with cold Triton caches give the same bytes: the cubins' line info names
+    the artifact's kernels/<name>.py, never the temporary file the source was imported from."""
+    fn = lambda x: torch.nn.functional.layer_norm(torch.softmax(x, -1) + 1, (8,))  # noqa: E731
+    outs, x = [], torch.randn(4, 8)
+    for i in range(2):
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"cache{i}"))
+        outs.append(compile_function(fn, (x,), tmp_path / f"r{i}.aotc",
+                                     target=TARGET))
+    a, b = [{p.relative_to(o): p.read_bytes() for p in sorted(o.rglob("*")) if p.is_file()}
+            for o in outs]
+    assert sorted(a) == sorted(b) and any(str(k).endswith(".cubin") for k in a)
+    assert [k for k in a if a[k] != b[k]] == []
+    assert b"aotc-triton" not in b"".join(v for k, v in a.items() if str(k).endswith(".cubin"))
+
+
 def test_kernel_source_is_self_contained(tmp_path):
     """A kernel's .py runs on its own under TRITON_INTERPRET=1 (no aotc import needed)."""
     x = torch.randn(6, 40)

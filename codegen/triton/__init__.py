@@ -7,13 +7,14 @@ C++ and compiled ahead of time, for each requested GPU arch, with no GPU needed:
                                  as is under Triton's interpreter
     kernels/<name>.<arch>.cubin  the same compiled for <arch> (sm_80, sm_90, ...)
     kernels/<name>.json          launch spec: parameters in order, block sizes, grid over the
-                                 plan's size symbols, per arch symbol/shared memory/warps/scratch
+                                 plan's size symbols, per arch symbol/shared memory/warps/scratch,
+                                 and with --autotune what was timed and chosen (autotune.py)
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from aotc.codegen.triton.build import arch_number, compile_kernel, triton_version
+from aotc.codegen.triton.build import arch_number, compile_kernels, triton_version
 from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.runtime import format as fmt
 
@@ -44,21 +45,26 @@ def launch_spec(ks: KernelSource) -> dict:
 
 
 def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
-             first_code: int = 1) -> tuple[dict, dict]:
+             first_code: int = 1, tuner=None) -> tuple[dict, dict]:
     """({artifact-relative path: bytes}, {kernel name: launch spec}) for `kernels`, compiled
     for each of `archs`. Kernels that index with runtime values get error codes from
-    `first_code` on (unique within an artifact)."""
-    files, specs = {}, {}
+    `first_code` on (unique within an artifact). With a `tuner` (autotune.Tuner), each kernel
+    is built with the block config it chose, and its launch spec records the tuning."""
+    tuned = tuner.tune(kernels, buffers, stored, first_code) if tuner is not None else {}
+    files, specs, jobs = {}, {}, []
     for i, k in enumerate(kernels):
-        ks = kernel_source(k, buffers, stored, first_code + i)
+        config, record = tuned.get(k.name, (None, None))
+        ks = kernel_source(k, buffers, stored, first_code + i, config)
         text = module_text(ks)
-        spec = launch_spec(ks)
-        for arch in archs:
-            cubin, meta = compile_kernel(ks, text, arch)
-            path = fmt.triton_cubin_file(k.name, arch)
-            files[path] = cubin
-            spec["archs"][arch] = dict(meta, cubin=path)
+        specs[k.name] = launch_spec(ks)
+        if record is not None:
+            specs[k.name]["autotune"] = record
         files[fmt.triton_source_file(k.name)] = text.encode()
-        files[fmt.triton_launch_file(k.name)] = fmt.dumps(spec)
-        specs[k.name] = spec
+        jobs += [(ks, text, arch) for arch in archs]
+    for (ks, _, arch), (cubin, meta) in zip(jobs, compile_kernels(jobs)):
+        path = fmt.triton_cubin_file(ks.name, arch)
+        files[path] = cubin
+        specs[ks.name]["archs"][arch] = dict(meta, cubin=path)
+    for name, spec in specs.items():
+        files[fmt.triton_launch_file(name)] = fmt.dumps(spec)
     return files, specs

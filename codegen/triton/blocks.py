@@ -12,6 +12,10 @@ Simple heuristics, decided once per kernel before any code is written:
     over them;
   * index arithmetic is int32 unless a size is dynamic or a buffer has 2**31 elements or more;
   * num_warps grows with the elements of the largest block.
+
+A `BlockConfig` overrides the heuristics (XBLOCK, the block of every node that loops or splits
+over its inner elements, num_warps): what `--autotune` tries. Masks follow from the final block
+sizes, whichever chose them.
 """
 from __future__ import annotations
 
@@ -30,10 +34,34 @@ TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
 INT32_LIMIT = 2**31
+TILED = ("loop", "split")     # node modes whose R block is a free choice (BlockConfig.rblock)
 
 
 def pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True, slots=True)
+class BlockConfig:
+    """Overrides of the heuristics for one kernel; None keeps the heuristic's choice.
+
+    `xblock`: rows per program (at most the rows, rounded up to a power of two, when they are
+    static). `rblock`: the R block of the nodes that loop or split over their inner elements
+    (at most their elements, rounded up, when static); a persistent reduction's block holds its
+    whole row, and a pointwise node that fits one block keeps it, so neither changes.
+    `num_warps`: warps per program."""
+    xblock: int | None = None
+    rblock: int | None = None
+    num_warps: int | None = None
+
+    def __post_init__(self):
+        for name in ("xblock", "rblock", "num_warps"):
+            v = getattr(self, name)
+            if v is not None and (v < 1 or v & (v - 1)):
+                raise ValueError(f"BlockConfig.{name} must be a power of two, got {v}")
+
+    def to_json(self) -> dict:
+        return {"xblock": self.xblock, "rblock": self.rblock, "num_warps": self.num_warps}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +80,13 @@ class KernelBlocks:
     xmask: bool
     wide: bool
     split: bool
+    num_warps: int
     nodes: list = field(default_factory=list)
 
     @property
-    def num_warps(self) -> int:
-        elems = self.xblock * max([b.size for b in self.nodes if b.rb] or [1])
-        return 1 if elems <= 128 else 2 if elems <= 512 else 4 if elems <= 2048 else 8
+    def widest(self) -> int:
+        """Elements of the largest R block (1 without any)."""
+        return _widest(self.nodes)
 
     def grid(self) -> list[str]:
         """The launch grid as Python expressions over the plan's size symbols."""
@@ -67,6 +96,24 @@ class KernelBlocks:
         if self.split:
             y = sympy.Max(*[_cdiv(b.numel, b.size) for b in self.nodes if b.rb] or [y])
         return [name(x), name(y), "1"]
+
+
+def _widest(nodes: list) -> int:
+    return max([b.size for b in nodes if b.rb] or [1])
+
+
+def heuristic_warps(elems: int) -> int:
+    """Warps for a program holding blocks of `elems` elements."""
+    return 1 if elems <= 128 else 2 if elems <= 512 else 4 if elems <= 2048 else 8
+
+
+def heuristic_config(blocks: KernelBlocks) -> BlockConfig:
+    """The config that `blocks` was planned with, as overrides: planning with it gives the same
+    blocks. Its rblock is the largest block of the nodes that loop or split (a node with fewer
+    elements clamps it to its own size, as the heuristic did), None when no node does."""
+    tiled = [b.size for b in blocks.nodes if b.mode in TILED]
+    return BlockConfig(xblock=blocks.xblock, rblock=max(tiled) if tiled else None,
+                       num_warps=blocks.num_warps)
 
 
 def _cdiv(a, b: int):
@@ -105,7 +152,8 @@ def _independent(kernel: Kernel) -> bool:
     return True
 
 
-def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool) -> NodeBlock:
+def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
+                rblock: int | None) -> NodeBlock:
     n = _static(numel)
     if not has_inner and not reduction:
         return NodeBlock(None, 1, sympy.Integer(1), "none", None)
@@ -115,30 +163,41 @@ def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool) ->
     else:
         size = LOOP_BLOCK if reduction else MAX_POINTWISE
         mode = "split" if split else "loop"
+    if rblock is not None and mode in TILED:
+        size = rblock if n is None else min(rblock, pow2(n))
     exact = n is not None and n % size == 0 and (mode != "single" or n == size)
     return NodeBlock(f"R{j}_BLOCK", size, sympy.sympify(numel), mode,
                      None if exact else f"rmask{j}")
 
 
-def plan_blocks(kernel: Kernel, buffers: dict) -> KernelBlocks:
+def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None) -> KernelBlocks:
+    """The blocks of `kernel`: the heuristics, with what `config` overrides."""
+    config = config or BlockConfig()
     reduction = any(isinstance(n.body, Reduction) for n in kernel.nodes)
     inner = [product(_inner(kernel, n)) for n in kernel.nodes]
+    chunk = config.rblock or MAX_POINTWISE   # a split node's block, at most
     split = not reduction and _independent(kernel) and all(
-        _static(n) is not None and -(-_static(n) // MAX_POINTWISE) <= MAX_GRID_Y for n in inner)
+        _static(n) is not None and -(-_static(n) // chunk) <= MAX_GRID_Y for n in inner)
     nodes = [_node_block(j, product(_inner(kernel, n)), isinstance(n.body, Reduction), split,
-                         bool(_inner(kernel, n))) for j, n in enumerate(kernel.nodes)]
+                         bool(_inner(kernel, n)), config.rblock)
+             for j, n in enumerate(kernel.nodes)]
     rows = product(kernel.prefix)
-    widest = max([b.size for b in nodes if b.rb] or [1])
-    xblock = max(1, TARGET_ELEMENTS["reduction" if reduction else "pointwise"] // widest)
     r = _static(rows)
-    if r is not None:
-        xblock = min(xblock, pow2(r))
-        while xblock > 1 and -(-r // xblock) < MIN_PROGRAMS and r >= MIN_PROGRAMS:
-            xblock //= 2
+    if config.xblock is not None:
+        xblock = config.xblock if r is None else min(config.xblock, pow2(r))
+    else:
+        xblock = max(1, TARGET_ELEMENTS["reduction" if reduction else "pointwise"]
+                     // _widest(nodes))
+        if r is not None:
+            xblock = min(xblock, pow2(r))
+            while xblock > 1 and -(-r // xblock) < MIN_PROGRAMS and r >= MIN_PROGRAMS:
+                xblock //= 2
     if split:
         nodes = _split_masks(nodes)
     return KernelBlocks(rows=rows, xblock=xblock, xmask=not (r is not None and r % xblock == 0),
-                        wide=_is_wide(kernel, buffers), split=split, nodes=nodes)
+                        wide=_is_wide(kernel, buffers), split=split,
+                        num_warps=config.num_warps or heuristic_warps(xblock * _widest(nodes)),
+                        nodes=nodes)
 
 
 def _split_masks(nodes: list) -> list:

@@ -14,14 +14,19 @@ re-exporting an unchanged model does not recompile.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import importlib.util
+import os
 import re
 import sys
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aotc.errors import LoweringError, UsageError
+from aotc.runtime import format as fmt
 from aotc.runtime.interpret import interpreter_env
 
 NUM_STAGES = 1                 # pointwise and reduction kernels: no software pipelining
@@ -56,26 +61,66 @@ def load_module(name: str, text: str):
             spec.loader.exec_module(module)
         finally:
             sys.modules.pop(spec.name, None)
+    module.aotc_threadsafe = True
+    for fn in vars(module).values():
+        if not hasattr(fn, "cache_key"):     # not a jitted function
+            continue
+        if isinstance(getattr(fn, "file_name", None), str):
+            # compiled line info names the file of each jitted function (the kernel and the
+            # prelude's helpers): the artifact's own path for it, not the temporary one, or no
+            # two exports would give the same cubin
+            fn.file_name = fmt.triton_source_file(name)
+        if callable(getattr(fn, "parse", None)) and getattr(fn, "src", None):
+            # parsed here, once: `ast.parse` is not thread-safe in CPython 3.11/3.12 ("AST
+            # constructor recursion depth mismatch"), and compiles run on threads; each
+            # compile gets its own copy of the tree
+            fn.parse = functools.partial(copy.deepcopy, fn.parse())
+        else:
+            module.aotc_threadsafe = False
     return module
 
 
 def compile_kernel(ks, text: str, arch: str) -> tuple[bytes, dict]:
     """(cubin, launch metadata) of kernel `ks` (a KernelSource) built for `arch`."""
+    return compile_kernels([(ks, text, arch)])[0]
+
+
+def compile_kernels(jobs: list, workers: int | None = None) -> list:
+    """[(cubin, launch metadata)] for each (KernelSource, source text, arch) of `jobs`, in order.
+
+    Sources are imported and parsed one at a time (the import reads TRITON_INTERPRET under a
+    lock; `ast.parse` is not thread-safe);
+    `triton.compile` then runs on a thread pool: most of its time is spent in MLIR passes and
+    ptxas, which release the GIL, so threads scale with the cores (about 1.8x on two)."""
+    fns, threadsafe = {}, True      # (name, source) -> jitted function: one import each
+    for ks, text, _ in jobs:
+        if (ks.name, text) not in fns:
+            module = load_module(ks.name, text)
+            fns[ks.name, text] = getattr(module, ks.name)
+            threadsafe &= module.aotc_threadsafe
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1)) if threadsafe else 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # Triton 3.9's fp-fusion default notice
+        if workers == 1:
+            return [_compile(fns[ks.name, text], ks, arch) for ks, text, arch in jobs]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda job: _compile(fns[job[0].name, job[1]], job[0], job[2]),
+                                 jobs))
+
+
+def _compile(fn, ks, arch: str) -> tuple[bytes, dict]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    fn = getattr(load_module(ks.name, text), ks.name)
     signature = dict(ks.signature, **{c: "constexpr" for c in ks.constexprs})
     attrs = {(i,): [["tt.divisibility", 16]]
              for i, t in enumerate(ks.signature.values()) if t.startswith("*")}
     options = {"num_warps": ks.num_warps, "num_stages": NUM_STAGES, "enable_fp_fusion": True}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)   # Triton 3.9's fp-fusion default notice
-            compiled = triton.compile(ASTSource(fn=fn, signature=signature,
-                                                constexprs=ks.constexprs, attrs=attrs),
-                                      target=GPUTarget("cuda", arch_number(arch), 32),
-                                      options=options)
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature,
+                                            constexprs=ks.constexprs, attrs=attrs),
+                                  target=GPUTarget("cuda", arch_number(arch), 32),
+                                  options=options)
     except Exception as e:   # Triton raises many classes (CompilationError, RuntimeError, ...)
         raise LoweringError(f"Triton could not compile kernel {ks.name} for {arch}: "
                             f"{type(e).__name__}: {str(e)[-2000:]}", where=f"kernels/{ks.name}.py",

@@ -31,7 +31,7 @@ import torch
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
-from aotc.codegen.triton.blocks import KernelBlocks, NodeBlock, plan_blocks
+from aotc.codegen.triton.blocks import BlockConfig, KernelBlocks, NodeBlock, plan_blocks
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
                                          fold_index, in_bounds, op_expr, reduce_sum, texpr,
                                          to_half, unravel, value_dtype, value_type)
@@ -231,9 +231,11 @@ _ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(
 
 
 class KernelWriter:
-    """Writes one Kernel as a Triton function. `stored` names the buffers other steps read."""
+    """Writes one Kernel as a Triton function. `stored` names the buffers other steps read;
+    `config` overrides the block heuristics (autotuning)."""
 
-    def __init__(self, kernel: Kernel, buffers: dict, stored: set, error_code: int = 1):
+    def __init__(self, kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
+                 config: BlockConfig | None = None):
         self.k, self.buffers, self.stored, self.error_code = kernel, buffers, stored, error_code
         self.pvars = index_vars("p", len(kernel.prefix))
         self.ranges = dict(zip(self.pvars, kernel.prefix))
@@ -243,7 +245,7 @@ class KernelWriter:
         self.written: set = set()
         self.uses_err = False
         self.barrier = False
-        self.blocks: KernelBlocks = plan_blocks(kernel, buffers)
+        self.blocks: KernelBlocks = plan_blocks(kernel, buffers, config)
         self.wide = self.blocks.wide
 
     def fresh(self) -> int:
@@ -465,6 +467,7 @@ class KernelSource:
     error_code: int | None    # what the kernel stores into aotc_err for an index out of range
 
 
-def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1):
-    return KernelWriter(kernel, buffers, stored, error_code).source()
+def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
+                  config: BlockConfig | None = None) -> KernelSource:
+    return KernelWriter(kernel, buffers, stored, error_code, config).source()
 
