@@ -53,9 +53,10 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
         graphs["backward"] = program.backward
     parts = {}
     for name, graph in graphs.items():
-        # channels-last convolutions: CPU inference (oneDNN's fast layout); training graphs
-        # read weights as Parameters at each call, so they keep them as they are
-        channels_last = codegen and target.device == "cpu" and len(graphs) == 1
+        # channels-last convolutions in inference, the fast layout of oneDNN (CPU) and of
+        # cuDNN's tensor-core kernels (GPU); training graphs read weights as Parameters at
+        # each call, so they keep them as they are
+        channels_last = codegen and len(graphs) == 1
         lowered, steps, decisions = lower_and_schedule(graph, codegen=codegen,
                                                        channels_last=channels_last)
         kernels = [s for s in steps if isinstance(s, Kernel)]
