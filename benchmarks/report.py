@@ -92,7 +92,20 @@ def merge(out_dir: Path, parts: list[Path]) -> dict:
     meta = dict(docs[0]["meta"], parts=[d["meta"].get("part") for d in docs])
     meta.pop("part", None)
     meta["wall_s"] = sum(d["meta"].get("wall_s") or 0 for d in docs)
-    return write(out_dir, meta, [r for d in docs for r in d["results"]])
+    return write(out_dir, meta, latest(d["results"] for d in docs))
+
+
+def latest(parts) -> list:
+    """The records of several parts, one per (model, point): a later part's measured record
+    replaces an earlier one (a re-run after a fix), a skipped one never replaces a measured
+    one. Order: first appearance."""
+    out: dict = {}
+    for records in parts:
+        for r in records:
+            key = (r["model"], r["point"])
+            if key not in out or not r.get("skipped") or out[key].get("skipped"):
+                out[key] = r
+    return list(out.values())
 
 
 # --------------------------------------------------------------------------------- markdown

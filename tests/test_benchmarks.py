@@ -153,6 +153,16 @@ def test_summarize_by_point_excludes_eager():
     assert s["latency"]["aotc"]["geomean_speedup"] == pytest.approx(2.0)
 
 
+def test_merge_keeps_one_record_per_point_the_latest_measured():
+    m = lambda model, point, tag, skipped=None: {   # noqa: E731
+        "model": model, "point": point, "tag": tag, **({"skipped": skipped} if skipped else {})}
+    parts = [[m("a", "latency", 1), m("a", "throughput", 1), m("b", "latency", 1, "budget")],
+             [m("a", "latency", 2), m("a", "throughput", 2, "budget"), m("b", "latency", 2)]]
+    out = report.latest(parts)
+    assert [(r["model"], r["point"], r["tag"]) for r in out] == [
+        ("a", "latency", 2), ("a", "throughput", 1), ("b", "latency", 2)]
+
+
 def test_parts_deal_models_round_robin():
     size, specs = models.select("small")
     assert size == "small" and len(specs) == len(models.REGISTRY)
