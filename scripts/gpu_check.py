@@ -4,6 +4,7 @@ On a GPU machine (torch with CUDA, triton, transformers, torchvision):
 
     python scripts/gpu_check.py                       # every model, fp32 and bf16, this GPU's arch
     python scripts/gpu_check.py --arch sm_90 --models mlp,gpt2 --dtypes fp32
+    python scripts/gpu_check.py --models all          # + every other benchmark-suite model
     python scripts/gpu_check.py --prebuilt /path/a.aotc /path/b.aotc   # + cubins built elsewhere
 
 On a machine without a GPU, build artifacts to carry over (cross-compiled cubins):
@@ -61,6 +62,21 @@ MODELS = {   # name -> (build, example inputs)
     "bert": (_sample("hf_models.py:bert"), _ids),
     "resnet18": (_resnet18, lambda: (torch.randn(8, 3, 224, 224),)),
 }
+
+
+def _registry(spec):
+    """A benchmark-suite model (benchmarks/models.py) at its small size, latency batch."""
+    return (lambda: spec.make("small", "latency")[0],
+            lambda: spec.make("small", "latency")[1])
+
+
+def suite_models() -> dict:
+    """Every benchmark-suite model the checks above do not cover (`--models all`): DistilBERT,
+    LLaMA, T5, ViT and the torchvision models, at the suite's small configs."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import models
+    covered = {"mlp", "cnn", "transformer_block", "gpt2", "bert", "resnet18"}
+    return {s.name: _registry(s) for s in models.REGISTRY if s.name not in covered}
 
 
 def flat(value) -> list:
@@ -319,7 +335,8 @@ def cross_build(out: Path, arch: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", help="GPU arch to compile for (default: this GPU's)")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated, or `all`: these and every benchmark-suite model")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--prebuilt", nargs="*", default=[], type=Path,
                     help="artifacts built elsewhere (e.g. on a machine without a GPU) to run")
@@ -341,6 +358,9 @@ def main(argv=None) -> int:
           f"triton {triton.__version__}, aotc {aotc.__version__}; compiling for {arch}\n")
     out = args.out or Path(tempfile.mkdtemp(prefix="aotc-gpu-check-"))
     rows = []
+    if args.models == "all":
+        MODELS.update(suite_models())
+        args.models = ",".join(MODELS)
     for name in args.models.split(","):
         for dtype in args.dtypes.split(","):
             try:

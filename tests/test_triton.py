@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -482,6 +483,22 @@ SMALL = {"mlp": lambda: (torch.randn(4, 64),), "cnn": lambda: (torch.randn(1, 3,
 def test_sample_matches_eager_through_the_interpreter(name, tmp_path):
     torch.manual_seed(0)
     model, inputs = SAMPLES[name].build(), SMALL[name]()
+    p = aotc.export(model, inputs, tmp_path / f"{name}.aotc", target=TARGET)
+    m = aotc.load(p, device="cpu", interpret=True)
+    assert_matches(m(*inputs), eager(model, inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["distilbert", "llama", "t5", "vit"])
+def test_suite_model_matches_eager_through_the_interpreter(name, tmp_path):
+    """The benchmark suite's transformers models (small configs), exported for sm_90, with
+    every generated Triton kernel run by the interpreter: fp32 numerics of the kernels the H200
+    runs for them (its benchmark checks bf16)."""
+    pytest.importorskip("transformers")
+    sys.path.append(str(Path(__file__).resolve().parents[1]))   # `benchmarks`, from the tree
+    from benchmarks import models
+    spec, = [s for s in models.REGISTRY if s.name == name]
+    model, inputs = spec.make("small", "latency")
     p = aotc.export(model, inputs, tmp_path / f"{name}.aotc", target=TARGET)
     m = aotc.load(p, device="cpu", interpret=True)
     assert_matches(m(*inputs), eager(model, inputs), rtol=1e-4, atol=1e-4)
