@@ -62,7 +62,11 @@ class FoldHandler(NullHandler):
         return float(x) if dtype.is_floating_point else int(x)
 
     def masked(self, mask, fn, other, dtype):
-        return UNKNOWN
+        if mask is UNKNOWN:
+            return UNKNOWN
+        if isinstance(mask, bool):
+            return fn() if mask else other
+        return self._select(mask, fn(), other)
 
     def indirect(self, value, size):
         """An index read from a tensor: its index expression where the analysis knows it
@@ -74,10 +78,12 @@ class FoldHandler(NullHandler):
         return sympy.Symbol(f"indirect{id(value)}", integer=True)
 
     def op(self, op, *args):
-        if any(a is UNKNOWN for a in args):
+        if op == Op.WHERE:
+            return self._select(*args)
+        if any(a is UNKNOWN or isinstance(a, Select) for a in args):
             return UNKNOWN
         symbolic = any(isinstance(a, tuple) for a in args)
-        integral = all(isinstance(a, tuple) or type(a) is int for a in args)
+        integral = all(_integral(a) for a in args)
         if op in _ARITH and symbolic and integral:
             e = sympy.expand(_ARITH[op](*(_expr(a) for a in args)))
             return int(e) if e.is_Integer else ("index", e)
@@ -85,19 +91,61 @@ class FoldHandler(NullHandler):
             return self._compare(op, *args)
         if symbolic:
             return UNKNOWN
-        if op == Op.WHERE:
-            cond, a, b = args
-            if isinstance(cond, bool):
-                return a if cond else b
-            if a is True and b is False or a == b and type(a) is type(b):
-                return cond if a is True else a     # where(p, True, False) is p
-            return UNKNOWN
         if all(isinstance(a, (bool, Predicate)) for a in args):
             if op in _LOGIC:
                 return _logic(op, *args)
             if op in (Op.LOGICAL_NOT, Op.BITWISE_NOT) and isinstance(args[0], bool):
                 return not args[0]
         return UNKNOWN
+
+    def _select(self, cond, a, b):
+        """where(cond, a, b). With an element-dependent condition: `a` or `b` when the two are
+        equal wherever the condition holds (or wherever it fails), decided over the range of
+        its one variable; otherwise a Select that an enclosing select may still resolve. (`cat`
+        of `x[:1] - 1` and `x = arange(n)` is `arange(n) - 1` at every position, though it reads
+        another part below 1: two nested selects with complementary conditions.)"""
+        if UNKNOWN in (a, b) or cond is UNKNOWN:
+            return UNKNOWN
+        if isinstance(cond, bool):
+            return a if cond else b
+        if not isinstance(cond, Predicate):
+            return UNKNOWN
+        if isinstance(a, Select) and _implies(cond, a.cond, holds=True):
+            a = a.a
+        if isinstance(b, Select) and _implies(cond, b.cond, holds=False):
+            b = b.a
+        if _same(a, b):
+            return a
+        if a is True and b is False:
+            return cond
+        if len(cond.terms) == 1 and _integral(a) and _integral(b):
+            (d,), diff = cond.terms, sympy.expand(_expr(a) - _expr(b))
+            if self._zero_where(d, diff, holds=True):
+                return b
+            if self._zero_where(d, diff, holds=False):
+                return a
+        return Select(cond, a, b)
+
+    def _zero_where(self, d, e, holds: bool) -> bool:
+        """Whether `e` is 0 wherever `d <= 0` holds (holds=True) or fails, when `d` is one
+        loop variable with coefficient +-1 plus a constant."""
+        loops = [v for v in d.free_symbols if v in self.ranges]
+        if len(loops) != 1 or d.free_symbols != set(loops):
+            return False
+        v = loops[0]
+        c1, c0 = d.coeff(v), d.subs(v, 0)
+        if c1 not in (1, -1) or not c0.is_Integer:
+            return False
+        lo, hi = 0, int(self.ranges[v]) - 1
+        if holds:
+            lo, hi = (lo, min(hi, -int(c0))) if c1 == 1 else (max(lo, int(c0)), hi)
+        else:
+            lo, hi = (max(lo, 1 - int(c0)), hi) if c1 == 1 else (lo, min(hi, int(c0) - 1))
+        if lo > hi:
+            return True          # the condition never (or always) holds
+        w = sympy.Symbol(f"{v}_within", integer=True, nonnegative=True)
+        sub = FoldHandler({**self.ranges, w: hi - lo + 1}, self.bodies)
+        return sub.bounds(sympy.expand(e.subs(v, w + lo))) == (0, 0)
 
     def _compare(self, op, a, b):
         bounds = self.bounds(sympy.expand(_expr(a) - _expr(b)))
@@ -151,27 +199,73 @@ def _logic(op, a, b):
     return Predicate(a.terms | b.terms) if conj else UNKNOWN
 
 
+@dataclass(frozen=True, slots=True)
+class Select:
+    """where(cond, a, b) with an element-dependent condition that no proof has resolved: an
+    enclosing select whose condition settles `cond` still can; anything else treats it as
+    UNKNOWN."""
+    cond: Predicate
+    a: object
+    b: object
+
+
+def _implies(outer: Predicate, inner, holds: bool) -> bool:
+    """Whether `inner` (one term e <= 0) holds wherever `outer` (one term d <= 0) holds
+    (holds=True) or wherever it fails (d >= 1)."""
+    if not isinstance(inner, Predicate) or len(outer.terms) != 1 or len(inner.terms) != 1:
+        return False
+    (d,), (e,) = outer.terms, inner.terms
+    gap = sympy.expand(e - d) if holds else sympy.expand(e + d - 1)
+    return gap.is_Integer and gap <= 0
+
+
+def _integral(v) -> bool:
+    return isinstance(v, tuple) or type(v) is int
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return _integral(a) and _integral(b) and sympy.expand(_expr(a) - _expr(b)) == 0
+    return type(a) is type(b) and a == b
+
+
 def _expr(v):
     return v[1] if isinstance(v, tuple) else sympy.Integer(int(v))
 
 
 def split_index(index, shape, stride, ranges: dict) -> tuple | None:
-    """The multi-index (one loop variable or 0 per dim) whose linear index over `stride` is
-    `index`, or None where `index` is not such a plain combination."""
+    """The multi-index whose linear index over `stride` is `index`: each loop variable's term
+    names its dim by its coefficient, a constant offset is spread from the outermost dim in,
+    and every dim's index must stay inside the dim (so the split is the only one). None where
+    `index` is not such a combination."""
     e = sympy.expand(sympy.sympify(index))
     e = e.subs({v: 0 for v in e.free_symbols if ranges.get(v) == 1})
     out = [sympy.Integer(0)] * len(shape)
+    const = 0
     for term in sympy.Add.make_args(e):
-        if term == 0:
+        if term.is_Integer:
+            const += int(term)
             continue
         coeff, var = term.as_coeff_Mul()
         if var not in ranges:
             return None
         dims = [k for k, (n, s) in enumerate(zip(shape, stride))
                 if sympy.sympify(n) != 1 and sympy.sympify(s - coeff) == 0 and out[k] == 0]
-        if len(dims) != 1 or not sympy.sympify(shape[dims[0]] - ranges[var]).is_nonnegative:
+        if len(dims) != 1:
             return None
         out[dims[0]] = var
+    if const < 0 or not all(sympy.sympify(x).is_Integer for x in (*shape, *stride)):
+        return None
+    for k in sorted(range(len(shape)), key=lambda k: -int(stride[k])):
+        if int(shape[k]) != 1 and int(stride[k]) > 0:
+            q, const = divmod(const, int(stride[k]))
+            out[k] += q
+    if const:
+        return None
+    for x, n in zip(out, shape):
+        b = index_bounds(x, ranges)
+        if b is None or not sympy.sympify(b[1]).is_Integer or int(b[1]) > int(n) - 1:
+            return None
     return tuple(out)
 
 

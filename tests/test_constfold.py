@@ -101,3 +101,67 @@ def test_causal_mask_needs_equal_lengths(tmp_path):
     step = export_attention(
         tmp_path, lambda n, m: torch.arange(m)[None, :] <= torch.arange(n)[:, None], q_len=3)
     assert step["args"][3] is not None and not is_causal(step)
+
+
+def _packed_causal_mask(n: int, m: int) -> torch.Tensor:
+    """The mask traced transformers (GPT-2, LLaMA) build with no padding: causal, and within
+    one packed sequence, whose ids are the cumsum of where position ids do not step by one."""
+    pos = torch.arange(m)[None]
+    step = torch.diff(pos, prepend=pos[:, :1] - 1, dim=-1)
+    packed = (step != 1).cumsum(-1)
+    causal = torch.arange(m)[None, :] <= torch.arange(n)[:, None]
+    return causal[None, None] & (packed[:, None, :n, None] == packed[:, None, None, :])
+
+
+def test_packed_sequence_mask_is_causal(tmp_path):
+    """Proving it needs the case split of `cat` (position ids less one, read from two parts),
+    the cumsum of a constant (no packing: all 0) and loads followed into computed buffers."""
+    step = export_attention(tmp_path, _packed_causal_mask)
+    assert step["args"][3] is None and is_causal(step)
+
+
+def test_cumsum_of_a_constant_is_inlined(tmp_path):
+    """cumsum of a provable constant c is c * (position + 1), inlined; of anything else, ATen's."""
+    class Count(torch.nn.Module):
+        def forward(self, x):
+            twos = torch.full((x.shape[0], x.shape[1]), 2, dtype=torch.int64)
+            return (x + (torch.arange(x.shape[1])[None] >= 0).cumsum(-1) + twos.cumsum(1)
+                    + (x > 0).cumsum(0))
+    x = torch.randn(3, 5)
+    path = aotc.export(Count(), (x,), tmp_path / "c.aotc")
+    plan = json.loads((path / "plans/forward.json").read_text())
+    externs = [s["op"] for s in plan["steps"] if s["kind"] == "extern"]
+    assert externs.count("aten::cumsum.default") == 1        # (x > 0).cumsum(0) only
+    torch.testing.assert_close(aotc.load(path)(x), Count()(x))
+
+
+def test_select_of_cat_parts_that_agree():
+    """cat([arange(n)[:1] - 1, arange(n)]) is arange(n + 1) - 1 at every position."""
+    def loader(h, i):
+        k = h.index_expr(i[0], torch.int64)
+        part0 = h.op(Op.SUB, h.index_expr(i[0], torch.int64), c(h, 1))      # read below 1
+        part1 = h.op(Op.SUB, k, c(h, 1))                                    # arange at k - 1
+        inner = h.masked(h.op(Op.GE, k, c(h, 1)), lambda: part1, 0, torch.int64)
+        value = h.masked(h.op(Op.LT, k, c(h, 1)), lambda: part0, inner, torch.int64)
+        return h.op(Op.NE, h.op(Op.SUB, h.op(Op.ADD, value, c(h, 1)), value), c(h, 1))
+    assert constant_value(Lazy((9,), loader)) is False
+
+
+@pytest.mark.parametrize("name, causal", [("gpt2", True), ("bert", False)])
+def test_transformers_attention_masks(tmp_path, name, causal):
+    """Traced without padding, GPT-2's mask is proved causal and BERT's all True: every
+    attention call of the plan runs maskless (is_causal for GPT-2), matching eager."""
+    pytest.importorskip("transformers")
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    model = getattr(import_file(SAMPLES_DIR / "hf_models.py"), name)().eval()
+    x = torch.randint(0, 1000, (2, 16))
+    path = aotc.export(model, (x,), tmp_path / f"{name}.aotc")
+    plan = json.loads((path / "plans/forward.json").read_text())
+    steps = [s for s in plan["steps"]
+             if s["kind"] == "extern" and "scaled_dot_product" in s["op"]]
+    assert len(steps) == 2 and all(s["args"][3] is None and is_causal(s) == causal
+                                   for s in steps)
+    got, want = aotc.load(path)(x), model(x)
+    torch.testing.assert_close(got["last_hidden_state"], want.last_hidden_state,
+                               rtol=1e-4, atol=1e-4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from aotc.codegen.constfold import constant_value
 from aotc.codegen.ir import Op, ReductionType as R, product, sym
 from aotc.codegen.lowering import is_tensor, out_dtype, out_shape, register
 from aotc.codegen.lowering.reductions import acc_dtype
@@ -295,3 +296,18 @@ def adaptive_avg_pool2d(g, metas, x, output_size):
 
 
 del product, sym
+
+
+@register(aten.cumsum.default)
+def cumsum(g, metas, x, dim, dtype=None):
+    """The cumulative sum of a tensor that export proves constant, c * (position + 1), inlined;
+    any other input stays ATen's scan. Traced transformers build packed-sequence ids as the
+    cumsum of an all-False mask (no packing), and proving them all 0 is what lets their causal
+    attention mask be recognised (codegen/constfold.py)."""
+    value = constant_value(x, g.bodies)
+    if type(value) not in (int, bool):
+        return None
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    d, c = dim % len(shape), int(value)
+    return g.pointwise(shape, dtype, lambda h, idx: h.to_dtype(
+        h.index_expr(c * (idx[d] + 1), torch.int64), dtype), "cumsum")
