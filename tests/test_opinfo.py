@@ -37,9 +37,6 @@ XFAIL: dict[tuple[str, torch.dtype], str] = {
                           "creates for a Python-list index (x[[0, 2]] -> get_attr "
                           "_tensor_constant0: ExportError 'cannot place in a plan'); the "
                           "__getitem__ case passes those lists as tensor inputs instead",
-    **{(name, dtype): "no lowering: these trace to aten.full_like.default, which stays an "
-                      "extern ATen call (the case lowers nothing, so it does not test codegen)"
-       for name in ("full_like", "zeros_like", "ones_like") for dtype in (f32, bf16)},
 }
 
 # ------------------------------------------------------------ lowerings no OpInfo run reaches

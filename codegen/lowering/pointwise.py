@@ -243,17 +243,25 @@ def to_copy(g, metas, x, **kwargs):
     return g.pointwise(shape, dtype, lambda h, i: h.to_dtype(lx(h, i), dtype), "to_dtype")
 
 
+def _constant(g, metas, value, origin: str):
+    shape, dtype = out_shape(metas), out_dtype(metas)
+    return g.pointwise(shape, dtype, lambda h, i: h.constant(value, dtype), origin)
+
+
 @register(aten.full.default, aten.scalar_tensor.default)
 def full(g, metas, *args, **kwargs):
-    value = args[-1] if g.current_op == aten.full.default else args[0]
-    shape, dtype = out_shape(metas), out_dtype(metas)
-    return g.pointwise(shape, dtype, lambda h, i: h.constant(value, dtype), "full")
+    return _constant(g, metas, args[-1] if g.current_op == aten.full.default else args[0], "full")
+
+
+@register(aten.full_like.default)
+def full_like(g, metas, x, value, **kwargs):
+    """full_like (zeros_like, ones_like): the constant, in the output's shape and dtype."""
+    return _constant(g, metas, value, "full_like")
 
 
 @register(aten.fill.Scalar)
 def fill(g, metas, x, value):
-    shape, dtype = out_shape(metas), out_dtype(metas)
-    return g.pointwise(shape, dtype, lambda h, i: h.constant(value, dtype), "fill")
+    return _constant(g, metas, value, "fill")
 
 
 @register(aten.arange.start_step, aten.arange.default, aten.arange.start)
