@@ -13,7 +13,7 @@ import re
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime.native import kernel, kernel_failed
+from aotc.runtime.native import kernel, kernel_failed, thread_count
 from aotc.runtime.plan import SlotKind, StepKind, decode_arg, sym_source
 
 
@@ -95,6 +95,7 @@ class PlanFunction:
         """`static_weights`: weights never move, so their data pointers are taken once, at
         load (inference); training parameters are read at each call."""
         self.library, self.static_weights = library, static_weights
+        self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided,
                                 "layout": _layout, "kernel_failed": kernel_failed}
@@ -261,6 +262,8 @@ class PlanFunction:
         return names
 
     def __call__(self, inputs, symbols):
+        if self.threads is not None:
+            self.threads()
         return self.fn(inputs, symbols)
 
 

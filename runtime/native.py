@@ -7,7 +7,10 @@ non-zero when an indexing input was out of range.
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
+
+import torch
 
 from aotc.errors import GuardError, TargetError
 from aotc.runtime.cpu import host_arch, missing_flags
@@ -32,6 +35,32 @@ def check_isa(native: dict) -> None:
 def load_library(path: Path, native: dict) -> ctypes.CDLL:
     check_isa(native)
     return ctypes.CDLL(str(path / native["library"]))
+
+
+class ThreadCount:
+    """Keeps a kernel library's OpenMP threads at torch.get_num_threads() for each thread that
+    calls it (OpenMP's thread count is a setting of the calling thread): a server that gives
+    torch n threads per worker gets kernels on n threads, not on every core. One comparison per
+    call; the library is told only when the count changes."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.set = lib.aotc_set_num_threads
+        self.set.argtypes, self.set.restype = [ctypes.c_int], None
+        self.local = threading.local()
+
+    def __call__(self) -> None:
+        n = torch.get_num_threads()
+        if getattr(self.local, "n", None) != n:
+            self.set(n)
+            self.local.n = n
+
+
+def thread_count(lib) -> ThreadCount | None:
+    """A ThreadCount for a CPU kernel library that has the setter (libraries of artifacts
+    exported before it existed do not: their kernels keep OpenMP's defaults)."""
+    if isinstance(lib, ctypes.CDLL) and hasattr(lib, "aotc_set_num_threads"):
+        return ThreadCount(lib)
+    return None
 
 
 def kernel(lib: ctypes.CDLL, name: str, nargs: int, nsizes: int = 0):

@@ -9,6 +9,12 @@ from aotc.codegen.cpp.kernel import kernel_source
 PRELUDE = "\n".join((Path(__file__).parent / name).read_text()
                     for name in ("prelude.h", "vecmath.h"))
 KERNELS_PER_UNIT = 24
+# The library's OpenMP threads follow torch's thread count: the runtime sets it per calling
+# thread (an OpenMP setting of that thread) whenever torch.get_num_threads() changes.
+THREADS_UNIT = """#include <omp.h>
+extern "C" void aotc_set_num_threads(int n) { omp_set_num_threads(n); }
+extern "C" int aotc_max_threads() { return omp_get_max_threads(); }
+"""
 
 __all__ = ["generate", "resolve_isa", "compiler_description"]
 
@@ -23,9 +29,9 @@ def generate(groups: list, isa: str):
             bodies.append(src)
             signatures[k.name] = (ins, outs, sizes)
     header = f"// aotc generated kernels: {len(bodies)} kernels, built for -march={isa}\n"
-    source = header + PRELUDE + "\n" + "\n".join(bodies)
+    source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + THREADS_UNIT
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
-             for i in range(0, len(bodies), KERNELS_PER_UNIT)]
+             for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [THREADS_UNIT]
     return source, build_library(units, isa), signatures
 
 
