@@ -400,24 +400,25 @@ class GraphLowering:
         sid = mask["slot"]
         tv = self.env[sid]
         if sid not in self.mask_facts:
-            known = isinstance(tv, TensorValue)   # realized too: loads follow `bodies`
-            value = constant_value(tv, self.bodies) if known else UNKNOWN
+            value = constant_value(tv, self.bodies) if isinstance(tv, TensorValue) else UNKNOWN
             no_op = value is True if tv.dtype == torch.bool else (
                 tv.dtype.is_floating_point and value is not UNKNOWN and value == 0)
-            self.mask_facts[sid] = "none" if no_op else \
-                "causal" if known and is_causal_mask(tv, self.bodies) else None
+            self.mask_facts[sid] = "none" if no_op else "causal" if (
+                isinstance(tv, TensorValue) and is_causal_mask(tv, self.bodies)) else None
         fact = self.mask_facts[sid]
         causal = fact == "causal" and get(4, "dropout_p", 0.0) == 0.0 \
             and get(5, "is_causal", False) is False and self._same_length(args, tv)
         if fact != "none" and not causal:
             return node
-        for i, name, value in ((3, "attn_mask", None), (5, "is_causal", True)):
-            if name == "is_causal" and not causal:
-                continue
+
+        def put(i: int, name: str, value) -> None:
             if len(args) > i:
                 args[i] = value
-            elif name == "attn_mask" or value:
+            else:
                 kwargs[name] = value
+        put(3, "attn_mask", None)
+        if causal:
+            put(5, "is_causal", True)
         return dict(node, args=args, kwargs=kwargs)
 
     def _same_length(self, args: list, mask) -> bool:

@@ -117,8 +117,9 @@ class Tuner:
     def tune(self, kernels: list, buffers: dict, stored: set, first_code: int = 1) -> dict:
         """{kernel name: (chosen BlockConfig, record)} for `kernels`, whose error codes count
         from `first_code` as `generate` numbers them. The candidates of all kernels compile
-        at once, in parallel, each under a name of its own (`compile_kernels` imports one
-        source per kernel name): these cubins are only timed, never shipped."""
+        at once, in parallel, each under a name of its own (`<kernel>_c<j>`, which tells
+        candidates apart in records and tests): these cubins are only timed, never shipped;
+        `generate` builds the chosen config under the kernel's name."""
         start = time.perf_counter()
         tried = {}
         for i, k in enumerate(kernels):
