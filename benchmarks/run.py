@@ -214,20 +214,31 @@ def quiet() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def main(argv=None) -> int:
-    quiet()
-    args = parse_args(argv)
+def checked_run(args, validate, run) -> int:
+    """The shared end of the benchmarks' `main`: exit status 2 with a message for --device
+    cuda without a GPU, or for unknown names (`validate(args)` raises ValueError); otherwise
+    `run(args)` and 0."""
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda, but this torch sees no GPU", file=sys.stderr)
         return 2
-    try:   # unknown model or system names
-        models.select(args.suite, args.models)
-        systems.select(args.systems, torch.device(args.device))
+    try:
+        validate(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     run(args)
     return 0
+
+
+def _validate(args) -> None:
+    """Unknown model or system names raise ValueError."""
+    models.select(args.suite, args.models)
+    systems.select(args.systems, torch.device(args.device))
+
+
+def main(argv=None) -> int:
+    quiet()
+    return checked_run(parse_args(argv), _validate, run)
 
 
 if __name__ == "__main__":

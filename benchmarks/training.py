@@ -437,20 +437,14 @@ def progress_line(rec: dict, elapsed: float) -> str:
                                        extra=saved)
 
 
+def _validate(args) -> None:
+    models.select("small", args.models)
+    select(args.systems)
+
+
 def main(argv=None) -> int:
     inference_run.quiet()
-    args = parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda, but this torch sees no GPU", file=sys.stderr)
-        return 2
-    try:
-        models.select("small", args.models)
-        select(args.systems)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    run(args)
-    return 0
+    return inference_run.checked_run(parse_args(argv), _validate, run)
 
 
 if __name__ == "__main__":

@@ -43,24 +43,36 @@ def markdown(doc: dict) -> str:
     ran = [r for r in records if r.get("systems")]
     names = report.system_names(ran)
     lines = [f"# aotc training-step benchmark: {meta.get('device')}, {meta.get('dtype')}, "
-             f"size {meta.get('size')}", "", report._meta_line(meta), "",
-             "## Summary", "",
+             f"size {meta.get('size')}", "", report._meta_line(meta), ""]
+    lines += _summary(doc["summary"]) + _steps(ran, names) + _peaks(ran, names)
+    lines += _builds(ran, names) + _problems(records)
+    lines += ["", "## Protocol", "", PROTOCOL]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(summary: dict) -> list[str]:
+    lines = ["## Summary", "",
              "| system | models passing | geomean speedup (passing) | saved for backward vs "
              "eager (geomean) | median build | median first step |",
              "|---|---:|---:|---:|---:|---:|"]
-    for name, s in doc["summary"].items():
+    for name, s in summary.items():
         if name == "eager":
             continue
         lines.append(f"| {name} | {s['passed']}/{s['rows']} | {report._x(s['geomean_speedup'])} "
                      f"| {report._x(s['geomean_saved_vs_eager'])} "
                      f"| {report._s(s['median_build_s'])} "
                      f"| {report._s(s['median_first_step_s'])} |")
+    return lines
+
+
+def _steps(ran: list, names: list) -> list[str]:
+    """Speedups and bytes saved for backward, one row per model, and aotc's own figure."""
     others = names[1:]
-    lines += ["", "## Training step: speedup over eager (status if not pass) and saved for "
-              "backward", "",
-              "| model | batch | eager step | " + " | ".join(others) + " | spread | "
-              + " | ".join(f"saved {n}" for n in names) + " |",
-              "|---|---:|---:|" + "---:|" * len(others) + "---:|" + "---:|" * len(names)]
+    lines = ["", "## Training step: speedup over eager (status if not pass) and saved for "
+             "backward", "",
+             "| model | batch | eager step | " + " | ".join(others) + " | spread | "
+             + " | ".join(f"saved {n}" for n in names) + " |",
+             "|---|---:|---:|" + "---:|" * len(others) + "---:|" + "---:|" * len(names)]
     for r in ran:
         eager = r["systems"].get("eager", {})
         cells = []
@@ -86,15 +98,23 @@ def markdown(doc: dict) -> str:
                       f"{r['model']} {r['systems']['aotc']['manifest_saved_tensors']} tensors, "
                       f"{report._bytes(r['systems']['aotc']['manifest_saved_bytes'])}"
                       for r in aotc_rows) + "."]
-    if any("step_peak_bytes" in s for r in ran for s in r["systems"].values()):
-        lines += ["", "## Peak allocation of one step (CUDA)", "",
-                  "| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-        lines += [f"| {r['model']} | " + " | ".join(
-            report._bytes(r["systems"].get(n, {}).get("step_peak_bytes")) for n in names) + " |"
-            for r in ran]
-    lines += ["", "## Build and first step", "",
-              "| model | system | build | load | first step | gradient rmse vs fp64 "
-              "(eager's) |", "|---|---|---:|---:|---:|---:|"]
+    return lines
+
+
+def _peaks(ran: list, names: list) -> list[str]:
+    if not any("step_peak_bytes" in s for r in ran for s in r["systems"].values()):
+        return []
+    lines = ["", "## Peak allocation of one step (CUDA)", "",
+             "| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    return lines + [f"| {r['model']} | " + " | ".join(
+        report._bytes(r["systems"].get(n, {}).get("step_peak_bytes")) for n in names) + " |"
+        for r in ran]
+
+
+def _builds(ran: list, names: list) -> list[str]:
+    lines = ["", "## Build and first step", "",
+             "| model | system | build | load | first step | gradient rmse vs fp64 "
+             "(eager's) |", "|---|---|---:|---:|---:|---:|"]
     for r in ran:
         for n in names:
             s = r["systems"].get(n)
@@ -105,6 +125,10 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {r['model']} | {n} | {report._s(s.get('build_s'))} "
                          f"| {report._s(s.get('load_s'), 1e3, 'ms', 1)} "
                          f"| {report._s(s.get('first_step_s'), 1e3, 'ms', 1)} | {err} |")
+    return lines
+
+
+def _problems(records: list) -> list[str]:
     problems = [f"- {r['model']} / {n}: **{s['status']}**: {s.get('reason', '')}"
                 for r in records for n, s in r.get("systems", {}).items()
                 if s["status"] != Status.PASS]
@@ -114,10 +138,7 @@ def markdown(doc: dict) -> str:
     problems += [f"- {r['model']}: float64 reference failed: {r['reference_error']}"
                  for r in records if r.get("reference_error")]
     problems += [f"- {r['model']}: {r['skipped']}" for r in records if r.get("skipped")]
-    if problems:
-        lines += ["", "## Failures and skipped", "", *problems]
-    lines += ["", "## Protocol", "", PROTOCOL]
-    return "\n".join(lines) + "\n"
+    return ["", "## Failures and skipped", "", *problems] if problems else []
 
 
 PROTOCOL = """\
