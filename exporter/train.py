@@ -35,8 +35,13 @@ def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, sourc
     spec, paths = tree_spec(eager)
     leaves = [follow(eager, p) for p in paths]
     needs_grad = [bool(t.requires_grad) for t in leaves]
-    gm = capture(FlatOutputs(model, paths), args, strict=strict, source=source).module()
+    ep = capture(FlatOutputs(model, paths), args, strict=strict, source=source)
+    gm = ep.module()
     pnames, bnames = list(params), list(buffers)
+    # what the captured graph writes counts too: a kernel may update a buffer without a version
+    # bump and to the value it had (bf16 running statistics at their fixed point)
+    written = {n.removeprefix("m.") for n in _written_buffers(ep)}
+    mutated = [n for n in bnames if n in written or n in mutated]
 
     def step(*flat):   # purely functional: updated buffers are outputs, inputs stay untouched
         p = dict(zip(pnames, flat[:len(pnames)]))
@@ -64,7 +69,7 @@ def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, sourc
 
 def _probe(model, args, buffers: dict):
     """Run the model once in train mode: its outputs, and the buffers forward updates (whose
-    values are then restored)."""
+    values are then restored). The captured graph's signature completes the list."""
     versions = {n: b._version for n, b in buffers.items()}
     state = {n: b.detach().clone() for n, b in buffers.items()}
     eager = model(*args)
@@ -74,6 +79,38 @@ def _probe(model, args, buffers: dict):
         for n, b in buffers.items():
             b.copy_(state[n])
     return eager, mutated
+
+
+def _written_buffers(ep) -> set[str]:
+    """Buffers the exported graph writes: those its signature lists as mutated (functional IR)
+    and those an op writes in place (training IR keeps `add_`, `batch_norm` on buffers): its
+    schema marks them written, or, as `batch_norm`'s does not, they are the running statistics
+    of a norm computed from the batch."""
+    sig = ep.graph_signature
+    written = set(sig.buffers_to_mutate.values())
+    buffers = sig.inputs_to_buffers
+
+    def root(node):   # the placeholder a view chain starts from
+        while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and node.target.is_view and node.args:
+            node = node.args[0]
+        return node
+
+    for node in ep.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        args = {a.name: (node.args[i] if i < len(node.args) else node.kwargs.get(a.name))
+                for i, a in enumerate(target._schema.arguments)}
+        batch_stats = any(args.get(k) is True for k in ("training", "use_input_stats"))
+        for arg in target._schema.arguments:
+            if not ((arg.alias_info is not None and arg.alias_info.is_write)
+                    or (batch_stats and arg.name in ("running_mean", "running_var"))):
+                continue
+            value = args[arg.name]
+            if isinstance(value, torch.fx.Node) and root(value).name in buffers:
+                written.add(buffers[root(value).name])
+    return written
 
 
 def _trace(step, flat: list, needs_grad: list, n_outputs: int) -> dict:

@@ -115,6 +115,24 @@ def test_batchnorm_running_statistics_update_as_in_eager(exported):
     assert int(m.state_dict()["features.1.num_batches_tracked"]) == 3
 
 
+def test_buffers_updated_to_the_same_value_are_still_updates(tmp_path):
+    """Running statistics at a fixed point (momentum 0 here; converged bf16 statistics on a
+    GPU) change neither value nor version in eager: the export still sees them updated, as the
+    captured graph writes them, and the artifact tracks eager's buffers."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8, momentum=0.0)).train()
+    x = torch.randn(16, 8)
+    model(x)   # a step before export, as after some training
+    ref = copy.deepcopy(model)
+    m = aotc.load(aotc.export(model, (x,), tmp_path / "bn.aotc", train=True))
+    for _ in range(2):
+        projection_loss(m(x)).backward()
+        projection_loss(ref(x)).backward()
+    for (n, a), (_, b) in zip(m.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(a, b, msg=lambda s: f"{n}: {s}")
+    assert int(m.state_dict()["1.num_batches_tracked"]) == 3
+
+
 def test_dropout_is_reproducible_with_a_seed(tmp_path):
     class Drop(nn.Module):
         def __init__(self):
