@@ -28,6 +28,10 @@ KEEP = frozenset({
     aten.convolution.default,
     aten.native_layer_norm.default,
     aten._native_batch_norm_legit_no_training.default,
+    # a scatter-add over the vocabulary: ATen's kernel sorts the indices once and sums each
+    # row's gradients in one pass; decomposed, it is index_put(accumulate=True) into a float32
+    # copy of the whole table and a cast back (over 4x its time for BERT on an H200)
+    aten.embedding_dense_backward.default,
 })
 
 
