@@ -26,7 +26,8 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     on its first call and replays it afterwards (one launch per call instead of one per
     kernel), after checking that the replay gives the same results as a plain run; None (the
     default) does so where it can, False never, True insists (an error says why it cannot).
-    `m.graph_status()` tells what each entry does.
+    `m.graph_status()` tells what each entry does. Training artifacts capture their forward and
+    backward (runtime/train_graphs.py).
 
     `interpret=True` is a testing aid for machines without a GPU: a CUDA artifact's Triton kernels
     run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
@@ -39,5 +40,6 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
         from aotc.runtime.module import load_library_for, load_weights
         from aotc.runtime.training import TrainableModule
         return TrainableModule(path, manifest, dev, load_weights(path, manifest, dev),
-                               load_library_for(path, manifest, dev), check_guards=check_guards)
+                               load_library_for(path, manifest, dev), check_guards=check_guards,
+                               cuda_graph=cuda_graph)
     return CompiledModule(path, manifest, dev, check_guards=check_guards, cuda_graph=cuda_graph)

@@ -65,26 +65,11 @@ class GraphedEntry:
         fn = self.entry.function
         self.static_in = [torch.empty(a.shape, dtype=a.dtype, device=self.device).copy_(a)
                           for a in args]
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream), torch.no_grad():   # warm-up: lazy init off the graph
-            for _ in range(2):
-                fn(tuple(self.static_in), symbols)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        check = fn.namespace.get("check_error_flag")
-        flags: list = []
-        if check is not None:   # inside the capture a flag cannot be read: keep it for later
-            fn.namespace["check_error_flag"] = flags.append
         try:
-            with torch.cuda.graph(graph), torch.no_grad():
-                out = fn(tuple(self.static_in), symbols)
+            graph, out, flags = capture(fn, self.static_in, symbols, self.device, warmups=2)
         except RuntimeError as e:   # something in the plan cannot be captured
             self._disable(f"capture failed: {str(e).splitlines()[0]}")
             return
-        finally:
-            if check is not None:
-                fn.namespace["check_error_flag"] = check
         self.graph, self.static_out, self.flags = graph, out, flags
         reason = self._mismatch([args, *(self.samples() if self.samples else ())], symbols)
         if reason is not None:
@@ -105,6 +90,32 @@ class GraphedEntry:
     def _disable(self, reason: str) -> None:
         self.reason = reason
         self.static_in, self.static_out, self.flags = [], (), []
+
+
+def capture(fn, static_in: list, symbols: dict, device: torch.device, *, warmups: int,
+            pool=None, error_mode: str = "global") -> tuple:
+    """Capture plan function `fn` on `static_in` into a CUDA graph, after `warmups` plain runs
+    on a side stream (lazy initialisation stays off the graph): (graph, its outputs, the error
+    flags its kernels write during a replay, to be checked after it). RuntimeError if
+    something in the plan cannot be captured."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream), torch.no_grad():
+        for _ in range(warmups):
+            fn(tuple(static_in), symbols)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    check = fn.namespace.get("check_error_flag")
+    flags: list = []
+    if check is not None:   # inside the capture a flag cannot be read: keep it for later
+        fn.namespace["check_error_flag"] = flags.append
+    try:
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode=error_mode), torch.no_grad():
+            out = fn(tuple(static_in), symbols)
+    finally:
+        if check is not None:
+            fn.namespace["check_error_flag"] = check
+    return graph, out, flags
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

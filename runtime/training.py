@@ -26,7 +26,10 @@ class _Step(torch.autograd.Function):
         fwd = module.entries["forward"]
         if module.check_guards:
             fwd.guards.check(inputs, module.device)
-        flat = fwd.function(inputs, {})
+        if module.graphs is not None:
+            flat, ctx.token = module.graphs.forward(inputs)
+        else:
+            flat, ctx.token = fwd.function(inputs, {}), None
         nu, nm = module.num_outputs, len(module.mutated_buffers)
         outs, new_buffers, saved = flat[:nu], flat[nu:nu + nm], flat[nu + nm:]
         for buf, value in zip(module.mutated_buffers, new_buffers):
@@ -45,7 +48,13 @@ class _Step(torch.autograd.Function):
                          if need)
         if module.check_guards:   # what forward saved comes from the plan itself, unchecked:
             module.tangent_guards.check(tangents, module.device)   # some live on the host
-        res = module.entries["backward"].function(tuple(ctx.saved_tensors) + tangents, {})
+        if module.graphs is not None:
+            module.graphs.check_intact(ctx.token)
+        saved = tuple(ctx.saved_tensors)
+        if module.graphs is not None:
+            res = module.graphs.backward(ctx.token, saved, tangents)
+        else:
+            res = module.entries["backward"].function(saved + tangents, {})
         n, nb = len(module.param_list), len(module.buffer_names)
         return (None, *res[:n], *res[n + nb:])
 
@@ -54,7 +63,7 @@ class TrainableModule(torch.nn.Module):
     """A training artifact, loaded: call it like the model; train it like the model."""
 
     def __init__(self, path: Path, manifest: dict, device: torch.device, weights: dict,
-                 library, *, check_guards: bool = True):
+                 library, *, check_guards: bool = True, cuda_graph: bool | None = None):
         super().__init__()
         meta = manifest["training"]
         self.path, self.manifest, self.device = path, manifest, device
@@ -67,6 +76,7 @@ class TrainableModule(torch.nn.Module):
         for name in meta["buffers"]:
             owned[name] = _install(self, name, weights[name].clone(), buffer=True)
         self.param_list = [owned[n] for n in meta["params"]]
+        self.buffer_list = [owned[n] for n in meta["buffers"]]
         self.mutated_buffers = [owned[n] for n in meta["mutated"]]
         self.entries = {
             name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), owned,
@@ -77,10 +87,18 @@ class TrainableModule(torch.nn.Module):
         # saves its dropout seed and offset as CPU scalars).
         saved = saved_for_backward(manifest)["count"]
         self.tangent_guards = Guards(manifest["entries"]["backward"]["inputs"][saved:], {}, [])
+        self.graphs = _graphs(self, device, cuda_graph)
 
     def forward(self, *inputs):
         outs = _Step.apply(self, *self.param_list, *inputs)
         return unflatten(self.entries["forward"].spec["output_tree"], outs)
+
+    def graph_status(self) -> dict[str, str]:
+        """Per entry: 'graph' (replays a CUDA graph), 'pending' (captured on its first call),
+        'off', or why graphs were turned off (runtime/train_graphs.py)."""
+        if self.graphs is None:
+            return {name: "off" for name in self.entries}
+        return self.graphs.status()
 
     def saved_for_backward(self) -> dict:
         """What one forward keeps for backward, from the manifest: {"count", "bytes"}."""
@@ -88,6 +106,22 @@ class TrainableModule(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"artifact={str(self.path)!r}, training"
+
+
+def _graphs(module, device: torch.device, wanted: bool | None):
+    """CUDA graphs for both entries (runtime/train_graphs.py): on a GPU by default (training
+    artifacts have static sizes); `cuda_graph=False` turns them off."""
+    if wanted is False:
+        return None
+    if device.type != "cuda":
+        if wanted:
+            from aotc.errors import UsageError
+            raise UsageError("CUDA graphs need a CUDA device", where="aotc.load(cuda_graph=)",
+                             expected="device='cuda'", found=str(device),
+                             fix="load on a GPU, or leave cuda_graph unset")
+        return None
+    from aotc.runtime.train_graphs import TrainingGraphs
+    return TrainingGraphs(module, device)
 
 
 def saved_for_backward(manifest: dict) -> dict:

@@ -1,0 +1,269 @@
+"""CUDA graphs for training artifacts: forward and backward each captured once and replayed.
+
+A training step issues hundreds of kernels and vendor calls; at the batch sizes people train
+with on one GPU the host takes longer to issue them than the GPU takes to run them (BERT-base
+at batch 16 on an H200: about 9 ms of kernels behind 47 ms of host work). A training artifact
+has static shapes, so its forward and its backward are captured into two CUDA graphs, sharing
+one memory pool, and each call replays one of them. What is different from inference graphs
+(runtime/graphs.py):
+
+- **Saved tensors stay in the graph.** Forward's replay leaves what backward needs in the
+  graph's static buffers, and the backward graph reads them there (no copy). The next forward
+  replay overwrites them, so a forward replays only when no earlier forward still waits for its
+  backward; otherwise (two forwards before one backward, an output kept alive for later) it
+  runs the plain plan, whose saved tensors are its own. A backward whose saved tensors were
+  overwritten (a second `backward(retain_graph=True)` after another forward) cannot happen
+  silently: it raises.
+- **Parameters are read in place.** Optimizers update parameters in place, so their addresses
+  stay put; the addresses are compared on every call and a moved parameter (`p.data = ...`)
+  makes both graphs be captured again.
+- **Random ops draw from torch's generator as plain runs do**: the capture registers the
+  generator, each replay takes the generator's current seed and offset and advances it by what
+  the plain run would, so `torch.manual_seed` gives the same dropout masks with or without
+  graphs. Capturing (its warm-up run) restores the generator state it found.
+- **Checked before use**: the call that captures a graph also runs the plain plan on the same
+  inputs (and generator state) and compares; a difference turns graphs off for the module, with
+  the reason kept (`TrainableModule.graph_status()`). Results of nondeterministic vendor kernels
+  (atomics in attention backward) are compared within the spread of two plain runs.
+- Model outputs and gradients are cloned out of the graph's buffers, so they never change under
+  the caller; updated buffers (batch-norm statistics) are copied into the module's buffers
+  right after the replay.
+
+Calls are serialised (the graphs share buffers): a lock covers each forward and backward.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+from aotc.runtime.graphs import _same, capture
+
+
+class Token:
+    """Held by one forward call's autograd context: which replay of which graph made the saved
+    tensors it refers to."""
+    __slots__ = ("graph", "replay", "backwarded", "__weakref__")
+
+    def __init__(self, graph: "_Graph", replay: int):
+        self.graph, self.replay, self.backwarded = graph, replay, False
+
+    @property
+    def intact(self) -> bool:
+        """The graph has not replayed since: the saved tensors still hold this call's values."""
+        return self.graph.replays == self.replay
+
+
+class _Graph:
+    """One captured entry: the graph, its static inputs and outputs, its index-error flags."""
+
+    def __init__(self, graph, static_in: list, static_out: tuple, flags: list):
+        self.graph, self.static_in, self.static_out, self.flags = graph, static_in, static_out, flags
+        self.replays = 0
+        # outputs that are views (of parameters: a transposed weight saved for backward) are
+        # handed out detached at each replay: a view made at capture whose base an optimizer
+        # has since updated in place cannot be saved for backward again
+        self.views = [i for i, o in enumerate(static_out)
+                      if isinstance(o, torch.Tensor) and o._is_view()]
+
+    def replay(self, args, check) -> tuple:
+        for dst, src in zip(self.static_in, args):
+            if dst.data_ptr() != src.data_ptr():
+                dst.copy_(src)
+        self.graph.replay()
+        self.replays += 1
+        for flag in self.flags:
+            check(flag)
+        if not self.views:
+            return self.static_out
+        out = list(self.static_out)
+        for i in self.views:
+            out[i] = out[i].detach()
+        return tuple(out)
+
+
+class TrainingGraphs:
+    """The graphs of one TrainableModule (its `forward` and `backward` entries)."""
+
+    MAX_CAPTURES = 4   # parameters that keep moving are not worth capturing again and again
+
+    def __init__(self, module, device: torch.device):
+        self.module, self.device = module, device
+        self.forward_graph: _Graph | None = None
+        self.backward_graph: _Graph | None = None
+        self.pending: weakref.ref | None = None    # the token of the last replayed forward
+        self.pointers: tuple | None = None
+        self.captures = 0
+        self.pool = None
+        self.reason: str | None = None
+        self.lock = threading.Lock()
+
+    # ---------------------------------------------------------------------------- status
+    def status(self) -> dict[str, str]:
+        if self.reason is not None:
+            return {"forward": self.reason, "backward": self.reason}
+        return {"forward": "graph" if self.forward_graph else "pending",
+                "backward": "graph" if self.backward_graph else "pending"}
+
+    def _pointers(self) -> tuple:
+        m = self.module
+        return tuple(t.data_ptr() for t in (*m.param_list, *m.buffer_list))
+
+    def _off(self, reason: str) -> None:
+        self.reason = reason
+        self.forward_graph = self.backward_graph = None
+
+    # ---------------------------------------------------------------------------- forward
+    def forward(self, inputs: tuple) -> tuple[tuple, Token | None]:
+        """Forward's flat outputs (model outputs, updated buffers, saved tensors) and, when a
+        graph made them, the token the autograd context keeps."""
+        plain = self.module.entries["forward"].function
+        with self.lock:
+            if self.reason is None and self._usable():
+                pending = self.pending() if self.pending is not None else None
+                if not (pending is not None and not pending.backwarded and pending.intact
+                        and pending.graph is self.forward_graph):
+                    if self.forward_graph is None:
+                        self._capture_forward(inputs)
+                    if self.forward_graph is not None:
+                        return self._replay_forward(inputs)
+            return plain(inputs, {}), None
+
+    def _usable(self) -> bool:
+        """Whether the captured graphs still read the parameters where they are; if they do
+        not, drop the graphs so that the next call captures them again."""
+        pointers = self._pointers()
+        if self.pointers is not None and pointers != self.pointers:
+            self.forward_graph = self.backward_graph = None
+            self.pending = None
+            if self.captures >= self.MAX_CAPTURES:
+                self._off(f"parameters moved {self.captures} times (p.data replaced); graphs off")
+                return False
+        self.pointers = pointers
+        return True
+
+    def _replay_forward(self, inputs: tuple) -> tuple:
+        g = self.forward_graph
+        out = g.replay(inputs, self._check)
+        token = Token(g, g.replays)
+        self.pending = weakref.ref(token)
+        n = self.module.num_outputs
+        # model outputs are the caller's; buffers are copied at once; saved tensors stay
+        return tuple(o.clone() if i < n else o for i, o in enumerate(out)), token
+
+    def _capture_forward(self, inputs: tuple) -> None:
+        fn = self.module.entries["forward"].function
+        rng = self._get_rng()
+        static_in = [torch.empty_like(a).copy_(a) if isinstance(a, torch.Tensor) else a
+                     for a in inputs]
+        try:
+            graph = self._capture(fn, static_in)
+            if graph is None:
+                return
+            runs = []
+            for _ in range(2):   # two plain runs from the same generator state, then the replay
+                self._set_rng(rng)
+                runs.append(fn(tuple(static_in), {}))
+            self._set_rng(rng)
+            g = _Graph(graph, static_in, graph.static_out, graph.flags)
+            reason = _compare(g.replay(static_in, self._check), *runs)
+            if reason is not None:
+                self._off(f"forward graph replay differs from a plain run ({reason}); graphs off")
+                return
+            self.forward_graph, self.captures = g, self.captures + 1
+        finally:   # the call that captured runs from the generator state it was called with
+            self._set_rng(rng)
+
+    # --------------------------------------------------------------------------- backward
+    def backward(self, token: Token | None, saved: tuple, tangents: tuple) -> tuple:
+        """Backward's flat outputs (gradients), cloned out of the graph's buffers."""
+        plain = self.module.entries["backward"].function
+        with self.lock:
+            self.check_intact(token)
+            fwd = self.forward_graph
+            usable = (token is not None and token.graph is fwd and fwd is not None
+                      and self.reason is None and self._pointers() == self.pointers
+                      and _same_storage(saved, fwd.static_out[-len(saved):] if saved else ()))
+            if usable:
+                if self.backward_graph is None:
+                    self._capture_backward(saved, tangents)
+                if self.backward_graph is not None:
+                    token.backwarded = True
+                    out = self.backward_graph.replay(saved + tangents, self._check)
+                    return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in out)
+            if token is not None:
+                token.backwarded = True
+            return plain(saved + tangents, {})
+
+    @staticmethod
+    def check_intact(token: Token | None) -> None:
+        """Raise if a later forward replay overwrote the tensors saved under `token` (called
+        before autograd unpacks them)."""
+        if token is not None and not token.intact:
+            raise RuntimeError(
+                "aotc: the tensors this backward needs were overwritten by a later forward "
+                "replayed from a CUDA graph (backward ran twice with retain_graph=True around "
+                "another forward); load the artifact with cuda_graph=False for this use")
+
+    def _capture_backward(self, saved: tuple, tangents: tuple) -> None:
+        fn = self.module.entries["backward"].function
+        static_in = list(saved) + [torch.empty_like(t).copy_(t) for t in tangents]
+        graph = self._capture(fn, static_in)
+        if graph is None:
+            return
+        runs = [fn(tuple(static_in), {}) for _ in range(2)]
+        g = _Graph(graph, static_in, graph.static_out, graph.flags)
+        reason = _compare(g.replay(static_in, self._check), *runs)
+        if reason is not None:
+            self._off(f"backward graph replay differs from a plain run ({reason}); graphs off")
+            return
+        self.backward_graph = g
+
+    # ----------------------------------------------------------------------------- common
+    def _get_rng(self):
+        return torch.cuda.get_rng_state(self.device)
+
+    def _set_rng(self, state) -> None:
+        torch.cuda.set_rng_state(state, self.device)
+
+    def _check(self, flag) -> None:
+        self.module.entries["forward"].function.namespace["check_error_flag"](flag)
+
+    def _capture(self, fn, static_in: list):
+        """Capture `fn` on `static_in` into the pool both graphs share: the graph, with
+        `static_out` and `flags` attributes, or None (and graphs off)."""
+        self.pool = self.pool or torch.cuda.graph_pool_handle()
+        try:   # thread_local: backward is captured on autograd's device thread
+            graph, out, flags = capture(fn, static_in, {}, self.device, warmups=1,
+                                        pool=self.pool, error_mode="thread_local")
+        except RuntimeError as e:   # something in the plan cannot be captured
+            self._off(f"capture failed: {str(e).splitlines()[0]}")
+            return None
+        graph.static_out, graph.flags = out, flags
+        return graph
+
+
+def _tensors(a: tuple, b: tuple):
+    return [(x, y) for x, y in zip(a, b) if isinstance(x, torch.Tensor)]
+
+
+def _same_storage(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.data_ptr() == y.data_ptr()
+        and x.device == y.device for x, y in zip(a, b))
+
+
+def _compare(got: tuple, want: tuple, again: tuple) -> str | None:
+    """Why `got` (a replay) is not what a plain run gave (`want`), or None. Where a second plain
+    run (`again`) differs from the first (nondeterministic kernels), the replay may differ from
+    `want` by up to twice as much as the plain runs differ from each other."""
+    for i, ((a, b), (_, c)) in enumerate(zip(_tensors(got, want), _tensors(got, again))):
+        if _same(a, b):
+            continue
+        if _same(b, c) or a.shape != b.shape or a.dtype != b.dtype or not a.is_floating_point():
+            return f"output {i}"
+        allowed = (b.double() - c.double()).abs().max().item() * 2
+        if (a.double() - b.double()).abs().max().item() > allowed:
+            return f"output {i}, beyond the spread of two plain runs"
+    return None
