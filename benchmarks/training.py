@@ -22,9 +22,12 @@ Systems:
                  its first step includes both compilations). Inductor's `fallback_random` is on,
                  so dropout draws from torch's generator as in eager and in aotc, and gradients
                  can be compared under one seed (it only changes how dropout masks are drawn).
+  torch.compile:reduce-overhead   (CUDA) the same with CUDA graphs (cudagraph trees).
   aotc           `aotc.export(model, inputs, path, train=True, target=DEVICE)` then
                  `aotc.load(path)`: a TrainableModule whose forward and backward run the
-                 artifact's compiled plans inside a torch.autograd.Function.
+                 artifact's compiled plans inside a torch.autograd.Function (on CUDA each
+                 replays a CUDA graph, runtime/train_graphs.py).
+  aotc:no-graph  (CUDA, on request) the same loaded with cuda_graph=False.
 
 Per model (the `small` registry configs of benchmarks/models.py: mlp, cnn, transformer_block,
 gpt2, bert, at their throughput batch; `--size full` for the published sizes on a GPU):
@@ -48,7 +51,10 @@ gpt2, bert, at their throughput batch; `--size full` for the published sizes on 
      system (torch.compile's and aotc's autograd Functions save through the same hooks); for
      aotc the manifest's figure (what `aotc inspect` prints as "saved for backward": every
      saved tensor at its own size, parameters included) is reported too. On CUDA the step's
-     peak allocation above what was allocated before it is recorded as well.
+     peak allocation above what was allocated before it is recorded as well, and the memory a
+     step holds (benchmarks.training.held_memory: peak reserved during a step, caches
+     released first, over what was reserved before the system was built, less the system's
+     own parameter copy; CUDA graph pools count here, not in the peak allocation).
 
 Output in --out: results.json (meta, summary, one record per model) and results.md.
 """
@@ -74,7 +80,8 @@ from benchmarks.accuracy import flatten, judge
 from benchmarks.harness import Status, describe, time_limit
 
 MODELS = ("mlp", "cnn", "transformer_block", "gpt2", "bert")
-SYSTEMS = ("eager", "torch.compile", "aotc")
+SYSTEMS = {"cpu": ("eager", "torch.compile", "aotc"),
+           "cuda": ("eager", "torch.compile", "torch.compile:reduce-overhead", "aotc")}
 # Per device: (warmup, min rounds, max rounds, timing seconds per model, build limit seconds).
 TIMING = {"cpu": (3, 10, 100, 3.0, 300.0), "cuda": (10, 20, 200, 3.0, 420.0)}
 LOSS_SEED = 1234     # the loss's fixed projection weights
@@ -101,20 +108,26 @@ class EagerTrain(systems.System):
         return Trainee(module=model, forward=lambda: model(*inputs))
 
 
-class CompileTrain(systems.System):
-    name = "torch.compile"
-    compiles_on_first_call = True
-    uses_inductor = True
+class CompileTrain(systems.TorchCompile):
+    """torch.compile (name, modes and availability as in the inference benchmark)."""
 
     def build(self, model, inputs, workdir):
         model = copy.deepcopy(model)
-        compiled = torch.compile(model)
+        compiled = torch.compile(model, mode=None if self.mode == "default" else self.mode)
         return Trainee(module=model, forward=lambda: compiled(*inputs))
 
 
 class AotcTrain(systems.System):
-    name = "aotc"
     cache_env = "XDG_CACHE_HOME"
+
+    def __init__(self, cuda_graph: bool | None = None):
+        self.cuda_graph = cuda_graph
+        self.name = "aotc" if cuda_graph is None else "aotc:no-graph"
+
+    def available(self, device):
+        if self.cuda_graph is False and device.type != "cuda":
+            return "CUDA graphs are only used on CUDA devices"
+        return None
 
     def build(self, model, inputs, workdir):
         import aotc
@@ -124,7 +137,7 @@ class AotcTrain(systems.System):
                            target=device.type)
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        module = aotc.load(path, device=device)
+        module = aotc.load(path, device=device, cuda_graph=self.cuda_graph)
         load_s = time.perf_counter() - t0
         saved = module.saved_for_backward()
         return Trainee(module=module, forward=lambda: module(*inputs), build_s=build_s,
@@ -132,15 +145,27 @@ class AotcTrain(systems.System):
                        manifest_saved={"count": saved["count"], "bytes": saved["bytes"]})
 
 
-TRAIN_SYSTEMS = {s.name: s for s in (EagerTrain(), CompileTrain(), AotcTrain())}
+TRAIN_SYSTEMS = {s.name: s for s in (EagerTrain(), CompileTrain(),
+                                      CompileTrain("reduce-overhead"), AotcTrain(),
+                                      AotcTrain(cuda_graph=False))}
 
 
-def select(names: list[str] | None) -> list[systems.System]:
+def select(names: list[str] | None, device: str = "cpu") -> list[systems.System]:
+    """The systems to run, eager first; those unavailable on `device` are left out (said
+    once on stderr)."""
     unknown = sorted(set(names or ()) - set(TRAIN_SYSTEMS))
     if unknown:
         raise ValueError(f"unknown system(s) {', '.join(unknown)}; known: "
                          f"{', '.join(TRAIN_SYSTEMS)}")
-    return [TRAIN_SYSTEMS[n] for n in ["eager"] + [n for n in (names or SYSTEMS) if n != "eager"]]
+    wanted = ["eager"] + [n for n in (names or SYSTEMS[device]) if n != "eager"]
+    chosen = []
+    for n in wanted:
+        why = TRAIN_SYSTEMS[n].available(torch.device(device))
+        if why:
+            print(f"skipping {n}: {why}", file=sys.stderr)
+        else:
+            chosen.append(TRAIN_SYSTEMS[n])
+    return chosen
 
 
 @contextmanager
@@ -335,6 +360,11 @@ def attempt(system, model, inputs, weights, workdir: Path, cfg):
     weights are made from the first outputs' shapes."""
     workdir.mkdir(parents=True, exist_ok=True)
     res: dict = {"status": Status.FAIL_EXPORT}
+    cuda = inputs[0].device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_reserved()
     stage, limit = "export", None
     try:
         with time_limit(cfg.build_limit_s) as limit, systems.fresh_cache(system, workdir):
@@ -358,10 +388,31 @@ def attempt(system, model, inputs, weights, workdir: Path, cfg):
         compiling = stage == "export" or system.compiles_on_first_call
         res.update(status=Status.FAIL_EXPORT if compiling else Status.FAIL_RUN, reason=why)
         return res, None, None, None, weights
+    if cuda:
+        try:
+            res["step_reserved_bytes"] = held_memory(step, base, t, model)
+        except Exception as e:
+            res["memory_error"] = describe(e)
     if system.compiles_on_first_call:
         res["build_s"] = res["first_step_s"]
     res["cold_start_s"] = (res.get("load_s") or 0.0) + res["first_step_s"]
     return res, t, step, grads, weights
+
+
+def held_memory(step, base: int, t: Trainee, model) -> int:
+    """Device memory a second step needs, the first step's caches released: the peak reserved
+    during it over what was reserved before the system was built, less the system's own copy
+    of the parameters (aotc's loaded artifact owns one; torch.compile's is this benchmark's
+    deepcopy): activations, saved tensors, gradients, workspaces and CUDA graph pools."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    own = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    copies = sum(p.numel() * p.element_size() for p in t.module.parameters()
+                 if p.untyped_storage().data_ptr() not in own)
+    return torch.cuda.max_memory_reserved() - base - copies
 
 
 # ------------------------------------------------------------------------------ command line
@@ -377,7 +428,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", type=names, default=list(MODELS),
                    help=f"comma-separated (default: {','.join(MODELS)})")
     p.add_argument("--systems", type=names, default=None,
-                   help=f"comma-separated, from {', '.join(SYSTEMS)} (eager always runs)")
+                   help=f"comma-separated, from {', '.join(TRAIN_SYSTEMS)} (eager always runs; "
+                        f"default {', '.join(SYSTEMS['cpu'])} on cpu, "
+                        f"{', '.join(SYSTEMS['cuda'])} on cuda)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: benchmarks/results/DEVICE-training)")
     inference_run.add_timing_args(p)
@@ -396,7 +449,7 @@ def run(args) -> dict:
     cfg = inference_run.make_config(args, TIMING)
     device = torch.device(args.device)
     _, specs = models.select("small" if args.size == "small" else "full", args.models)
-    chosen = select(args.systems)
+    chosen = select(args.systems, args.device)
     out = args.out or Path(__file__).parent / "results" / f"{args.device}-training"
     meta = environment(args, cfg, chosen)
     print(f"{len(specs)} models, one training step each, on {args.device} {args.dtype}: "
@@ -439,7 +492,7 @@ def progress_line(rec: dict, elapsed: float) -> str:
 
 def _validate(args) -> None:
     models.select("small", args.models)
-    select(args.systems)
+    select(args.systems, args.device)
 
 
 def main(argv=None) -> int:

@@ -102,13 +102,18 @@ def _steps(ran: list, names: list) -> list[str]:
 
 
 def _peaks(ran: list, names: list) -> list[str]:
-    if not any("step_peak_bytes" in s for r in ran for s in r["systems"].values()):
-        return []
-    lines = ["", "## Peak allocation of one step (CUDA)", "",
-             "| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    return lines + [f"| {r['model']} | " + " | ".join(
-        report._bytes(r["systems"].get(n, {}).get("step_peak_bytes")) for n in names) + " |"
-        for r in ran]
+    lines: list[str] = []
+    for key, title in (("step_peak_bytes", "Peak allocation of one step (CUDA)"),
+                       ("step_reserved_bytes", "Memory a step holds beyond the parameters "
+                        "(CUDA; graph pools included)")):
+        if not any(key in s for r in ran for s in r["systems"].values()):
+            continue
+        lines += ["", f"## {title}", "",
+                  "| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        lines += [f"| {r['model']} | " + " | ".join(
+            report._bytes(r["systems"].get(n, {}).get(key)) for n in names) + " |"
+            for r in ran]
+    return lines
 
 
 def _builds(ran: list, names: list) -> list[str]:

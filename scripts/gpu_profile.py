@@ -30,7 +30,9 @@ from benchmarks import models  # noqa: E402
 from benchmarks.harness import DTYPES, cast  # noqa: E402
 
 
-def kernel_table(fn, iters: int, top: int) -> str:
+def kernel_table(fn, iters: int, top: int, rename=None) -> str:
+    """The top CUDA kernels of `fn` by total time per call; `rename(name)` groups kernels under
+    a label of their own (aotc's numbered kernels by what they compute)."""
     from torch.profiler import ProfilerActivity, profile
     for _ in range(3):
         fn()
@@ -42,14 +44,32 @@ def kernel_table(fn, iters: int, top: int) -> str:
     events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     attr = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else \
         "self_cuda_time_total"
-    events.sort(key=lambda e: getattr(e, attr), reverse=True)
-    total = sum(getattr(e, attr) for e in events) / iters
+    groups: dict = {}
+    for e in events:
+        key = rename(e.key) if rename else e.key
+        t, n = groups.get(key, (0.0, 0))
+        groups[key] = (t + getattr(e, attr), n + e.count)
+    rows = sorted(groups.items(), key=lambda kv: kv[1][0], reverse=True)
+    total = sum(t for t, _ in groups.values()) / iters
     lines = [f"  kernel time per call {total / 1000:.3f} ms over {len(events)} kernel names"]
-    for e in events[:top]:
-        t = getattr(e, attr) / iters
-        lines.append(f"  {t / 1000:8.3f} ms {100 * t / total:5.1f}%  x{e.count // iters:<4d} "
-                     f"{e.key[:110]}")
+    for key, (t, n) in rows[:top]:
+        t /= iters
+        lines.append(f"  {t / 1000:8.3f} ms {100 * t / total:5.1f}%  x{n // iters:<4d} "
+                     f"{key[:110]}")
     return "\n".join(lines)
+
+
+def aotc_labels(path) -> dict:
+    """aotc kernel name -> 'entry: ops | ops (rows)' from the artifact's plans."""
+    labels = {}
+    for plan_file in (Path(path) / "plans").glob("*.json"):
+        plan = json.loads(plan_file.read_text())
+        for step in plan["steps"]:
+            if step["kind"] == "kernel":
+                ops = "|".join("+".join(dict.fromkeys(f["ops"])) for f in step["fused"])
+                rows = step["reasons"][0].rsplit("rows ", 1)[-1] if step["reasons"] else ""
+                labels[step["name"]] = f"{plan['entry']}: {ops[:70]} rows {rows}"
+    return labels
 
 
 def median_ms(calls: dict, rounds: int = 30, inner: int = 10) -> dict:
