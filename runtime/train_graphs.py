@@ -176,25 +176,26 @@ class TrainingGraphs:
             self._set_rng(rng)
 
     # --------------------------------------------------------------------------- backward
-    def backward(self, token: Token | None, saved: tuple, tangents: tuple) -> tuple:
-        """Backward's flat outputs (gradients), cloned out of the graph's buffers."""
+    def backward(self, token: Token | None, unpack, tangents: tuple) -> tuple:
+        """Backward's flat outputs (gradients), copied out of the graph's buffers. `unpack()`
+        gives the saved tensors from the autograd context: only a plain run needs them, a
+        replay reads them where the forward graph left them (the token says they are intact)."""
         plain = self.module.entries["backward"].function
         with self.lock:
             self.check_intact(token)
             fwd = self.forward_graph
-            usable = (token is not None and token.graph is fwd and fwd is not None
-                      and self.reason is None and self._pointers() == self.pointers
-                      and _same_storage(saved, fwd.static_out[-len(saved):] if saved else ()))
-            if usable:
+            if (token is not None and token.graph is fwd and fwd is not None
+                    and self.reason is None and self._pointers() == self.pointers):
+                token.backwarded = True
+                saved = fwd.static_out[self.module.num_outputs + len(self.module.mutated_buffers):]
                 if self.backward_graph is None:
                     self._capture_backward(saved, tangents)
                 if self.backward_graph is not None:
-                    token.backwarded = True
-                    out = self.backward_graph.replay(saved + tangents, self._check)
-                    return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in out)
+                    return _copies(self.backward_graph.replay(saved + tangents, self._check))
+                return plain(saved + tangents, {})
             if token is not None:
                 token.backwarded = True
-            return plain(saved + tangents, {})
+            return plain(tuple(unpack()) + tangents, {})
 
     @staticmethod
     def check_intact(token: Token | None) -> None:
@@ -244,14 +245,18 @@ class TrainingGraphs:
         return graph
 
 
+def _copies(out: tuple) -> tuple:
+    """`out` with every tensor copied (one multi-tensor kernel, not one clone per gradient:
+    x * 1 is exact, keeps -0.0 and NaN)."""
+    at = [i for i, o in enumerate(out) if isinstance(o, torch.Tensor)]
+    res = list(out)
+    for i, copy in zip(at, torch._foreach_mul([out[i] for i in at], 1)):
+        res[i] = copy
+    return tuple(res)
+
+
 def _tensors(a: tuple, b: tuple):
     return [(x, y) for x, y in zip(a, b) if isinstance(x, torch.Tensor)]
-
-
-def _same_storage(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(
-        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.data_ptr() == y.data_ptr()
-        and x.device == y.device for x, y in zip(a, b))
 
 
 def _compare(got: tuple, want: tuple, again: tuple) -> str | None:

@@ -48,13 +48,10 @@ class _Step(torch.autograd.Function):
                          if need)
         if module.check_guards:   # what forward saved comes from the plan itself, unchecked:
             module.tangent_guards.check(tangents, module.device)   # some live on the host
-        if module.graphs is not None:
-            module.graphs.check_intact(ctx.token)
-        saved = tuple(ctx.saved_tensors)
-        if module.graphs is not None:
-            res = module.graphs.backward(ctx.token, saved, tangents)
+        if module.graphs is not None:   # a replay reads what forward saved in the graph
+            res = module.graphs.backward(ctx.token, lambda: ctx.saved_tensors, tangents)
         else:
-            res = module.entries["backward"].function(saved + tangents, {})
+            res = module.entries["backward"].function(tuple(ctx.saved_tensors) + tangents, {})
         n, nb = len(module.param_list), len(module.buffer_names)
         return (None, *res[:n], *res[n + nb:])
 

@@ -44,6 +44,25 @@ def wall_and_host_ms(step, rounds: int = 30) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(hosts)
 
 
+def host_table(step, top: int, steps: int = 20) -> str:
+    """Where the host's time goes in `steps` steps: cProfile's functions by own time."""
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    torch.cuda.synchronize()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    lines = [ln for ln in text.getvalue().splitlines() if ln.strip()][-top - 1:]
+    return f"  host profile over {steps} steps (tottime, cumtime in s):\n" + "\n".join(
+        "    " + ln[:150] for ln in lines)
+
+
 def profile_model(name: str, args, device, dtype) -> None:
     spec = {s.name: s for s in models.REGISTRY}[name]
     model, inputs = spec.make("full", "throughput")
@@ -73,6 +92,8 @@ def profile_model(name: str, args, device, dtype) -> None:
             print(kernel_table(step, args.iters, args.top, rename), flush=True)
             if hasattr(trainee.module, "graph_status"):
                 print(f"  graphs: {trainee.module.graph_status()}", flush=True)
+            if args.host_profile and sys_name != "torch.compile":
+                print(host_table(step, args.top), flush=True)
             del trainee, step
             torch.cuda.empty_cache()
 
@@ -85,6 +106,8 @@ def main(argv=None) -> int:
     p.add_argument("--systems", default="eager,torch.compile,aotc:no-graph,aotc")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--host-profile", action="store_true",
+                   help="also cProfile the host side of eager's and aotc's steps")
     args = p.parse_args(argv)
     device, dtype = torch.device("cuda"), harness.DTYPES[args.dtype]
     status = 0

@@ -85,7 +85,7 @@ def loaded(artifact, **kw):
 
 def step(m, x, seed):
     torch.manual_seed(seed)
-    loss = (m(x) * torch.linspace(-1, 1, 8)).sum()
+    loss = (m(x) * torch.linspace(-1, 1, 8, device=x.device)).sum()
     loss.backward()
     return loss
 
