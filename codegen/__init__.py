@@ -32,12 +32,15 @@ from aotc.runtime.plan import StepKind
 __all__ = ["compile", "Target"]
 
 
-def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False):
+def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False,
+                       split_reductions: bool = False):
     """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
-    decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs."""
+    decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs.
+    `split_reductions`: long reductions onto few outputs in two stages (the Triton backend)."""
     if isinstance(graph, Program):
         graph = graph.graph
-    lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last).run()
+    lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
+                            split_reductions=split_reductions).run()
     verify_lowered(lowered)
     steps, decisions = schedule(lowered.steps)
     return lowered, steps, decisions
@@ -57,8 +60,9 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
         # cuDNN's tensor-core kernels (GPU); training graphs read weights as Parameters at
         # each call, so they keep them as they are
         channels_last = codegen and len(graphs) == 1
-        lowered, steps, decisions = lower_and_schedule(graph, codegen=codegen,
-                                                       channels_last=channels_last)
+        lowered, steps, decisions = lower_and_schedule(
+            graph, codegen=codegen, channels_last=channels_last,
+            split_reductions=codegen and target.device == "cuda")
         kernels = [s for s in steps if isinstance(s, Kernel)]
         if len(graphs) > 1:   # one library for all entries: kernel names must be unique
             for k in kernels:

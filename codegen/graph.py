@@ -88,10 +88,14 @@ class LoweredGraph:
 
 
 class GraphLowering:
-    def __init__(self, graph: dict, *, codegen: bool = True, channels_last: bool = False):
+    def __init__(self, graph: dict, *, codegen: bool = True, channels_last: bool = False,
+                 split_reductions: bool = False):
         """`channels_last`: 2d convolutions run with channels-last weights and give channels-last
-        outputs, which kernels read through their strides (oneDNN's fast layout on the CPU)."""
+        outputs, which kernels read through their strides (oneDNN's fast layout on the CPU).
+        `split_reductions` (the Triton backend): a long reduction onto few outputs runs in two
+        stages (`_split`), so that it fills a GPU."""
         self.graph, self.codegen, self.channels_last = graph, codegen, channels_last
+        self.split_reductions = split_reductions
         self.graph_outputs = {o["slot"] for o in graph["outputs"] if "slot" in o}
         self.values = graph["values"]
         self.out = LoweredGraph(slots=[self._slot_for(i, m) for i, m in enumerate(self.values)])
@@ -269,13 +273,56 @@ class GraphLowering:
     def reduction(self, ranges, rranges, rtype: ReductionType, dtype, fn, origin: str,
                   outputs: int = 1, out_dtypes=None) -> list[TensorValue]:
         ranges = tuple(sym(d) for d in ranges)
-        body = Reduction(ranges=ranges, reduction_ranges=tuple(sym(d) for d in rranges),
-                         reduction_type=rtype, dtype=dtype, inner_fn=fn,
-                         origins=_merge(self.arg_origins, (origin,)))
+        rranges = tuple(sym(d) for d in rranges)
+        origins = _merge(self.arg_origins, (origin,))
+        if self.split_reductions and outputs == 1 and out_dtypes is None:
+            split = self._split(ranges, rranges, rtype, dtype, fn, origins)
+            if split is not None:
+                rranges, fn = split
+        body = Reduction(ranges=ranges, reduction_ranges=rranges,
+                         reduction_type=rtype, dtype=dtype, inner_fn=fn, origins=origins)
         bufs = tuple(self._buffer(self.new_slot(ranges, d))
                      for d in (out_dtypes or [dtype] * outputs))
         self.out.steps.append(ComputedBuffer(buffers=bufs, body=body))
         return [TensorValue(ranges, b.dtype, b.loader(), buffer=b, origins=(origin,)) for b in bufs]
+
+    def _split(self, ranges, rranges, rtype, dtype, fn, origins):
+        """A split reduction (Inductor's): where `split_reduction` (codegen/triton/blocks.py)
+        says a reduction onto few outputs is long enough, a first Reduction over rows (chunk,
+        *ranges) reduces one chunk of each output's elements into a partial buffer in the
+        accumulation dtype, and the reduction itself becomes one over the chunks (the new
+        (reduction ranges, body) are returned; None: unchanged). Chunks are whole index ranges
+        (c consecutive indices of one reduced dim, all of the dims after it), so no lane is
+        masked and every index stays affine. Deterministic: no atomics; the sum's order of
+        additions differs from one stage's (floats may round differently)."""
+        from aotc.codegen.scheduler import LoadRecorder
+        from aotc.codegen.triton.blocks import SPLITTABLE, reduction_order, split_reduction
+        if rtype not in SPLITTABLE:
+            return None
+        rec = LoadRecorder()
+        pvars, rvars = index_vars("p", len(ranges)), index_vars("r", len(rranges))
+        fn(rec, pvars, rvars)
+        order = reduction_order(rec.loads, dict(zip(pvars, ranges)), dict(zip(rvars, rranges)))
+        split = split_reduction(ranges, rranges, order == "outer")
+        if split is None:
+            return None
+        chunks, j, c = split
+        lead, d, tail = rranges[:j], int(rranges[j]), rranges[j + 1:]
+        n = len(lead)
+        part_rows = (*lead, sym(d // c), *ranges)          # (chunk, *ranges), chunk unravelled
+        part_rranges = ((sym(c),) if c > 1 else ()) + tail
+
+        def part_fn(h, idx, ridx):
+            k, rest = idx[n], ridx
+            if c > 1:
+                k, rest = k * c + ridx[0], ridx[1:]
+            return fn(h, idx[n + 1:], (*idx[:n], k, *rest))
+        part = self._buffer(self.new_slot(part_rows, dtype))
+        self.out.steps.append(ComputedBuffer(buffers=(part,), body=Reduction(
+            ranges=part_rows, reduction_ranges=part_rranges, reduction_type=rtype, dtype=dtype,
+            inner_fn=part_fn, origins=_merge(origins, (f"split{chunks}",)))))
+        load = part.loader()
+        return (*lead, sym(d // c)), lambda h, idx, ridx: load(h, (*ridx, *idx))
 
     def realize(self, tv: TensorValue) -> Buffer:
         if tv.buffer is not None:

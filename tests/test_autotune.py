@@ -52,6 +52,10 @@ PATTERNS = {
     # looped reductions (rows > MAX_PERSISTENT): sum, two-pass variance, argmax; 1024 divides
     # the rows, 2048 does not
     "looped": (lambda x: (x.sum(-1), x.var(-1), x.argmax(-1)), (torch.randn(2, 5120),)),
+    # an outer reduction (48 contiguous columns, 4 x 25 strided rows reduced): a wide XBLOCK,
+    # R blocks looped over the 100 rows (ragged), three reductions in one kernel
+    "outer": (lambda x: (x.sum((0, 1)), x.amax((0, 1)), (x * x).sum((0, 1))),
+              (torch.randn(4, 25, 48),)),
 }
 
 

@@ -49,9 +49,9 @@ TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}   # rtol and atol; 1e-2 
 
 def candidates(kernel, buffers: dict) -> list[BlockConfig]:
     """The heuristic's config, then its neighbours (XBLOCK halved, doubled, quadrupled; the
-    looped or split R block halved and doubled; warps halved and doubled; then a few changes
-    of two at once), each as the config it plans to: distinct, in this fixed order, at most
-    MAX_CANDIDATES."""
+    looped or split R block, or an outer reduction's, halved and doubled; warps halved and
+    doubled; then a few changes of two at once), each as the config it plans to: distinct, in
+    this fixed order, at most MAX_CANDIDATES."""
     h = heuristic_config(plan_blocks(kernel, buffers))
     x, r, w = h.xblock, h.rblock, h.num_warps
     tries = [dict(xblock=x // 2), dict(xblock=x * 2)]

@@ -7,15 +7,27 @@ Simple heuristics, decided once per kernel before any code is written:
     elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements;
   * XBLOCK (rows per program) fills a program with about TARGET_ELEMENTS elements, but never
     leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows;
+  * an *outer* reduction kernel (`reduction_order`: its loads walk consecutive addresses along
+    the kernel's rows and stride along the reduced elements, as a bias gradient's column sums
+    do) is planned as Inductor plans one: a wide XBLOCK of OUTER_ELEMENTS // R block rows
+    (OUTER_MIN_XBLOCK..OUTER_MAX_XBLOCK: 64 at the default R block) and a small R block of
+    OUTER_RBLOCK elements (more with fewer than 64 rows), looped, so that a warp's lanes read
+    consecutive addresses (the [XBLOCK, R] tile's X axis is the contiguous one, which Triton's
+    coalescing finds from the index); a reduction whose loads are contiguous along the row
+    keeps the plan above;
   * a pointwise-only kernel whose nodes do not read each other's outputs (and whose inner sizes
     are static) splits the inner elements over grid axis 1 (no loop); otherwise a program loops
     over them;
   * index arithmetic is int32 unless a size is dynamic or a buffer has 2**31 elements or more;
   * num_warps grows with the elements of the largest block.
 
+Long reductions onto few outputs are split in two (`split_reduction`, applied by the graph
+lowering for CUDA targets): a first reduction writes S partial results per output (in the
+accumulation dtype), a second reduces those; no atomics. See `split_reduction` for the rule.
+
 A `BlockConfig` overrides the heuristics (XBLOCK, the block of every node that loops or splits
-over its inner elements, num_warps): what `--autotune` tries. Masks follow from the final block
-sizes, whichever chose them.
+over its inner elements, or of every node of an outer reduction, num_warps): what `--autotune`
+tries. Masks follow from the final block sizes, whichever chose them.
 """
 from __future__ import annotations
 
@@ -23,7 +35,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from aotc.codegen.ir import Reduction, product
+from aotc.codegen.ir import FloorDiv, ModIndex, Reduction, ReductionType, product
 from aotc.codegen.scheduler import Kernel, node_loads
 from aotc.exporter.symbols import SymbolNamer
 
@@ -35,6 +47,16 @@ MIN_PROGRAMS = 128
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
 INT32_LIMIT = 2**31
 TILED = ("loop", "split")     # node modes whose R block is a free choice (BlockConfig.rblock)
+# outer reductions (rows contiguous in memory, reduced elements strided)
+OUTER_RBLOCK = 32             # R block (looped) with at least OUTER_ELEMENTS // 32 = 64 rows
+OUTER_ELEMENTS = 2048         # XBLOCK x R block
+OUTER_MAX_XBLOCK = 128
+OUTER_MIN_XBLOCK = 32         # XBLOCK never halves below this to make programs
+# split reductions (two stages), for long reductions onto few outputs
+SPLIT_PROGRAMS = 264          # programs the first stage aims for: 2 per SM of a 132-SM H100/H200
+SPLIT_MIN_WORK = 8192         # elements a first-stage program reduces, at least
+SPLITTABLE = frozenset({ReductionType.SUM, ReductionType.PROD, ReductionType.MAX,
+                        ReductionType.MIN, ReductionType.ANY, ReductionType.ALL})
 
 
 def pow2(n: int) -> int:
@@ -71,6 +93,7 @@ class NodeBlock:
     numel: sympy.Expr       # inner elements of the node
     mode: str               # "none" | "single" | "loop" | "split"
     rmask: str | None       # name of the R mask, None where every lane is valid
+    tiled: bool = False     # its size is BlockConfig.rblock's to choose
 
 
 @dataclass
@@ -82,6 +105,7 @@ class KernelBlocks:
     split: bool
     num_warps: int
     nodes: list = field(default_factory=list)
+    outer: bool = False     # an outer reduction: wide XBLOCK, small looped R blocks
 
     @property
     def widest(self) -> int:
@@ -109,9 +133,10 @@ def heuristic_warps(elems: int) -> int:
 
 def heuristic_config(blocks: KernelBlocks) -> BlockConfig:
     """The config that `blocks` was planned with, as overrides: planning with it gives the same
-    blocks. Its rblock is the largest block of the nodes that loop or split (a node with fewer
-    elements clamps it to its own size, as the heuristic did), None when no node does."""
-    tiled = [b.size for b in blocks.nodes if b.mode in TILED]
+    blocks. Its rblock is the largest block of the nodes that loop or split, or of the nodes of
+    an outer reduction (a node with fewer elements clamps it to its own size, as the heuristic
+    did), None when there are none."""
+    tiled = [b.size for b in blocks.nodes if b.tiled]
     return BlockConfig(xblock=blocks.xblock, rblock=max(tiled) if tiled else None,
                        num_warps=blocks.num_warps)
 
@@ -167,12 +192,186 @@ def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
         size = rblock if n is None else min(rblock, pow2(n))
     exact = n is not None and n % size == 0 and (mode != "single" or n == size)
     return NodeBlock(f"R{j}_BLOCK", size, sympy.sympify(numel), mode,
-                     None if exact else f"rmask{j}")
+                     None if exact else f"rmask{j}", mode in TILED)
+
+
+# ------------------------------------------------------------------------- outer reductions
+
+def _innermost(ranges: dict):
+    """The last loop variable of `ranges` (var -> size) whose dim is not of size 1."""
+    return next((v for v, n in reversed(list(ranges.items())) if n != 1), None)
+
+
+def _step(e, var):
+    """How far `e` moves when `var` steps by one, for most values of `var` (a `% m` or `// m`
+    of a smaller step wraps or carries only once every m / step values): an integer or size
+    expression, None where that is not one number (`var` times another loop variable, inside a
+    min, or a step that a division scales unevenly)."""
+    if var not in e.free_symbols:
+        return sympy.Integer(0)
+    if e == var:
+        return sympy.Integer(1)
+    if e.is_Add:
+        steps = [_step(a, var) for a in e.args]
+        return None if None in steps else sympy.Add(*steps)
+    if e.is_Mul:
+        moving = [a for a in e.args if var in a.free_symbols]
+        if len(moving) != 1 or any(not v.is_positive for a in e.args if a is not moving[0]
+                                   for v in a.free_symbols):   # times another loop variable
+            return None
+        step = _step(moving[0], var)
+        return None if step is None else sympy.Mul(*[a for a in e.args if a is not moving[0]],
+                                                  step)
+    if isinstance(e, (FloorDiv, ModIndex)) and var not in e.args[1].free_symbols:
+        step, m = _step(e.args[0], var), e.args[1]
+        if step is None or step == 0:
+            return step
+        if sympy.cancel(step / m).is_integer:     # whole turns of the modulus
+            return sympy.Integer(0) if isinstance(e, ModIndex) else sympy.cancel(step / m)
+        if isinstance(e, ModIndex):
+            return step if (m - step).is_positive else None
+        return sympy.Integer(0) if (m - step).is_positive else None
+    return None
+
+
+def order_votes(loads, rows: dict, inner: dict) -> int:
+    """How much more `loads` ((buffer, index) over the row vars `rows` and the inner vars
+    `inner`, each var -> size) walk memory along the rows than along the inner elements: +1
+    for a load whose index steps by 1 along the innermost row and by something else along the
+    innermost inner dim, -1 for one that steps by 1 along the inner dim (`_step`: a view's
+    `% m` steps as its operand does). A load constant along either (a per-row or per-element
+    operand, read once per program or per block) or whose steps are not one number does not
+    vote."""
+    x, r = _innermost(rows), _innermost(inner)
+    if x is None or r is None:
+        return 0
+    votes = 0
+    for _, index in loads:   # no need to simplify: `_step` reads `%` and `//` as they are
+        index = sympy.sympify(index)
+        cx, cr = _step(index, x), _step(index, r)
+        if cx is None or cr is None or cx == 0 or cr == 0:
+            continue
+        votes += -1 if cr == 1 else 1 if cx == 1 else 0
+    return votes
+
+
+def reduction_order(loads, rows: dict, inner: dict) -> str:
+    """'outer' where a reduction's loads (see `order_votes`) are mostly contiguous along its
+    rows and strided along the reduced elements (a column sum), else 'inner'."""
+    return "outer" if order_votes(loads, rows, inner) > 0 else "inner"
+
+
+def _is_outer(kernel: Kernel) -> bool:
+    """Whether `kernel` is an outer reduction: it has reductions, every node with inner
+    elements is one, and their loads vote for the rows (`order_votes`)."""
+    k = len(kernel.prefix)
+    if not any(isinstance(n.body, Reduction) for n in kernel.nodes):
+        return False
+    votes = 0
+    for node in kernel.nodes:
+        if not isinstance(node.body, Reduction):
+            if _inner(kernel, node):
+                return False
+            continue
+        loads, pvars, inner = node_loads(node, k)
+        votes += order_votes(loads, dict(zip(pvars, kernel.prefix)), inner)
+    return votes > 0
+
+
+def _outer_rblock(rows) -> int:
+    """An outer reduction's R block: OUTER_RBLOCK, or more where fewer rows than
+    OUTER_ELEMENTS // OUTER_RBLOCK leave XBLOCK narrower."""
+    r = _static(rows)
+    widest_x = OUTER_ELEMENTS // OUTER_RBLOCK
+    return OUTER_RBLOCK if r is None or r >= widest_x else OUTER_ELEMENTS // pow2(max(r, 1))
+
+
+def _outer_node_block(j: int, node, numel, rblock: int) -> NodeBlock:
+    """Node j of an outer reduction: a reduction loops over R blocks of `rblock` elements
+    (one block where its elements fit one); a pointwise node has no inner elements."""
+    if not isinstance(node.body, Reduction):
+        return NodeBlock(None, 1, sympy.Integer(1), "none", None)
+    n = _static(numel)
+    size = rblock if n is None else min(rblock, pow2(n))
+    mode = "single" if n is not None and n <= size else "loop"
+    exact = n is not None and n % size == 0 and (mode != "single" or n == size)
+    return NodeBlock(f"R{j}_BLOCK", size, sympy.sympify(numel), mode,
+                     None if exact else f"rmask{j}", True)
+
+
+def _outer_xblock(rows, widest: int) -> int:
+    """An outer reduction's XBLOCK: OUTER_ELEMENTS // its widest R block, within
+    OUTER_MIN_XBLOCK..OUTER_MAX_XBLOCK, at most the rows; halved (not below OUTER_MIN_XBLOCK)
+    while the grid has fewer than MIN_PROGRAMS programs and there are enough rows."""
+    r = _static(rows)
+    xblock = min(OUTER_MAX_XBLOCK, max(OUTER_MIN_XBLOCK, OUTER_ELEMENTS // widest))
+    if r is not None:
+        xblock = min(xblock, pow2(r))
+        while xblock > OUTER_MIN_XBLOCK and -(-r // xblock) < MIN_PROGRAMS and r >= MIN_PROGRAMS:
+            xblock //= 2
+    return xblock
+
+
+def _plan_outer(kernel: Kernel, buffers: dict, config: BlockConfig) -> KernelBlocks:
+    rows = product(kernel.prefix)
+    r = _static(rows)
+    rblock = config.rblock or _outer_rblock(rows)
+    nodes = [_outer_node_block(j, n, product(_inner(kernel, n)), rblock)
+             for j, n in enumerate(kernel.nodes)]
+    if config.xblock is not None:
+        xblock = config.xblock if r is None else min(config.xblock, pow2(r))
+    else:
+        xblock = _outer_xblock(rows, _widest(nodes))
+    return KernelBlocks(rows=rows, xblock=xblock, xmask=not (r is not None and r % xblock == 0),
+                        wide=_is_wide(kernel, buffers), split=False,
+                        num_warps=config.num_warps or heuristic_warps(xblock * _widest(nodes)),
+                        nodes=nodes, outer=True)
+
+
+# ------------------------------------------------------------------------- split reductions
+
+def split_reduction(rows, rranges, outer: bool) -> tuple[int, int, int] | None:
+    """Where to split a reduction of `rows` outputs over `rranges` into two stages, as
+    (S, j, c): the first stage reduces S chunks of each output's elements (rows S x outputs),
+    the second reduces the S partial results; a chunk is `c` consecutive indices of reduced dim
+    j (c divides it) and all of the dims after j, so chunk indices are plain index arithmetic.
+    None: one stage. Static sizes only. The rule:
+
+      * the one-stage plan's programs: one per row (inner), one per OUTER_ELEMENTS //
+        OUTER_RBLOCK rows (outer); at least SPLIT_PROGRAMS // 2 (one per SM) need no split;
+      * S is the largest such chunk count of at most SPLIT_PROGRAMS / programs (two programs
+        per SM) that leaves each first-stage program SPLIT_MIN_WORK elements or more, and at
+        least 2.
+
+    E.g. a bias gradient over 2048 rows of 768 columns (outer): 12 programs, S = 16 chunks of
+    128 rows, 192 first-stage programs of 64 columns."""
+    n = _static(product(rows))
+    sizes = [_static(d) for d in rranges]
+    if n is None or n == 0 or not sizes or None in sizes or 0 in sizes:
+        return None
+    per_program = min(OUTER_ELEMENTS // OUTER_RBLOCK, pow2(n)) if outer else 1
+    programs = -(-n // per_program)
+    if programs >= SPLIT_PROGRAMS // 2:
+        return None
+    most = min(-(-SPLIT_PROGRAMS // programs),
+               int(product(sizes)) * per_program // SPLIT_MIN_WORK)
+    best, lead = None, 1
+    for j, d in enumerate(sizes):
+        if lead > most:
+            break
+        for c in sympy.divisors(d)[:-1]:          # c < d: the dim is cut
+            chunks = lead * (d // c)
+            if 2 <= chunks <= most and (best is None or chunks > best[0]):
+                best = (chunks, j, c)
+        lead *= d
+    return best
 
 
 def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None) -> KernelBlocks:
     """The blocks of `kernel`: the heuristics, with what `config` overrides."""
     config = config or BlockConfig()
+    if _is_outer(kernel):
+        return _plan_outer(kernel, buffers, config)
     reduction = any(isinstance(n.body, Reduction) for n in kernel.nodes)
     inner = [product(_inner(kernel, n)) for n in kernel.nodes]
     chunk = config.rblock or MAX_POINTWISE   # a split node's block, at most
@@ -210,5 +409,5 @@ def _split_masks(nodes: list) -> list:
     for j, b in enumerate(nodes):
         full = most is not None and _static(b.numel) == b.size * most
         out.append(b if b.rb is None or b.rmask or full else
-                   NodeBlock(b.rb, b.size, b.numel, b.mode, f"rmask{j}"))
+                   NodeBlock(b.rb, b.size, b.numel, b.mode, f"rmask{j}", b.tiled))
     return out

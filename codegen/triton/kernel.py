@@ -9,6 +9,9 @@ inner elements (pointwise: the rest of its dims; reduction: its reduction dims) 
   * reductions are persistent (one block per row) up to MAX_PERSISTENT elements and loop over
     blocks beyond; results stay in registers ([XBLOCK, 1]) for the rest of the kernel, stored
     only when another step reads them (`stored`), as in the C++ backend;
+  * an outer reduction (a column sum: rows contiguous in memory) takes a wide XBLOCK and
+    loops over small R blocks (blocks.py); the tile is the same [XBLOCK, R] one, and Triton's
+    coalescing, reading the index, makes X its contiguous (vectorized) axis;
   * a pointwise-only kernel with no node reading another's output splits its inner elements
     over a second grid axis; otherwise a program loops over them;
   * a node that reads what an earlier node of the same kernel stored is preceded by a block
