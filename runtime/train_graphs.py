@@ -25,9 +25,12 @@ one memory pool, and each call replays one of them. What is different from infer
   inputs (and generator state) and compares; a difference turns graphs off for the module, with
   the reason kept (`TrainableModule.graph_status()`). Results of nondeterministic vendor kernels
   (atomics in attention backward) are compared within the spread of two plain runs.
-- Model outputs and gradients are cloned out of the graph's buffers, so they never change under
+- Model outputs and gradients are copied out of the graph's buffers, so they never change under
   the caller; updated buffers (batch-norm statistics) are copied into the module's buffers
   right after the replay.
+- **No host stalls**: Triton kernels that check indices write an error flag during a replay;
+  it is copied to the host behind an event and read once the GPU is past it (`_Flags`), so an
+  out-of-range index raises a call or a few late instead of every replay waiting for the GPU.
 
 Calls are serialised (the graphs share buffers): a lock covers each forward and backward.
 """
@@ -55,32 +58,84 @@ class Token:
         return self.graph.replays == self.replay
 
 
+class _Flags:
+    """Index-error flags of a graph, read without stalling the host: after each replay they are
+    copied into pinned host memory, one slot of a small ring, behind an event; a slot is checked
+    once its event has completed (polled at every call) and at the latest when the ring comes
+    round to it again. An out-of-range index thus raises a few calls late at most (as a CUDA
+    device-side assert in eager PyTorch does, but with the process still usable); the plan's
+    kernels mask the bad loads meanwhile."""
+    RING = 4
+
+    def __init__(self, flags: list, check):
+        self.flags, self.check = flags, check
+        self.host = [torch.zeros(len(flags), dtype=torch.int32, pin_memory=True)
+                     for _ in range(self.RING)]
+        self.events = [torch.cuda.Event() for _ in range(self.RING)]
+        self.pending = [False] * self.RING
+        self.next = 0
+
+    def record(self) -> None:
+        k = self.next
+        self._check(k, wait=True)    # RING replays old: long done
+        for i, flag in enumerate(self.flags):
+            self.host[k][i:i + 1].copy_(flag, non_blocking=True)
+        self.events[k].record()
+        self.pending[k] = True
+        self.next = (k + 1) % self.RING
+
+    def poll(self) -> None:
+        for k in range(self.RING):
+            self._check(k, wait=False)
+
+    def _check(self, k: int, wait: bool) -> None:
+        if not self.pending[k] or not (wait or self.events[k].query()):
+            return
+        self.events[k].synchronize()
+        self.pending[k] = False
+        for i in range(len(self.flags)):
+            try:
+                self.check(self.host[k][i:i + 1])
+            except Exception as e:
+                e.add_note("aotc: found after a CUDA graph replay of an earlier training call "
+                           "(index flags are read without stalling the GPU)")
+                raise
+
+
 class _Graph:
     """One captured entry: the graph, its static inputs and outputs, its index-error flags."""
 
-    def __init__(self, graph, static_in: list, static_out: tuple, flags: list):
-        self.graph, self.static_in, self.static_out, self.flags = graph, static_in, static_out, flags
+    def __init__(self, graph, static_in: list, static_out: tuple, flags: list, check=None,
+                 external: frozenset = frozenset()):
+        """`external`: storages the graph does not own (parameters, buffers, static inputs)."""
+        self.graph, self.static_in, self.static_out = graph, static_in, static_out
+        self.flags = _Flags(flags, check) if flags else None
         self.replays = 0
-        # outputs that are views (of parameters: a transposed weight saved for backward) are
-        # handed out detached at each replay: a view made at capture whose base an optimizer
-        # has since updated in place cannot be saved for backward again
+        # outputs that are views of parameters or inputs (a transposed weight saved for
+        # backward) are handed out detached at each replay: a view made at capture whose base
+        # an optimizer has since updated in place cannot be saved for backward again
         self.views = [i for i, o in enumerate(static_out)
-                      if isinstance(o, torch.Tensor) and o._is_view()]
+                      if isinstance(o, torch.Tensor) and o._is_view()
+                      and o.untyped_storage().data_ptr() in external]
 
-    def replay(self, args, check) -> tuple:
+    def replay(self, args) -> tuple:
         for dst, src in zip(self.static_in, args):
             if dst.data_ptr() != src.data_ptr():
                 dst.copy_(src)
         self.graph.replay()
         self.replays += 1
-        for flag in self.flags:
-            check(flag)
+        if self.flags is not None:
+            self.flags.record()
         if not self.views:
             return self.static_out
         out = list(self.static_out)
         for i in self.views:
             out[i] = out[i].detach()
         return tuple(out)
+
+    def poll(self) -> None:
+        if self.flags is not None:
+            self.flags.poll()
 
 
 class TrainingGraphs:
@@ -120,6 +175,7 @@ class TrainingGraphs:
         graph made them, the token the autograd context keeps."""
         plain = self.module.entries["forward"].function
         with self.lock:
+            self._poll()
             if self.reason is None and self._usable():
                 pending = self.pending() if self.pending is not None else None
                 if not (pending is not None and not pending.backwarded and pending.intact
@@ -145,7 +201,7 @@ class TrainingGraphs:
 
     def _replay_forward(self, inputs: tuple) -> tuple:
         g = self.forward_graph
-        out = g.replay(inputs, self._check)
+        out = g.replay(inputs)
         token = Token(g, g.replays)
         self.pending = weakref.ref(token)
         n = self.module.num_outputs
@@ -166,8 +222,8 @@ class TrainingGraphs:
                 self._set_rng(rng)
                 runs.append(fn(tuple(static_in), {}))
             self._set_rng(rng)
-            g = _Graph(graph, static_in, graph.static_out, graph.flags)
-            reason = _compare(g.replay(static_in, self._check), *runs)
+            g = self._graph(graph, static_in)
+            reason = _compare(g.replay(static_in), *runs)
             if reason is not None:
                 self._off(f"forward graph replay differs from a plain run ({reason}); graphs off")
                 return
@@ -182,6 +238,7 @@ class TrainingGraphs:
         replay reads them where the forward graph left them (the token says they are intact)."""
         plain = self.module.entries["backward"].function
         with self.lock:
+            self._poll()
             self.check_intact(token)
             fwd = self.forward_graph
             if (token is not None and token.graph is fwd and fwd is not None
@@ -191,7 +248,7 @@ class TrainingGraphs:
                 if self.backward_graph is None:
                     self._capture_backward(saved, tangents)
                 if self.backward_graph is not None:
-                    return _copies(self.backward_graph.replay(saved + tangents, self._check))
+                    return _copies(self.backward_graph.replay(saved + tangents))
                 return plain(saved + tangents, {})
             if token is not None:
                 token.backwarded = True
@@ -214,8 +271,8 @@ class TrainingGraphs:
         if graph is None:
             return
         runs = [fn(tuple(static_in), {}) for _ in range(2)]
-        g = _Graph(graph, static_in, graph.static_out, graph.flags)
-        reason = _compare(g.replay(static_in, self._check), *runs)
+        g = self._graph(graph, static_in)
+        reason = _compare(g.replay(static_in), *runs)
         if reason is not None:
             self._off(f"backward graph replay differs from a plain run ({reason}); graphs off")
             return
@@ -228,8 +285,21 @@ class TrainingGraphs:
     def _set_rng(self, state) -> None:
         torch.cuda.set_rng_state(state, self.device)
 
+    def _graph(self, graph, static_in: list) -> _Graph:
+        m = self.module
+        external = frozenset(t.untyped_storage().data_ptr()
+                             for t in (*m.param_list, *m.buffer_list, *static_in)
+                             if isinstance(t, torch.Tensor))
+        return _Graph(graph, static_in, graph.static_out, graph.flags, self._check, external)
+
     def _check(self, flag) -> None:
-        self.module.entries["forward"].function.namespace["check_error_flag"](flag)
+        self.module.entries["forward"].function.library.check_error_flag(flag)
+
+    def _poll(self) -> None:
+        """Raise for an out-of-range index an earlier replay met (runtime/train_graphs._Flags)."""
+        for g in (self.forward_graph, self.backward_graph):
+            if g is not None:
+                g.poll()
 
     def _capture(self, fn, static_in: list):
         """Capture `fn` on `static_in` into the pool both graphs share: the graph, with

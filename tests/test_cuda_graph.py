@@ -55,8 +55,11 @@ def test_capture_replay_and_owned_outputs(tmp_path):
 @cuda
 def test_dynamic_artifacts_refuse_insisted_graphs(tmp_path):
     from torch.export import Dim
-    p = compile_function(lambda x: x * 2, (torch.randn(4, 8),), tmp_path / "d.aotc",
-                         target="cuda", dynamic_shapes=({0: Dim("b", min=2, max=64)},))
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+    p = aotc.export(Double(), (torch.randn(4, 8),), tmp_path / "d.aotc", target="cuda",
+                    dynamic_shapes=({0: Dim("b", min=2, max=64)},))
     assert aotc.load(p).graph_status()["forward"] == "off"
     with pytest.raises(aotc.UsageError):
         aotc.load(p, cuda_graph=True)

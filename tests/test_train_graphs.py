@@ -191,3 +191,26 @@ def test_cuda_training_graphs_match_plain_runs(tmp_path):
         for n, a in grads(g).items():
             torch.testing.assert_close(a, grads(plain)[n], msg=n)
     assert g.graph_status() == {"forward": "graph", "backward": "graph"}
+
+
+@cuda
+def test_cuda_index_errors_raise_a_few_calls_late_without_stalls(tmp_path):
+    class Emb(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e, self.l = nn.Embedding(10, 8), nn.Linear(8, 4)
+
+        def forward(self, i):
+            return self.l(self.e(i))
+    ids = torch.randint(0, 10, (4, 6), device="cuda")
+    m = aotc.load(aotc.export(Emb().cuda(), (ids,), tmp_path / "e.aotc", train=True,
+                              target="cuda"))
+    m(ids).sum().backward()
+    assert m.graph_status()["forward"] == "graph"
+    bad = ids.clone()
+    bad[0, 0] = 10
+    with pytest.raises(aotc.GuardError, match="out of range"):
+        for k in range(6):
+            m(bad if k == 0 else ids).sum().backward()
+            torch.cuda.synchronize()
+    m(ids).sum().backward()   # still usable
