@@ -234,8 +234,9 @@ class TrainingGraphs:
     # --------------------------------------------------------------------------- backward
     def backward(self, token: Token | None, unpack, tangents: tuple) -> tuple:
         """Backward's flat outputs (gradients), copied out of the graph's buffers. `unpack()`
-        gives the saved tensors from the autograd context: only a plain run needs them, a
-        replay reads them where the forward graph left them (the token says they are intact)."""
+        gives a plain run's inputs (the saved tensors from the autograd context, then the
+        tangents); a replay reads the saved tensors where the forward graph left them (the
+        token says they are intact)."""
         plain = self.module.entries["backward"].function
         with self.lock:
             self._poll()
@@ -252,7 +253,7 @@ class TrainingGraphs:
                 return plain(saved + tangents, {})
             if token is not None:
                 token.backwarded = True
-            return plain(tuple(unpack()) + tangents, {})
+            return plain(unpack(), {})
 
     @staticmethod
     def check_intact(token: Token | None) -> None:

@@ -49,11 +49,23 @@ class _Step(torch.autograd.Function):
         if module.check_guards:   # what forward saved comes from the plan itself, unchecked:
             module.tangent_guards.check(tangents, module.device)   # some live on the host
         if module.graphs is not None:   # a replay reads what forward saved in the graph
-            res = module.graphs.backward(ctx.token, lambda: ctx.saved_tensors, tangents)
+            res = module.graphs.backward(ctx.token, lambda: _handed_over(ctx, tangents),
+                                         tangents)
         else:
-            res = module.entries["backward"].function(tuple(ctx.saved_tensors) + tangents, {})
+            res = module.entries["backward"].function(_handed_over(ctx, tangents), {})
         n, nb = len(module.param_list), len(module.buffer_names)
         return (None, *res[:n], *res[n + nb:])
+
+
+def _handed_over(ctx, tangents: tuple) -> list:
+    """Backward's inputs as a list the plan empties: with autograd's own references dropped
+    too (as AOTAutograd's backward does, unless the graph is retained), each saved tensor is
+    freed after its last use in backward instead of at its end."""
+    args = [*ctx.saved_tensors, *tangents]
+    clear = getattr(ctx, "maybe_clear_saved_tensors", None)
+    if clear is not None:
+        clear()
+    return args
 
 
 class TrainableModule(torch.nn.Module):

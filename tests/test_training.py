@@ -167,6 +167,28 @@ def test_state_dict_round_trip_and_guards(exported):
         m(torch.randn(16, 65))
 
 
+def test_backward_frees_saved_tensors_after_their_last_use(exported):
+    """The backward plan drops each saved tensor after its last use once the caller hands its
+    references over (a list the plan empties; autograd's own are cleared before)."""
+    from aotc.runtime.executor import _last_reads
+    path, model, args = exported["transformer"]
+    m = aotc.load(path)
+    fn, plan = m.entries["backward"].function, m.entries["backward"].plan
+    early = [s for idx, slots in _last_reads(plan).items() if idx < len(plan["steps"])
+             for s in slots]
+    assert len(early) > len(plan["inputs"]) // 2
+    dels = " ".join(ln for ln in fn.source.splitlines() if ln.strip().startswith("del "))
+    assert all(f"v{s}" in dels.replace(",", " ").split() for s in early)
+    torch.manual_seed(0)
+    out = flat(m(*args))[0]
+    saved = list(out.grad_fn.saved_tensors)
+    tangents = [torch.ones(i["shape"], dtype=getattr(torch, i["dtype"]))
+                for i in m.entries["backward"].spec["inputs"][len(saved):]]
+    inputs = saved + tangents
+    res = fn(inputs, {})
+    assert inputs == [] and len(res) == len(m.entries["backward"].spec["outputs"])
+
+
 def test_inspect_shows_both_graphs_and_saved_tensors(exported):
     from aotc.cli.report import inspect_text
     from aotc.runtime import format as fmt
