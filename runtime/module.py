@@ -51,13 +51,7 @@ class CompiledModule:
         """Entries that replay a CUDA graph (runtime/graphs.py): on a GPU, static plans, by
         default; `cuda_graph=False` turns them off, `True` insists (and says why it cannot)."""
         from aotc.errors import UsageError
-        if wanted is False:
-            return {}
-        if self.device.type != "cuda":
-            if wanted:
-                raise UsageError("CUDA graphs need a CUDA device", where="aotc.load(cuda_graph=)",
-                                 expected="device='cuda'", found=str(self.device),
-                                 fix="load on a GPU, or leave cuda_graph unset")
+        if not graphs_wanted(self.device, wanted):
             return {}
         dynamic = [n for n, e in self.entries.items() if e.spec.get("symbols")]
         if dynamic and wanted:
@@ -154,6 +148,21 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"CompiledModule({str(self.path)!r}, device={self.device}, {self.signature()})"
+
+
+def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
+    """Whether to replay CUDA graphs given `aotc.load(cuda_graph=wanted)`: on a GPU unless
+    turned off; insisting on them anywhere else is a UsageError."""
+    if wanted is False:
+        return False
+    if device.type != "cuda":
+        if wanted:
+            from aotc.errors import UsageError
+            raise UsageError("CUDA graphs need a CUDA device", where="aotc.load(cuda_graph=)",
+                             expected="device='cuda'", found=str(device),
+                             fix="load on a GPU, or leave cuda_graph unset")
+        return False
+    return True
 
 
 def load_weights(path: Path, manifest: dict, device: torch.device) -> dict:

@@ -206,7 +206,7 @@ class TrainingGraphs:
         self.pending = weakref.ref(token)
         n = self.module.num_outputs
         # model outputs are the caller's; buffers are copied at once; saved tensors stay
-        return tuple(o.clone() if i < n else o for i, o in enumerate(out)), token
+        return tuple(o.clone() for o in out[:n]) + out[n:], token
 
     def _capture_forward(self, inputs: tuple) -> None:
         fn = self.module.entries["forward"].function
@@ -214,15 +214,14 @@ class TrainingGraphs:
         static_in = [torch.empty_like(a).copy_(a) if isinstance(a, torch.Tensor) else a
                      for a in inputs]
         try:
-            graph = self._capture(fn, static_in)
-            if graph is None:
+            g = self._capture(fn, static_in)
+            if g is None:
                 return
             runs = []
             for _ in range(2):   # two plain runs from the same generator state, then the replay
                 self._set_rng(rng)
                 runs.append(fn(tuple(static_in), {}))
             self._set_rng(rng)
-            g = self._graph(graph, static_in)
             reason = _compare(g.replay(static_in), *runs)
             if reason is not None:
                 self._off(f"forward graph replay differs from a plain run ({reason}); graphs off")
@@ -268,11 +267,10 @@ class TrainingGraphs:
     def _capture_backward(self, saved: tuple, tangents: tuple) -> None:
         fn = self.module.entries["backward"].function
         static_in = list(saved) + [torch.empty_like(t).copy_(t) for t in tangents]
-        graph = self._capture(fn, static_in)
-        if graph is None:
+        g = self._capture(fn, static_in)
+        if g is None:
             return
         runs = [fn(tuple(static_in), {}) for _ in range(2)]
-        g = self._graph(graph, static_in)
         reason = _compare(g.replay(static_in), *runs)
         if reason is not None:
             self._off(f"backward graph replay differs from a plain run ({reason}); graphs off")
@@ -286,13 +284,6 @@ class TrainingGraphs:
     def _set_rng(self, state) -> None:
         torch.cuda.set_rng_state(state, self.device)
 
-    def _graph(self, graph, static_in: list) -> _Graph:
-        m = self.module
-        external = frozenset(t.untyped_storage().data_ptr()
-                             for t in (*m.param_list, *m.buffer_list, *static_in)
-                             if isinstance(t, torch.Tensor))
-        return _Graph(graph, static_in, graph.static_out, graph.flags, self._check, external)
-
     def _check(self, flag) -> None:
         self.module.entries["forward"].function.library.check_error_flag(flag)
 
@@ -302,18 +293,26 @@ class TrainingGraphs:
             if g is not None:
                 g.poll()
 
-    def _capture(self, fn, static_in: list):
-        """Capture `fn` on `static_in` into the pool both graphs share: the graph, with
-        `static_out` and `flags` attributes, or None (and graphs off)."""
-        self.pool = self.pool or torch.cuda.graph_pool_handle()
-        try:   # thread_local: backward is captured on autograd's device thread
-            graph, out, flags = capture(fn, static_in, {}, self.device, warmups=1,
-                                        pool=self.pool, error_mode="thread_local")
+    def _capture(self, fn, static_in: list) -> _Graph | None:
+        """`fn` captured on `static_in` into the pool both graphs share, or None (and graphs
+        off)."""
+        try:
+            graph, out, flags = self._record(fn, static_in)
         except RuntimeError as e:   # something in the plan cannot be captured
             self._off(f"capture failed: {str(e).splitlines()[0]}")
             return None
-        graph.static_out, graph.flags = out, flags
-        return graph
+        m = self.module
+        external = frozenset(t.untyped_storage().data_ptr()
+                             for t in (*m.param_list, *m.buffer_list, *static_in)
+                             if isinstance(t, torch.Tensor))
+        return _Graph(graph, static_in, out, flags, self._check, external)
+
+    def _record(self, fn, static_in: list) -> tuple:
+        """(graph, its outputs, its error flags); thread_local: backward is captured on
+        autograd's device thread."""
+        self.pool = self.pool or torch.cuda.graph_pool_handle()
+        return capture(fn, static_in, {}, self.device, warmups=1, pool=self.pool,
+                       error_mode="thread_local")
 
 
 def _copies(out: tuple) -> tuple:

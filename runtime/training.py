@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from aotc.runtime.guards import Guards
-from aotc.runtime.module import Entry
+from aotc.runtime.module import Entry, graphs_wanted
 from aotc.runtime.trees import unflatten
 
 
@@ -120,14 +120,7 @@ class TrainableModule(torch.nn.Module):
 def _graphs(module, device: torch.device, wanted: bool | None):
     """CUDA graphs for both entries (runtime/train_graphs.py): on a GPU by default (training
     artifacts have static sizes); `cuda_graph=False` turns them off."""
-    if wanted is False:
-        return None
-    if device.type != "cuda":
-        if wanted:
-            from aotc.errors import UsageError
-            raise UsageError("CUDA graphs need a CUDA device", where="aotc.load(cuda_graph=)",
-                             expected="device='cuda'", found=str(device),
-                             fix="load on a GPU, or leave cuda_graph unset")
+    if not graphs_wanted(device, wanted):
         return None
     from aotc.runtime.train_graphs import TrainingGraphs
     return TrainingGraphs(module, device)

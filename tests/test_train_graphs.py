@@ -53,19 +53,17 @@ class HostGraphs(TrainingGraphs):
     def _set_rng(self, state):
         torch.set_rng_state(state)
 
-    def _capture(self, fn, static_in):
+    def _record(self, fn, static_in):
         g = _Replay(fn, static_in)
         outer = self
 
         class Counted:
-            static_out, flags = g.static_out, g.flags
-
             def replay(self):
                 outer.replayed += 1
                 g.replay()
                 if outer.differ:
                     g.static_out[0].data.add_(1)
-        return Counted()
+        return Counted(), g.static_out, g.flags
 
 
 @pytest.fixture(scope="module")
