@@ -1,7 +1,7 @@
 """Plan finishing: lowered steps in, a launch plan (plans/<entry>.json) out.
 
-Buffer lifetimes are planned here: after the last use of a value a FREE step drops it, and
-multi-output results nobody reads are never bound. Kernel outputs reuse the storage of dead
+Buffer lifetimes are planned here: after the last use of a value (or an input) a FREE step
+drops it, and multi-output results nobody reads are never bound. Kernel outputs reuse the storage of dead
 buffers of the same byte size (memory planning). The planner also simulates the plan to report
 the peak of live intermediate bytes.
 """
@@ -11,7 +11,21 @@ from collections import Counter
 
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.guards import compile_expr, evaluate
-from aotc.runtime.plan import SlotKind, StepKind, slots_in, step_uses
+from aotc.runtime.plan import SlotKind, StepKind
+
+
+def slots_in(arg) -> list[int]:
+    if isinstance(arg, list):
+        return [s for a in arg for s in slots_in(a)]
+    if isinstance(arg, dict) and "slot" in arg:
+        return [arg["slot"]]
+    return []
+
+
+def step_uses(step) -> list[int]:
+    if step["kind"] == StepKind.KERNEL.value:
+        return list(step["args"])
+    return slots_in(step["args"]) + slots_in(list(step["kwargs"].values()))
 
 
 def is_view(op) -> bool:
@@ -40,8 +54,11 @@ def finalize(slots: list, steps: list, inputs: list, outputs: list, entry: str,
         if step["kind"] != StepKind.KERNEL.value:
             step["out"] = [o if (o in last_use or o in outs) else None for o in step["out"]]
         final.append(step)
+        # inputs too: a caller that hands its inputs over (runtime/executor.py: a list the
+        # plan empties, as a training backward does with what forward saved) frees each one
+        # after its last read
         dead = sorted(s for s, last in last_use.items() if last == idx and s not in outs
-                      and slots[s]["kind"] == SlotKind.VALUE.value)
+                      and slots[s]["kind"] in (SlotKind.VALUE.value, SlotKind.INPUT.value))
         if dead:
             final.append({"kind": StepKind.FREE.value, "slots": dead})
     plan = {"entry": entry, "slots": slots, "inputs": inputs, "steps": final, "outputs": outputs}

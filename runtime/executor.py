@@ -14,7 +14,7 @@ import torch
 
 from aotc.errors import ArtifactError
 from aotc.runtime.native import kernel, kernel_failed, thread_count
-from aotc.runtime.plan import SlotKind, StepKind, decode_arg, step_uses, sym_source
+from aotc.runtime.plan import SlotKind, StepKind, decode_arg, sym_source
 
 
 def _shape(dims) -> str:
@@ -82,23 +82,6 @@ def resolve_op(qualname: str):
                                 "re-export with this torch version") from None
 
 
-def _last_reads(plan: dict) -> dict[int, list[int]]:
-    """{step index: input slots whose last reader is the step before it}: inputs that are not
-    outputs, to drop once read for the last time (the plan's FREE steps cover intermediates).
-    A view taken of an input keeps its storage alive for as long as the view lives."""
-    inputs = set(plan["inputs"]) - {o["slot"] for o in plan["outputs"] if "slot" in o}
-    last: dict[int, int] = {}
-    for idx, step in enumerate(plan["steps"]):
-        if step["kind"] != StepKind.FREE:
-            for s in step_uses(step):
-                if s in inputs:
-                    last[s] = idx
-    out: dict[int, list[int]] = {}
-    for s, idx in sorted(last.items()):
-        out.setdefault(idx + 1, []).append(s)
-    return out
-
-
 def _ident(text: str) -> str:
     s = re.sub(r"\W", "_", text)
     return s if s[:1].isalpha() or s[:1] == "_" else f"_{s}"
@@ -152,16 +135,13 @@ class PlanFunction:
         if ins:
             lines.append(f"    {', '.join(ins)}, = inputs")
             # a caller that hands over a list gives up its references (a training backward
-            # passing what forward saved): each input is then freed after its last use
+            # passing what forward saved): the plan's FREE steps then free each input
             lines.append("    if inputs.__class__ is list: inputs.clear()")
-        last_read = _last_reads(plan)
         checked: set[int] = set()
         # views of weights (a linear layer's transposed weight) are taken once, here
         folded = {i for i, s in enumerate(slots) if s["kind"] == SlotKind.WEIGHT} \
             if self.static_weights else set()
-        for idx, step in enumerate(plan["steps"]):
-            if idx in last_read:
-                lines.append(f"    del {', '.join(names[i] for i in last_read[idx])}")
+        for step in plan["steps"]:
             kind = step["kind"]
             if kind == StepKind.FREE:
                 dead = [names[i] for i in step["slots"] if i not in folded]

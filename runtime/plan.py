@@ -28,22 +28,6 @@ class SlotKind(str, Enum):
     VALUE = "value"
 
 
-def slots_in(arg) -> list[int]:
-    """The slots a step argument (as encoded in a plan) refers to."""
-    if isinstance(arg, list):
-        return [s for a in arg for s in slots_in(a)]
-    if isinstance(arg, dict) and "slot" in arg:
-        return [arg["slot"]]
-    return []
-
-
-def step_uses(step) -> list[int]:
-    """The slots a step reads."""
-    if step["kind"] == StepKind.KERNEL.value:
-        return list(step["args"])
-    return slots_in(step["args"]) + slots_in(list(step["kwargs"].values()))
-
-
 _LAYOUT_NAMES = {v: k for k, v in LAYOUTS.items()}
 _FORMAT_NAMES = {v: k for k, v in MEMORY_FORMATS.items()}
 

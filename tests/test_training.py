@@ -170,12 +170,11 @@ def test_state_dict_round_trip_and_guards(exported):
 def test_backward_frees_saved_tensors_after_their_last_use(exported):
     """The backward plan drops each saved tensor after its last use once the caller hands its
     references over (a list the plan empties; autograd's own are cleared before)."""
-    from aotc.runtime.executor import _last_reads
     path, model, args = exported["transformer"]
     m = aotc.load(path)
     fn, plan = m.entries["backward"].function, m.entries["backward"].plan
-    early = [s for idx, slots in _last_reads(plan).items() if idx < len(plan["steps"])
-             for s in slots]
+    early = [s for step in plan["steps"] if step["kind"] == "free" for s in step["slots"]
+             if s in plan["inputs"]]
     assert len(early) > len(plan["inputs"]) // 2
     dels = " ".join(ln for ln in fn.source.splitlines() if ln.strip().startswith("del "))
     assert all(f"v{s}" in dels.replace(",", " ").split() for s in early)
