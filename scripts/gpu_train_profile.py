@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import harness, models, training  # noqa: E402
+from benchmarks import harness, models, training_step  # noqa: E402
 from scripts.gpu_profile import aotc_labels, kernel_table  # noqa: E402
 
 
@@ -70,15 +70,15 @@ def profile_model(name: str, args, device, dtype) -> None:
     inputs = harness.cast(inputs, device, dtype)
     print(f"== {name} batch {spec.batch('full', 'throughput')} {args.dtype}", flush=True)
     weights = None
-    with tempfile.TemporaryDirectory() as tmp, training.eager_rng_in_inductor():
+    with tempfile.TemporaryDirectory() as tmp, training_step.eager_rng_in_inductor():
         for sys_name in ["eager"] + [s for s in args.systems.split(",") if s != "eager"]:
-            system = training.TRAIN_SYSTEMS[sys_name]
+            system = training_step.TRAIN_SYSTEMS[sys_name]
             t0 = time.perf_counter()
             trainee = system.build(model, inputs, Path(tmp) / sys_name.replace(".", "_"))
             if weights is None:
                 with torch.no_grad():
-                    weights = training.projection_weights(trainee.forward())
-            step = training.make_step(trainee, weights)
+                    weights = training_step.projection_weights(trainee.forward())
+            step = training_step.make_step(trainee, weights)
             step()
             torch.cuda.synchronize()
             build = time.perf_counter() - t0

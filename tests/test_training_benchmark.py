@@ -13,7 +13,7 @@ from torch import nn
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))   # the source tree, for `benchmarks`
 
-from benchmarks import harness, models, training  # noqa: E402
+from benchmarks import harness, models, training, training_step  # noqa: E402
 
 FAST = harness.Config(warmup=1, min_reps=2, max_reps=3, timing_s=0.0, build_limit_s=120)
 
@@ -62,14 +62,14 @@ class _Tiny(nn.Module):
         return {"y": torch.tanh(self.fc(x))}
 
 
-class _WrongGradients(training.EagerTrain):
+class _WrongGradients(training_step.EagerTrain):
     """Eager with the outputs scaled a little: forward and backward run, gradients are off."""
     name = "wrong"
 
     def build(self, model, inputs, workdir):
         import copy
         model = copy.deepcopy(model)
-        return training.Trainee(module=model,
+        return training_step.Trainee(module=model,
                                 forward=lambda: {"y": model(*inputs)["y"] * 1.01})
 
 
