@@ -18,7 +18,7 @@ import torch
 
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              ReductionType, contiguous_strides, index_vars, sym)
-from aotc.codegen.constfold import UNKNOWN, constant_value, is_causal_mask
+from aotc.codegen.attention import simplify_attention_mask
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
@@ -412,7 +412,7 @@ class GraphLowering:
     def _extern(self, node: dict, op) -> None:
         self.out.fallback[node["op"]] = self.out.fallback.get(node["op"], 0) + 1
         if op == aten.scaled_dot_product_attention.default:
-            node = self._simplify_attention_mask(node)
+            node = simplify_attention_mask(self, node)
         args = [self._rewrite(a) for a in node["args"]]
         kwargs = {k: self._rewrite(v) for k, v in node["kwargs"].items()}
         kind = StepKind.VIEW if is_view(op) else StepKind.EXTERN
@@ -430,52 +430,6 @@ class GraphLowering:
                 self.env[vid].channels_last = layout_cl
             else:
                 self.env[vid] = None
-
-    def _simplify_attention_mask(self, node: dict) -> dict:
-        """SDPA's attention mask, when export can prove what it is, replaced by what eager
-        execution would have passed: nothing for a mask that masks nothing (all True; all 0
-        when additive), `is_causal=True` for the causal mask `j <= i`. Traced transformers
-        materialize such masks (`arange(n) >= 0`, `kv_idx <= q_idx`, expanded) where eager
-        code skips them, and a mask keeps SDPA from its flash kernels: on an H200 at batch 32
-        the masked call of ViT-B/16 ran at half eager's speed."""
-        args, kwargs = list(node["args"]), dict(node["kwargs"])
-        get = lambda i, name, default: (args[i] if len(args) > i   # noqa: E731
-                                        else kwargs.get(name, default))
-        mask = get(3, "attn_mask", None)
-        if not (isinstance(mask, dict) and "slot" in mask):
-            return node
-        sid = mask["slot"]
-        tv = self.env[sid]
-        if sid not in self.mask_facts:
-            value = constant_value(tv, self.bodies) if isinstance(tv, TensorValue) else UNKNOWN
-            no_op = value is True if tv.dtype == torch.bool else (
-                tv.dtype.is_floating_point and value is not UNKNOWN and value == 0)
-            self.mask_facts[sid] = "none" if no_op else "causal" if (
-                isinstance(tv, TensorValue) and is_causal_mask(tv, self.bodies)) else None
-        fact = self.mask_facts[sid]
-        causal = fact == "causal" and get(4, "dropout_p", 0.0) == 0.0 \
-            and get(5, "is_causal", False) is False and self._same_length(args, tv)
-        if fact != "none" and not causal:
-            return node
-
-        def put(i: int, name: str, value) -> None:
-            if len(args) > i:
-                args[i] = value
-            else:
-                kwargs[name] = value
-        put(3, "attn_mask", None)
-        if causal:
-            put(5, "is_causal", True)
-        return dict(node, args=args, kwargs=kwargs)
-
-    def _same_length(self, args: list, mask) -> bool:
-        """Query length == key length == the mask's last two dims (SDPA's is_causal aligns the
-        mask's top left corner; only a square mask is `j <= i` both ways)."""
-        q, k = (self.env[a["slot"]] if isinstance(a, dict) else None for a in args[:2])
-        if not (isinstance(q, TensorValue) and isinstance(k, TensorValue)):
-            return False
-        sizes = {sympy.sympify(x) for x in (q.shape[-2], k.shape[-2], *mask.shape[-2:])}
-        return len(sizes) == 1
 
     def _channels_last_conv(self, node: dict, args: list) -> bool:
         """A 2d convolution whose weight is a model weight takes it channels-last (converted
