@@ -112,8 +112,9 @@ class PlanFunction:
         self.namespace[name] = value
         return name
 
-    def _emit(self, plan: dict, weights: dict) -> str:
-        slots = plan["slots"]
+    def _slot_names(self, slots: list, weights: dict) -> dict[int, str]:
+        """Slot -> the name the plan's source uses: weights are globals bound at load,
+        everything else a local `v<slot>`."""
         names = {}
         for i, s in enumerate(slots):
             if s["kind"] == SlotKind.WEIGHT:
@@ -125,6 +126,11 @@ class PlanFunction:
                 names[i] = self._global(f"w_{s['weight']}", _weight(s, weights))
             else:
                 names[i] = f"v{i}"
+        return names
+
+    def _emit(self, plan: dict, weights: dict) -> str:
+        slots = plan["slots"]
+        names = self._slot_names(slots, weights)
         slot_name = names.__getitem__
         device = self.namespace["DEVICE"]
         lines = [f"def plan_{plan['entry']}(inputs, symbols):"]
