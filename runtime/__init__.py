@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from aotc.runtime import format
+from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.module import CompiledModule, resolve_device
 
 __all__ = ["load", "CompiledModule", "format"]
 
 
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
-         interpret: bool = False, cuda_graph: bool | None = None) -> CompiledModule:
+         interpret: bool = False, cuda_graph: bool | None = None,
+         cuda_graph_cache: int = MAX_GRAPHS) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and the sha256 of every file are checked before anything
@@ -22,12 +24,13 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     (extern-only) artifacts may be loaded on any device. Guards are checked on every call unless
     `check_guards=False`.
 
-    `cuda_graph`: on a GPU, an artifact with static sizes captures each entry into a CUDA graph
-    on its first call and replays it afterwards (one launch per call instead of one per
-    kernel), after checking that the replay gives the same results as a plain run; None (the
-    default) does so where it can, False never, True insists (an error says why it cannot).
-    `m.graph_status()` tells what each entry does. Training artifacts capture their forward and
-    backward (runtime/train_graphs.py).
+    `cuda_graph`: on a GPU, each entry is captured into a CUDA graph and replayed afterwards
+    (one launch per call instead of one per kernel), after checking that the replay gives the
+    same results as a plain run: a static entry on its first call; an entry with dynamic dims
+    per set of sizes, on the second call with those sizes, keeping the `cuda_graph_cache` most
+    recently used graphs. None (the default) does so where it can, False never, True insists
+    (an error says why it cannot). `m.graph_status()` tells what each entry does. Training
+    artifacts capture their forward and backward (runtime/train_graphs.py).
 
     `interpret=True` is a testing aid for machines without a GPU: a CUDA artifact's Triton kernels
     run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
@@ -42,4 +45,5 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
         return TrainableModule(path, manifest, dev, load_weights(path, manifest, dev),
                                load_library_for(path, manifest, dev), check_guards=check_guards,
                                cuda_graph=cuda_graph)
-    return CompiledModule(path, manifest, dev, check_guards=check_guards, cuda_graph=cuda_graph)
+    return CompiledModule(path, manifest, dev, check_guards=check_guards, cuda_graph=cuda_graph,
+                          cuda_graph_cache=cuda_graph_cache)

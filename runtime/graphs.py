@@ -1,9 +1,9 @@
-"""CUDA graphs: an entry's whole plan captured once and replayed with one launch per call.
+"""CUDA graphs: an entry's whole plan captured once per set of sizes and replayed with one
+launch per call.
 
 At small batch a GPU waits on the host: each kernel launch, extern call and allocation costs
-microseconds of Python and driver time while the kernel itself runs for less. A static plan
-(no symbolic sizes) does the same work on every call, so it is captured into a CUDA graph on
-its first call and replayed afterwards:
+microseconds of Python and driver time while the kernel itself runs for less. A plan does the
+same work on every call with the same sizes, so it is captured into a CUDA graph and replayed:
 
 - inputs are copied into static buffers the graph reads (any strides the caller passes);
 - outputs are cloned out of the graph's buffers, so a result never changes under the caller
@@ -11,77 +11,154 @@ its first call and replayed afterwards:
 - Triton kernels that check indices write one error flag during the replay; it is read after
   the replay (one 4-byte read, only in plans that have such kernels), so out-of-range indices
   still raise;
-- before the graph is used, the call that captured it is checked against a plain run of the
-  same inputs (and the artifact's recorded samples): any difference disables the graph for
-  this entry, with the reason kept in `reason`, and calls run the plain plan.
+- before a graph is used, the call that captured it is checked against a plain run of the
+  same inputs (and the artifact's recorded samples where their sizes match): any difference
+  turns graphs off for this entry, with the reason kept in `reason`, and calls run the plain
+  plan.
 
-Capture takes a lock, and replays share the graph's buffers, so calls on one entry are
-serialised while a graph is in use (CUDA graphs are for latency, not for concurrent callers).
+Graphs are keyed on the inputs' sizes (every size symbol is read from them, and grids, buffer
+sizes and loop bounds are baked into a capture). A static entry has one key and captures on
+its first call. An entry with dynamic dims captures a size on its second call with that size
+(a size seen once, as in a sweep, does not pay for a capture) and keeps the `max_graphs` most
+recently used graphs; the graphs of one entry share one memory pool (safe: nothing a replay
+writes is read after the next replay, outputs being cloned at once), so their memory is that
+of the largest, not the sum. Once as many graphs have been evicted as the cache holds, sizes
+vary more than it can serve: new sizes then run the plain plan (the cached ones still replay),
+and `full` says so.
+
+Capture and replay take a lock, and replays share the graph's buffers, so calls on one entry
+are serialised while they replay (CUDA graphs are for latency, not for concurrent callers);
+calls that run the plain plan do not take it.
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 
+MAX_GRAPHS = 8      # graphs one dynamic entry keeps (aotc.load(cuda_graph_cache=))
+_SEEN = 64          # sizes remembered as called once, waiting for a second call
+
+
+@dataclass(slots=True)
+class _Captured:
+    """One graph: the buffers it reads and writes, and its error flags."""
+    graph: object
+    static_in: list
+    static_out: tuple
+    flags: list
+
 
 class GraphedEntry:
-    """Runs `entry.function` through a CUDA graph captured on the first call."""
+    """Runs `entry.function` through CUDA graphs, one per set of input sizes."""
 
-    def __init__(self, entry, device: torch.device, samples=None):
-        """`samples`: a callable giving input sets (the artifact's recorded sample) that the
-        capture is also checked on; read only when the graph is captured, not at load."""
+    def __init__(self, entry, device: torch.device, samples=None, *,
+                 max_graphs: int = MAX_GRAPHS):
+        """`samples`: a callable giving input sets (the artifact's recorded sample) that a
+        capture at their sizes is also checked on; read only at capture, not at load."""
         self.entry, self.device, self.samples = entry, device, samples
-        self.graph = None
-        self.static_in: list = []
-        self.static_out: tuple = ()
-        self.flags: list = []
+        self.dynamic = bool(entry.spec.get("symbols"))
+        self.max_graphs = max(1, max_graphs) if self.dynamic else 1
+        self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()   # least recently used first
+        self.seen: OrderedDict[tuple, None] = OrderedDict()
+        self.evicted = 0
         self.reason: str | None = None     # why graphs are off for this entry, if they are
+        self.full: str | None = None       # why new sizes are no longer captured, if they are not
+        self.pool = None
         self.lock = threading.Lock()
 
     @property
     def active(self) -> bool:
         return self.reason is None
 
+    def status(self) -> str:
+        """'graph' (some size replays one), 'pending' (none captured yet), or why graphs are
+        off."""
+        return self.reason or ("graph" if self.graphs else "pending")
+
+    @property
+    def sizes(self) -> list[tuple]:
+        """The input sizes that replay a graph, least recently used first."""
+        return [tuple(tuple(s) for s in key) for key in self.graphs]
+
     def __call__(self, args: tuple, symbols: dict) -> tuple:
+        key = tuple(a.shape for a in args)
         with self.lock:
-            if self.graph is None and self.reason is None:
-                self._capture(args, symbols)
-            if self.graph is None:
-                return self.entry.function(args, symbols)
-            return self._replay(args)
+            g = self.graphs.get(key)
+            if g is None and self.reason is None and self._wanted(key):
+                g = self._capture(key, args, symbols)
+            if g is not None:
+                self.graphs.move_to_end(key)
+                return self._replay(g, args)
+        return self.entry.function(args, symbols)
+
+    def _wanted(self, key: tuple) -> bool:
+        """Whether to capture at `key` now: a static entry at once, a dynamic one on the
+        second call with these sizes, unless the cache is `full`."""
+        if not self.dynamic:
+            return True
+        if self.full is not None:
+            return False
+        if key in self.seen:
+            del self.seen[key]
+            return True
+        self.seen[key] = None
+        if len(self.seen) > _SEEN:
+            self.seen.popitem(last=False)
+        return False
 
     # -------------------------------------------------------------------------------- replay
-    def _replay(self, args: tuple) -> tuple:
-        for dst, src in zip(self.static_in, args):
+    def _replay(self, g: _Captured, args: tuple) -> tuple:
+        for dst, src in zip(g.static_in, args):
             dst.copy_(src)
-        self.graph.replay()
-        for flag in self.flags:   # index checks made during the replay
+        g.graph.replay()
+        for flag in g.flags:   # index checks made during the replay
             self.entry.function.namespace["check_error_flag"](flag)
-        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_out)
+        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in g.static_out)
 
     # ------------------------------------------------------------------------------- capture
-    def _capture(self, args: tuple, symbols: dict) -> None:
-        fn = self.entry.function
-        self.static_in = [torch.empty(a.shape, dtype=a.dtype, device=self.device).copy_(a)
-                          for a in args]
+    def _capture(self, key: tuple, args: tuple, symbols: dict) -> _Captured | None:
+        if len(self.graphs) >= self.max_graphs:
+            self._evict()
+        static_in = [torch.empty(a.shape, dtype=a.dtype, device=self.device).copy_(a)
+                     for a in args]
         try:
-            graph, out, flags = capture(fn, self.static_in, symbols, self.device, warmups=2)
+            graph, out, flags = self._record(static_in, symbols, warmups=1 if self.dynamic else 2)
         except RuntimeError as e:   # something in the plan cannot be captured
             self._disable(f"capture failed: {str(e).splitlines()[0]}")
-            return
-        self.graph, self.static_out, self.flags = graph, out, flags
-        reason = self._mismatch([args, *(self.samples() if self.samples else ())], symbols)
+            return None
+        g = _Captured(graph, static_in, out, flags)
+        samples = [s for s in (self.samples() if self.samples else ())
+                   if tuple(a.shape for a in s) == key]
+        reason = self._mismatch(g, [args, *samples], symbols)
         if reason is not None:
-            self.graph = None
             self._disable(reason)
+            return None
+        self.graphs[key] = g
+        return g
 
-    def _mismatch(self, inputs: list, symbols: dict) -> str | None:
+    def _record(self, static_in: list, symbols: dict, *, warmups: int) -> tuple:
+        """(graph, its outputs, its error flags): the override point for tests without a GPU."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        return capture(self.entry.function, static_in, symbols, self.device, warmups=warmups,
+                       pool=self.pool)
+
+    def _evict(self) -> None:
+        self.graphs.popitem(last=False)
+        self.evicted += 1
+        if self.evicted >= self.max_graphs:
+            self.full = (f"{self.evicted} graphs evicted from a cache of {self.max_graphs}: "
+                         "new sizes run without a graph")
+
+    def _mismatch(self, g: _Captured, inputs: list, symbols: dict) -> str | None:
         """Why replays differ from plain runs of the same inputs, or None if they do not."""
         for k, args in enumerate(inputs):
             with torch.no_grad():
                 want = self.entry.function(tuple(args), symbols)
-                got = self._replay(tuple(args))
+                got = self._replay(g, tuple(args))
             for i, (a, b) in enumerate(zip(got, want)):
                 if isinstance(a, torch.Tensor) and not _same(a, b):
                     return f"graph replay differs from a plain run at output {i} of input set {k}"
@@ -89,7 +166,8 @@ class GraphedEntry:
 
     def _disable(self, reason: str) -> None:
         self.reason = reason
-        self.static_in, self.static_out, self.flags = [], (), []
+        self.graphs.clear()
+        self.seen.clear()
 
 
 def capture(fn, static_in: list, symbols: dict, device: torch.device, *, warmups: int,

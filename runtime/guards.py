@@ -63,6 +63,17 @@ class Guards:
         self.relations = [(text, compile_expr(text)) for text in relations]
         self._exprs = {d: compile_expr(d) for g in self.inputs for d in g.shape
                        if isinstance(d, str) and not d.isidentifier()}
+        binders: dict[str, tuple[int, int]] = {}   # symbol: (input, dim) it is first read from
+        for g in self.inputs:
+            for dim, want in enumerate(g.shape):
+                if isinstance(want, str) and want.isidentifier():
+                    binders.setdefault(want, (g.index, dim))
+        self._binders = tuple((name, i, dim) for name, (i, dim) in binders.items())
+
+    def bind(self, args: tuple) -> dict[str, int]:
+        """The symbols' values read from the inputs' sizes, nothing checked: what a call
+        with `check_guards=False` still needs (plans size buffers and grids from them)."""
+        return {name: args[i].shape[dim] for name, i, dim in self._binders}
 
     def check(self, args: tuple, device: torch.device) -> dict[str, int]:
         if len(args) != len(self.inputs):

@@ -15,6 +15,7 @@ import torch
 from aotc.errors import GuardError, TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.executor import PlanFunction
+from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.guards import Guards
 from aotc.runtime.native import check_isa, load_library
 from aotc.runtime.trees import describe, unflatten
@@ -36,7 +37,7 @@ class Entry:
 
 class CompiledModule:
     def __init__(self, path: Path, manifest: dict, device: torch.device, *, check_guards: bool,
-                 cuda_graph: bool | None = None):
+                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS):
         self.path, self.manifest, self.device = path, manifest, device
         self.check_guards = check_guards
         self.weights = weights = load_weights(path, manifest, device)
@@ -45,52 +46,41 @@ class CompiledModule:
             name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device,
                         self.library)
             for name, spec in manifest["entries"].items()}
-        self.graphs = self._graphs(cuda_graph)
+        self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
 
-    def _graphs(self, wanted: bool | None) -> dict:
-        """Entries that replay a CUDA graph (runtime/graphs.py): on a GPU, static plans, by
-        default; `cuda_graph=False` turns them off, `True` insists (and says why it cannot)."""
-        from aotc.errors import UsageError
+    def _graphs(self, wanted: bool | None, cache: int) -> dict:
+        """Entries that replay CUDA graphs (runtime/graphs.py): on a GPU, by default;
+        `cuda_graph=False` turns them off, `True` insists (and says why it cannot). Entries with
+        dynamic dims keep up to `cache` graphs, one per set of sizes."""
         if not graphs_wanted(self.device, wanted):
             return {}
-        dynamic = [n for n, e in self.entries.items() if e.spec.get("symbols")]
-        if dynamic and wanted:
-            raise UsageError("CUDA graphs replay fixed sizes; this artifact has dynamic dims",
-                             where="aotc.load(cuda_graph=True)", expected="a static artifact",
-                             found=f"symbols {sorted(self.entries[dynamic[0]].spec['symbols'])}",
-                             fix="export with static sizes, or leave cuda_graph unset")
         from aotc.runtime.graphs import GraphedEntry
         samples = lambda: [s[0]] if (s := self.recorded_samples()) else []   # noqa: E731
-        return {name: GraphedEntry(e, self.device, samples if name == "forward" else None)
-                for name, e in self.entries.items() if name not in dynamic}
+        return {name: GraphedEntry(e, self.device, samples if name == "forward" else None,
+                                   max_graphs=cache)
+                for name, e in self.entries.items()}
 
     def graph_status(self) -> dict[str, str]:
-        """Per entry: 'graph' (replays a CUDA graph), 'pending' (captured on its first call),
-        or why it runs without one."""
-        out = {}
-        for name in self.entries:
-            g = self.graphs.get(name)
-            out[name] = ("off" if g is None else g.reason if g.reason is not None
-                         else "graph" if g.graph is not None else "pending")
-        return out
+        """Per entry: 'graph' (replays a CUDA graph), 'pending' (captured on its first call;
+        with dynamic dims, on the second call with the same sizes), or why it runs without
+        one."""
+        return {name: g.status() if (g := self.graphs.get(name)) else "off"
+                for name in self.entries}
 
     # -------------------------------------------------------------------------------- calling
     def __call__(self, *args):
         return self.run("forward", *args)
 
     def run(self, entry: str, *args):
-        e = self.entries[entry]
-        symbols = e.guards.check(args, self.device) if self.check_guards else {}
-        with torch.no_grad():
-            flat = self.graphs.get(entry, e.function)(args, symbols)
-        return unflatten(e.tree, flat)
+        return unflatten(self.entries[entry].tree, self.run_flat(entry, args))
 
     def run_flat(self, entry: str, args) -> tuple:
         """Run without rebuilding the output structure (benchmarks, `aotc verify`)."""
         e = self.entries[entry]
-        symbols = e.guards.check(tuple(args), self.device) if self.check_guards else {}
+        args = tuple(args)
+        symbols = e.guards.check(args, self.device) if self.check_guards else e.guards.bind(args)
         with torch.no_grad():
-            return self.graphs.get(entry, e.function)(tuple(args), symbols)
+            return self.graphs.get(entry, e.function)(args, symbols)
 
     # --------------------------------------------------------------------------- introspection
     @property

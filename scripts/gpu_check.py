@@ -183,7 +183,7 @@ def runtime_checks(arch: str, out: Path) -> list[dict]:
             lambda: check_graph_replays(soft, x),
         "CUDA graph: index out of range -> GuardError":
             lambda: check_index_error(emb, table, ids, True),
-        "dynamic seq 2..256 (transformer)": lambda: check_dynamic(arch, out),
+        "dynamic seq 2..256 (transformer), a graph per size": lambda: check_dynamic(arch, out),
     }
     rows = []
     for case, fn in checks.items():
@@ -258,10 +258,13 @@ def check_dynamic(arch: str, out: Path) -> None:
     p = aotc.export(model, (torch.randn(2, 64, 128),), out / "dyn.aotc",
                     target=f"cuda:{arch}", dynamic_shapes=({1: seq},))
     m, ref = aotc.load(p), model.cuda()
-    for s in (2, 17, 64, 200):
+    for s in (2, 17, 64, 200, 17, 200, 2):   # a size's second call captures its graph
         xs = torch.randn(2, s, 128, device="cuda")
         with torch.no_grad():
             torch.testing.assert_close(m(xs), ref(xs), rtol=2e-3, atol=2e-3)
+    graphs = m.graphs["forward"]
+    assert m.graph_status()["forward"] == "graph", m.graph_status()
+    assert sorted(k[0][1] for k in graphs.sizes) == [2, 17, 200], graphs.sizes
 
 
 # ------------------------------------------------------------------------------- roofline
