@@ -71,13 +71,15 @@ def summarize(records: list[dict]) -> dict:
 
 
 # ------------------------------------------------------------------------------------ write
-def write(out_dir: Path, meta: dict, records: list[dict], *, plot: bool = True) -> dict:
+def write(out_dir: Path, meta: dict, records: list[dict], *, plot: bool = True,
+          summarizer=None, to_markdown=None) -> dict:
     """Write results.json, results.md and (with `plot`) results.png into `out_dir`; returns the
-    document."""
+    document. The other benchmarks (training, dynamic shapes) pass their own `summarizer` and
+    `to_markdown` and no plot."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc = {"meta": meta, "summary": summarize(records), "results": records}
+    doc = {"meta": meta, "summary": (summarizer or summarize)(records), "results": records}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    (out_dir / "results.md").write_text(markdown(doc))
+    (out_dir / "results.md").write_text((to_markdown or markdown)(doc))
     if plot and any(r.get("systems") for r in records):
         render(doc, out_dir / "results.png")
     return doc

@@ -2,7 +2,6 @@
 (benchmarks/training.py measures; this module only reports)."""
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
@@ -31,11 +30,8 @@ def _median(values):
 
 
 def write(out_dir: Path, meta: dict, records: list[dict]) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    doc = {"meta": meta, "summary": summarize(records), "results": records}
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    (out_dir / "results.md").write_text(markdown(doc))
-    return doc
+    return report.write(out_dir, meta, records, plot=False, summarizer=summarize,
+                        to_markdown=markdown)
 
 
 def markdown(doc: dict) -> str:

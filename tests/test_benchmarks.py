@@ -246,3 +246,36 @@ def test_aotc_bench_prints_timings(tmp_path):
         assert word in result.output
     missing = CliRunner().invoke(main, ["bench", str(tmp_path / "none.aotc")])
     assert missing.exit_code == aotc.ArtifactError.exit_code
+
+
+# --------------------------------------------------------------------- dynamic shapes
+def test_dynamic_smoke_run_records_ratio_and_guard_cost(tmp_path):
+    """benchmarks/dynamic.py end to end on the mlp sample at batch 1: one dynamic artifact
+    (batch 1..64, exported at batch 64) against a static one, few rounds. No timing
+    assertions beyond the fields being there and consistent."""
+    from benchmarks import dynamic
+    rc = dynamic.main(["--models", "mlp", "--points", "latency", "--warmup", "1",
+                       "--min-reps", "3", "--max-reps", "5", "--timing-s", "0",
+                       "--guard-calls", "40", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["meta"]["benchmark"] == "dynamic shapes" and doc["meta"]["commit"]
+    [row] = doc["results"]
+    assert (row["model"], row["point"], row["batch"], row["status"]) == ("mlp", "latency", 1,
+                                                                        "pass")
+    assert row["dynamic_artifact"]["symbols"]["batch"] == {"min": 1, "max": 64, "example": 64}
+    static, dyn = row["systems"]["static"], row["systems"]["dynamic"]
+    for res in (static, dyn):
+        assert res["status"] == "pass", res.get("reason")
+        assert res["median_s"] > 0 and res["guard_s"] > 0 and 0 < res["guard_share"]
+        assert res["graph_status"] == {"forward": "off"}          # CPU: no CUDA graphs
+    assert static["build_s"] > 0 and dyn["build_s"] is None       # exported once per model
+    assert row["dynamic_vs_static"] == pytest.approx(dyn["median_s"] / static["median_s"])
+    s = doc["summary"]
+    assert (s["points"], s["passed"]) == (1, 1)
+    assert s["worst_dynamic_vs_static"] == pytest.approx(row["dynamic_vs_static"])
+    assert s["dynamic"]["median_guard_us"] == pytest.approx(dyn["guard_s"] * 1e6)
+    md = (tmp_path / "results.md").read_text()
+    assert "| mlp | latency | 1 | - |" in md and "dynamic/static: geomean" in md
+    assert dynamic.main(["--models", "mlp", "--points", "nosuchpoint",
+                         "--out", str(tmp_path)]) == 2
