@@ -69,8 +69,7 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
                 k.name = f"{name}_{k.name}"
         parts[name] = (lowered, steps, decisions, kernels)
     examples = {k: v["example"] for k, v in program.symbols.items()}
-    files, native, signatures = _build_native(parts, isa, target,
-                                              tuning=examples if autotune else None)
+    files, native, signatures = _build_native(parts, isa, target, examples, autotune)
     bindings = {k: v["max"] for k, v in program.symbols.items()}
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
@@ -100,15 +99,16 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
     return fmt.write_artifact(dest, files, manifest)
 
 
-def _build_native(parts: dict, isa: str, target: Target, tuning: dict | None = None):
+def _build_native(parts: dict, isa: str, target: Target, examples: dict, autotune: bool):
     """Compile every entry's kernels into one library: (files, manifest native, signatures).
-    `tuning`: autotune CUDA kernels at these symbol sizes (None: the heuristics only)."""
+    `examples`: the size symbols' example sizes (CUDA block heuristics size dynamic dims for
+    them; `autotune` times CUDA kernels at them)."""
     groups = [(kernels, _buffers(lowered.slots), _stored(steps, lowered.outputs))
               for lowered, steps, _, kernels in parts.values() if kernels]
     if not groups:
         return {}, None, {}
     if target.device == "cuda":
-        return _build_triton(parts, groups, target, tuning)
+        return _build_triton(parts, groups, target, examples, autotune)
     from aotc.codegen import cpp
     level = cpp.resolve_isa(isa)
     source, library, signatures = cpp.generate(groups, level)
@@ -193,19 +193,20 @@ def _resolve_archs(target: Target, codegen: bool) -> Target:
     return Target(device="cuda", archs=(f"sm_{major}{minor}",))
 
 
-def _build_triton(parts: dict, groups: list, target: Target, tuning: dict | None):
+def _build_triton(parts: dict, groups: list, target: Target, examples: dict, autotune: bool):
     """CUDA: Triton kernels compiled for each arch of `target` (codegen/triton): (files,
     manifest native, signatures with each kernel's launch: grid, spec file, error code).
-    With `tuning` (symbol sizes), block sizes are autotuned where this machine's GPU allows."""
+    With `autotune`, block sizes are timed at the `examples` sizes where this machine's GPU
+    allows."""
     from aotc.codegen import triton as tb
     tuner = skipped = None
-    if tuning is not None:
+    if autotune:
         from aotc.codegen.triton.autotune import local_tuner
-        tuner, skipped = local_tuner(list(target.archs), tuning)
+        tuner, skipped = local_tuner(list(target.archs), examples)
     files, signatures, code = {}, {}, 1
     for kernels, buffers, stored in groups:
         out, specs = tb.generate(kernels, buffers, stored, list(target.archs), first_code=code,
-                                 tuner=tuner)
+                                 tuner=tuner, hints=examples)
         code += len(kernels)
         files.update(out)
         for name, spec in specs.items():
@@ -218,7 +219,7 @@ def _build_triton(parts: dict, groups: list, target: Target, tuning: dict | None
             lowered.slots[int(name[3:])]["local"] = True
     native = {"kind": "triton", "triton": tb.triton_version(), "archs": list(target.archs),
               "kernels": sorted(signatures)}
-    if tuning is not None:
+    if autotune:
         native["autotune"] = tuner.summary() if tuner is not None else {"skipped": skipped}
     return files, native, signatures
 

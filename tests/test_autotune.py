@@ -306,7 +306,8 @@ def test_a_candidate_that_does_not_compile_is_rejected(tmp_path):
 
 def test_a_kernel_with_one_candidate_is_not_timed(monkeypatch):
     (k,), buffers, stored = kernels_of(*PATTERNS["softmax"])
-    monkeypatch.setattr(autotune, "candidates", lambda k, b: [heuristic_config(plan_blocks(k, b))])
+    monkeypatch.setattr(autotune, "candidates",
+                        lambda k, b, hints=None: [heuristic_config(plan_blocks(k, b))])
     tuner = Tuner("cpu", "sm_90", {}, load=pytest.fail, timer=pytest.fail, build=pytest.fail)
     config, record = tuner.tune([k], buffers, stored)[k.name]
     assert config == heuristic_config(plan_blocks(k, buffers))

@@ -124,6 +124,26 @@ def test_large_kernels_are_parallel():
     assert "#pragma omp parallel for" in src
 
 
+def test_dynamic_kernels_test_their_size_before_entering_openmp(tmp_path):
+    """OpenMP starts a team for `parallel if(false)` too: a kernel with a dynamic size holds a
+    parallel and a serial copy of its loops behind a test of the size, and both are right."""
+    from torch.export import Dim
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x * 2, -1) + 1
+    p = aotc.export(M(), (torch.randn(64, 96),), tmp_path / "d.aotc",
+                    dynamic_shapes=({0: Dim("b", min=2, max=4096)},))
+    src = (p / "kernels" / "kernels.cpp").read_text()
+    body = src[src.index('extern "C" int kernel0'):]
+    assert "if (96 * s_b >= 32768) {" in body and "} else {" in body
+    assert body.count("#pragma omp parallel for") == 1 and " if(" not in body
+    m = aotc.load(p)
+    for b in (2, 300, 1000):    # serial, then parallel (96 * 1000 >= 32768)
+        x = torch.randn(b, 96)
+        torch.testing.assert_close(m(x), M()(x))
+
+
 def test_memory_planning_reuses_dead_kernel_buffers(tmp_path):
     def fn(x):
         a = torch.softmax(x, -1)

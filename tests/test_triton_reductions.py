@@ -259,6 +259,30 @@ def test_dynamic_reduction_length(tmp_path):
         torch.testing.assert_close(m(x), M()(x), rtol=1e-5, atol=1e-4)
 
 
+def test_dynamic_row_length_gets_blocks_for_its_example_size(tmp_path):
+    """A softmax over a dynamic row length loops over it (any size must fit) with an R block
+    sized for the example (96: blocks of 128), not the largest block with most lanes masked
+    off, and as many rows per program as fill it. Other sizes stay correct."""
+    from torch.export import Dim
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x * 2, -1)
+    p = aotc.export(M(), (torch.randn(64, 96),), tmp_path / "dyn.aotc", target=TARGET,
+                    dynamic_shapes=({1: Dim("seq", min=2, max=4096)},))
+    (spec_file,) = (p / "kernels").glob("*.json")
+    spec = json.loads(spec_file.read_text())
+    assert set(spec["constexprs"]) >= {"R0_BLOCK", "XBLOCK"}
+    assert {v for k, v in spec["constexprs"].items() if k.startswith("R")} == {128}
+    assert spec["constexprs"]["XBLOCK"] == 2048 // 128        # a reduction program's elements
+    if OLD_INTERPRETER:
+        pytest.skip("Triton < 3.9's interpreter cannot loop to a size argument under NumPy 2")
+    m = aotc.load(p, device="cpu", interpret=True)
+    for n in (2, 96, 300):
+        x = torch.randn(64, n)
+        torch.testing.assert_close(m(x), M()(x), rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------- (d) the compiled code
 
 def _ptx(p, name: str) -> str:

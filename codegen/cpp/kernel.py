@@ -216,8 +216,9 @@ _ACC = {  # reduction -> (init(ct, float?), update(acc, v), omp reduction clause
 class KernelWriter:
     """Writes one Kernel as C++. `stored` names the buffers other steps read (kept in memory)."""
 
-    def __init__(self, kernel: Kernel, buffers: dict, stored: set):
-        self.k, self.buffers, self.stored = kernel, buffers, stored
+    def __init__(self, kernel: Kernel, buffers: dict, stored: set, parallel: bool | None = None):
+        """`parallel`: force the OpenMP loops on or off; None decides from the work's size."""
+        self.k, self.buffers, self.stored, self.parallel = kernel, buffers, stored, parallel
         self.pvars = index_vars("p", len(kernel.prefix))
         self.ranges = dict(zip(self.pvars, kernel.prefix))
         self.locals: dict = {}
@@ -240,10 +241,11 @@ class KernelWriter:
         return max(sizes, key=lambda e: int(e) if e.is_Integer else 1 << 62)
 
     def _parallel_clause(self) -> str | None:
-        work = self._work()
-        if work.is_Integer:
-            return "" if int(work) >= PARALLEL_MIN_ELEMENTS else None
-        return f" if({cexpr(work)} >= {PARALLEL_MIN_ELEMENTS})"
+        """The OpenMP clause of the kernel's parallel loop ("": parallel), None for serial
+        loops. A dynamic kernel is written twice instead (`source`)."""
+        if self.parallel is not None:
+            return "" if self.parallel else None
+        return "" if int(self._work()) >= PARALLEL_MIN_ELEMENTS else None
 
     def _handler(self, lines, ranges, inner=()) -> CppHandler:
         return CppHandler(self.buffers, ranges, self.locals, lines, self.counter, inner)
@@ -407,18 +409,41 @@ class KernelWriter:
 
     # ------------------------------------------------------------------------------ kernel
     def source(self) -> tuple[str, list[str], list[str], list[str]]:
-        """(C++ source, buffers read, buffers written, dim-size symbols taken as arguments)."""
-        body: list = []
+        """(C++ source, buffers read, buffers written, dim-size symbols taken as arguments).
+        With a dynamic amount of work the body is written twice, parallel and serial, behind a
+        test of the size: libgomp starts a team for `#pragma omp parallel if(false)` too, about
+        0.5 us a call, which small calls of dynamic plans would pay in every kernel."""
+        work = self._work()
+        if self.parallel is not None or work.is_Integer:
+            return self._wrap(self._body())
+        self.parallel = True
+        serial = KernelWriter(self.k, self.buffers, self.stored, parallel=False)
+        lines = [f"if ({cexpr(work)} >= {PARALLEL_MIN_ELEMENTS}) {{",
+                 *["    " + ln for ln in self._body()], "} else {",
+                 *["    " + ln for ln in serial._body()], "}"]
+        self.reads |= serial.reads
+        return self._wrap(lines)
+
+    def _body(self) -> list[str]:
+        """The statements of the kernel function: every node, in its row loops."""
         columns = column_nodes(self.k.nodes, self.pvars, self.ranges, self.stored)
         if columns is not None:
-            return self._wrap(self.column_source(columns), flat=True)
+            return self.column_source(columns)   # it holds its own loops over the rows
+        body: list = []
         for node in self.k.nodes:
             body += (self.reduction(node) if isinstance(node.body, Reduction)
                      else self.pointwise(node))
-        return self._wrap(body)
+        if self.mode == "outer" and self.pvars:
+            par = self._parallel_clause()
+            pragma = (f"#pragma omp parallel for collapse({len(self.pvars)}){par}"
+                      if par is not None else None)
+            return _loops(self.pvars, self.k.prefix, body, None, pragma)
+        if self.pvars:   # "inner" mode: serial row loops around parallel inner loops
+            return _loops(self.pvars, self.k.prefix, body, None)
+        return body
 
-    def _wrap(self, body: list, flat: bool = False) -> tuple[str, list[str], list[str], list[str]]:
-        """The function around `body` (`flat`: it holds its own loops over the rows)."""
+    def _wrap(self, body: list) -> tuple[str, list[str], list[str], list[str]]:
+        """The function around the statements `body`."""
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
         ins = sorted(self.reads - set(written))
@@ -429,20 +454,8 @@ class KernelWriter:
         params += [f"int64_t s_{n}" for n in sizes]
         lines = [f"// {self.k.name}: " + "; ".join(self.k.reasons),
                  f'extern "C" int {self.k.name}({", ".join(params)}) {{',
-                 "    int aotc_err = 0;"]
-        if flat:
-            lines += ["    " + ln for ln in body]
-        elif self.mode == "outer" and self.pvars:
-            par = self._parallel_clause()
-            pragma = (f"#pragma omp parallel for collapse({len(self.pvars)}){par}"
-                      if par is not None else None)
-            lines += ["    " + ln for ln in _loops(self.pvars, self.k.prefix, body, None, pragma)]
-        else:
-            inner = body
-            if self.pvars:   # "inner" mode: serial row loops around parallel inner loops
-                inner = _loops(self.pvars, self.k.prefix, body, None)
-            lines += ["    " + ln for ln in inner]
-        lines += ["    return aotc_err;", "}"]
+                 "    int aotc_err = 0;", *["    " + ln for ln in body],
+                 "    return aotc_err;", "}"]
         return "\n".join(lines) + "\n", ins, outs, sizes
 
 

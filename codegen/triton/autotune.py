@@ -47,12 +47,12 @@ MIN_GAIN = 0.03                 # a config replaces the heuristic's if at least 
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}   # rtol and atol; 1e-2 otherwise
 
 
-def candidates(kernel, buffers: dict) -> list[BlockConfig]:
+def candidates(kernel, buffers: dict, hints: dict | None = None) -> list[BlockConfig]:
     """The heuristic's config, then its neighbours (XBLOCK halved, doubled, quadrupled; the
     looped or split R block, or an outer reduction's, halved and doubled; warps halved and
     doubled; then a few changes of two at once), each as the config it plans to: distinct, in
-    this fixed order, at most MAX_CANDIDATES."""
-    h = heuristic_config(plan_blocks(kernel, buffers))
+    this fixed order, at most MAX_CANDIDATES. `hints`: the size symbols' example sizes."""
+    h = heuristic_config(plan_blocks(kernel, buffers, hints=hints))
     x, r, w = h.xblock, h.rblock, h.num_warps
     tries = [dict(xblock=x // 2), dict(xblock=x * 2)]
     if r is not None:
@@ -66,7 +66,7 @@ def candidates(kernel, buffers: dict) -> list[BlockConfig]:
         if (t.get("xblock", 1) < 1 or t.get("num_warps", 1) not in WARPS
                 or not RBLOCKS[0] <= t.get("rblock", RBLOCKS[0]) <= RBLOCKS[1]):
             continue
-        blocks = plan_blocks(kernel, buffers, dataclasses.replace(h, **t))
+        blocks = plan_blocks(kernel, buffers, dataclasses.replace(h, **t), hints)
         config = heuristic_config(blocks)
         if config not in out and blocks.xblock * blocks.widest <= MAX_ELEMENTS:
             out.append(config)
@@ -123,9 +123,10 @@ class Tuner:
         start = time.perf_counter()
         tried = {}
         for i, k in enumerate(kernels):
-            configs = candidates(k, buffers)
+            configs = candidates(k, buffers, self.sizes)
             sources = [kernel_source(dataclasses.replace(k, name=f"{k.name}_c{j}"), buffers,
-                                     stored, first_code + i, c) for j, c in enumerate(configs)]
+                                     stored, first_code + i, c, self.sizes)
+                       for j, c in enumerate(configs)]
             tried[k.name] = [(c, ks, module_text(ks)) for c, ks in zip(configs, sources)]
         jobs = [(ks, text, self.arch) for cands in tried.values() if len(cands) > 1
                 for _, ks, text in cands]

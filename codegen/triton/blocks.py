@@ -41,6 +41,7 @@ from aotc.exporter.symbols import SymbolNamer
 
 MAX_PERSISTENT = 4096
 LOOP_BLOCK = 1024
+MIN_HINTED_BLOCK = 64       # a dynamic loop's block, at least, whatever its example size
 MAX_POINTWISE = 1024
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
@@ -158,6 +159,13 @@ def _static(e) -> int | None:
     return int(e) if e.is_Integer else None
 
 
+def _at(e, hints: dict):
+    """`e` with its size symbols replaced by their `hints` (by name: symbols carry
+    assumptions that a plain name would not match)."""
+    e = sympy.sympify(e)
+    return e.subs({s: hints[s.name] for s in e.free_symbols if s.name in hints})
+
+
 def _is_wide(kernel: Kernel, buffers: dict) -> bool:
     names = {b.name for b in kernel.writes}
     for node in kernel.nodes:
@@ -178,7 +186,10 @@ def _independent(kernel: Kernel) -> bool:
 
 
 def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
-                rblock: int | None) -> NodeBlock:
+                rblock: int | None, hint: int | None = None) -> NodeBlock:
+    """`hint`: the node's elements at the example sizes, when they are dynamic: the loop's
+    block fits them (a softmax over a dynamic seq exported at 128 loops 128 at a time, not 1024
+    with 7/8 of the lanes masked off)."""
     n = _static(numel)
     if not has_inner and not reduction:
         return NodeBlock(None, 1, sympy.Integer(1), "none", None)
@@ -187,6 +198,8 @@ def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
         size, mode = pow2(n), ("split" if split else "single")
     else:
         size = LOOP_BLOCK if reduction else MAX_POINTWISE
+        if n is None and hint is not None:
+            size = min(size, max(MIN_HINTED_BLOCK, pow2(hint)))
         mode = "split" if split else "loop"
     if rblock is not None and mode in TILED:
         size = rblock if n is None else min(rblock, pow2(n))
@@ -367,9 +380,13 @@ def split_reduction(rows, rranges, outer: bool) -> tuple[int, int, int] | None:
     return best
 
 
-def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None) -> KernelBlocks:
-    """The blocks of `kernel`: the heuristics, with what `config` overrides."""
+def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None,
+                hints: dict | None = None) -> KernelBlocks:
+    """The blocks of `kernel`: the heuristics, with what `config` overrides. `hints` (symbol
+    name -> example size) size the blocks of dynamic dims for the sizes the model was exported
+    at, as Inductor sizes them from its size hints; masks keep every other size correct."""
     config = config or BlockConfig()
+    hinted = lambda e: _static(_at(e, hints)) if hints else None   # noqa: E731
     if _is_outer(kernel):
         return _plan_outer(kernel, buffers, config)
     reduction = any(isinstance(n.body, Reduction) for n in kernel.nodes)
@@ -377,9 +394,9 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     chunk = config.rblock or MAX_POINTWISE   # a split node's block, at most
     split = not reduction and _independent(kernel) and all(
         _static(n) is not None and -(-_static(n) // chunk) <= MAX_GRID_Y for n in inner)
-    nodes = [_node_block(j, product(_inner(kernel, n)), isinstance(n.body, Reduction), split,
-                         bool(_inner(kernel, n)), config.rblock)
-             for j, n in enumerate(kernel.nodes)]
+    nodes = [_node_block(j, numel, isinstance(n.body, Reduction), split, bool(_inner(kernel, n)),
+                         config.rblock, hinted(numel))
+             for j, (n, numel) in enumerate(zip(kernel.nodes, inner))]
     rows = product(kernel.prefix)
     r = _static(rows)
     if config.xblock is not None:
@@ -387,9 +404,10 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     else:
         xblock = max(1, TARGET_ELEMENTS["reduction" if reduction else "pointwise"]
                      // _widest(nodes))
-        if r is not None:
-            xblock = min(xblock, pow2(r))
-            while xblock > 1 and -(-r // xblock) < MIN_PROGRAMS and r >= MIN_PROGRAMS:
+        rh = r if r is not None else hinted(rows)
+        if rh is not None:
+            xblock = min(xblock, pow2(rh))
+            while xblock > 1 and -(-rh // xblock) < MIN_PROGRAMS and rh >= MIN_PROGRAMS:
                 xblock //= 2
     if split:
         nodes = _split_masks(nodes)

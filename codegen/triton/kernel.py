@@ -235,10 +235,11 @@ _ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(
 
 class KernelWriter:
     """Writes one Kernel as a Triton function. `stored` names the buffers other steps read;
-    `config` overrides the block heuristics (autotuning)."""
+    `config` overrides the block heuristics (autotuning); `hints` are the example sizes of the
+    size symbols, which the heuristics size dynamic dims' blocks for."""
 
     def __init__(self, kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
-                 config: BlockConfig | None = None):
+                 config: BlockConfig | None = None, hints: dict | None = None):
         self.k, self.buffers, self.stored, self.error_code = kernel, buffers, stored, error_code
         self.pvars = index_vars("p", len(kernel.prefix))
         self.ranges = dict(zip(self.pvars, kernel.prefix))
@@ -248,7 +249,7 @@ class KernelWriter:
         self.written: set = set()
         self.uses_err = False
         self.barrier = False
-        self.blocks: KernelBlocks = plan_blocks(kernel, buffers, config)
+        self.blocks: KernelBlocks = plan_blocks(kernel, buffers, config, hints)
         self.wide = self.blocks.wide
 
     def fresh(self) -> int:
@@ -471,6 +472,6 @@ class KernelSource:
 
 
 def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
-                  config: BlockConfig | None = None) -> KernelSource:
-    return KernelWriter(kernel, buffers, stored, error_code, config).source()
+                  config: BlockConfig | None = None, hints: dict | None = None) -> KernelSource:
+    return KernelWriter(kernel, buffers, stored, error_code, config, hints).source()
 
