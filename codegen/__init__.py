@@ -68,9 +68,9 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
             for k in kernels:
                 k.name = f"{name}_{k.name}"
         parts[name] = (lowered, steps, decisions, kernels)
-    examples = {k: v["example"] for k, v in program.symbols.items()}
-    files, native, signatures = _build_native(parts, isa, target, examples, autotune)
     bindings = {k: v["max"] for k, v in program.symbols.items()}
+    hints = {"example": {k: v["example"] for k, v in program.symbols.items()}, "maximum": bindings}
+    files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
     for name, plan in plans.items():
@@ -99,16 +99,17 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
     return fmt.write_artifact(dest, files, manifest)
 
 
-def _build_native(parts: dict, isa: str, target: Target, examples: dict, autotune: bool):
+def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: bool):
     """Compile every entry's kernels into one library: (files, manifest native, signatures).
-    `examples`: the size symbols' example sizes (CUDA block heuristics size dynamic dims for
-    them; `autotune` times CUDA kernels at them)."""
+    `hints`: the size symbols' example sizes and maxima (CUDA block heuristics size dynamic
+    dims for the examples and index in 32 bits where the maxima allow; `autotune` times
+    CUDA kernels at the examples)."""
     groups = [(kernels, _buffers(lowered.slots), _stored(steps, lowered.outputs))
               for lowered, steps, _, kernels in parts.values() if kernels]
     if not groups:
         return {}, None, {}
     if target.device == "cuda":
-        return _build_triton(parts, groups, target, examples, autotune)
+        return _build_triton(parts, groups, target, hints, autotune)
     from aotc.codegen import cpp
     level = cpp.resolve_isa(isa)
     source, library, signatures = cpp.generate(groups, level)
@@ -193,20 +194,22 @@ def _resolve_archs(target: Target, codegen: bool) -> Target:
     return Target(device="cuda", archs=(f"sm_{major}{minor}",))
 
 
-def _build_triton(parts: dict, groups: list, target: Target, examples: dict, autotune: bool):
+def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotune: bool):
     """CUDA: Triton kernels compiled for each arch of `target` (codegen/triton): (files,
     manifest native, signatures with each kernel's launch: grid, spec file, error code).
-    With `autotune`, block sizes are timed at the `examples` sizes where this machine's GPU
+    With `autotune`, block sizes are timed at the example sizes where this machine's GPU
     allows."""
     from aotc.codegen import triton as tb
+    from aotc.codegen.triton.blocks import SizeHints
+    hints = SizeHints(**hints)
     tuner = skipped = None
     if autotune:
         from aotc.codegen.triton.autotune import local_tuner
-        tuner, skipped = local_tuner(list(target.archs), examples)
+        tuner, skipped = local_tuner(list(target.archs), hints)
     files, signatures, code = {}, {}, 1
     for kernels, buffers, stored in groups:
         out, specs = tb.generate(kernels, buffers, stored, list(target.archs), first_code=code,
-                                 tuner=tuner, hints=examples)
+                                 tuner=tuner, hints=hints)
         code += len(kernels)
         files.update(out)
         for name, spec in specs.items():

@@ -22,6 +22,7 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024
+SIZES = frozenset({"i32", "i64"})   # the types of dim-size parameters
 
 _lock = threading.Lock()
 _driver = None
@@ -149,8 +150,10 @@ class CudaKernels(TritonKernels):
 class CudaLauncher:
     """Launches one kernel: `launcher((gx, gy, gz), *args)`, args in parameter order.
 
-    Every parameter aotc passes is 8 bytes (data pointers, int64 sizes, scratch pointers), so a
-    launch packs them into one array of 64-bit values plus one array of pointers to them."""
+    Every parameter aotc passes fits 8 bytes (data pointers, int32 or int64 sizes, scratch
+    pointers), so a launch packs them into one array of 64-bit values plus one array of
+    pointers to them (the driver reads an i32 parameter's 4 bytes from the low, little-endian
+    half of its slot)."""
 
     def __init__(self, name: str, fn, module, meta: dict, spec: dict, owner: CudaKernels):
         self.name, self.fn, self.module, self.owner = name, fn, module, owner
@@ -162,10 +165,10 @@ class CudaLauncher:
         self.scratch = [p for p in self.params if p["type"] == "scratch"]
         self.pointers = [p["type"].startswith("*") for p in self.user]
         self.inputs = [p["name"] in spec["inputs"] for p in self.user]
-        unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - {"i64"}
+        unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - SIZES
         if unknown:
             raise TargetError(f"kernel {name} takes parameters of types {sorted(unknown)}",
-                              where=name, expected="pointers and i64 sizes", found=unknown,
+                              where=name, expected="pointers and i32/i64 sizes", found=unknown,
                               fix="re-export with this aotc")
 
     def _aligned(self, t: torch.Tensor, keep: list) -> int:

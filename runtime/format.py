@@ -30,7 +30,7 @@ from pathlib import Path
 
 from aotc.errors import ArtifactError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -42,6 +42,9 @@ CHANGELOG = {
                       "'contiguous': false, allocated with its 'stride': channels-last "
                       "activations), and a weight slot may say 'memory_format': 'channels_last' "
                       "(converted at load); a reader of version 1 would misread both"),
+    3: ("2026-11-30", "Triton kernels may take their dim sizes as 'i32' parameters (32-bit "
+                      "index arithmetic where the declared maxima allow it); a reader of "
+                      "version 2 refuses them"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -25,7 +25,7 @@ from aotc.codegen import _buffers, _stored, lower_and_schedule
 from aotc.codegen.scheduler import Kernel
 from aotc.codegen.triton import autotune
 from aotc.codegen.triton.autotune import MAX_CANDIDATES, MAX_ELEMENTS, Tuner, candidates
-from aotc.codegen.triton.blocks import (BlockConfig, MAX_PERSISTENT, heuristic_config,
+from aotc.codegen.triton.blocks import (BlockConfig, MAX_PERSISTENT, SizeHints, heuristic_config,
                                         plan_blocks)
 from aotc.errors import LoweringError, UsageError
 from aotc.exporter import trace_function
@@ -239,8 +239,9 @@ def test_dynamic_dims_are_tuned_at_their_example_sizes(tmp_path, monkeypatch):
         def forward(self, x):
             return torch.softmax(x, -1) * 2 + x.sum(-1, keepdim=True)
     bench = Bench(tmp_path, favour_last)
-    monkeypatch.setattr(autotune, "local_tuner", lambda archs, sizes: (Tuner(
-        "cpu", "sm_90", sizes, load=bench.load, timer=bench.timer), None))
+    monkeypatch.setattr(autotune, "local_tuner", lambda archs, hints: (Tuner(
+        "cpu", "sm_90", hints.example, load=bench.load, timer=bench.timer,
+        maximum=hints.maximum), None))
     batch = torch.export.Dim("batch", min=1, max=64)
     p = aotc.export(Net(), (torch.randn(6, 40),), tmp_path / "m.aotc", target=TARGET,
                     autotune=True, dynamic_shapes=({0: batch},))
@@ -359,5 +360,5 @@ def test_autotune_with_a_gpu_of_another_arch_is_skipped(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))
-    tuner, reason = autotune.local_tuner(["sm_90"], {})
+    tuner, reason = autotune.local_tuner(["sm_90"], SizeHints({}, {}))
     assert tuner is None and "sm_80" in reason and "sm_90" in reason

@@ -347,7 +347,17 @@ def test_dynamic_sizes_and_out_of_range_indices(tmp_path):
                     tmp_path / "dyn.aotc", target=TARGET,
                     dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
     src = (p / "kernels/kernel0.py").read_text()
-    assert "s_batch" in src and "tl.program_id(0).to(tl.int64)" in src   # sizes need int64
+    spec = json.loads((p / "kernels/kernel0.json").read_text())
+    # at the declared maxima every buffer fits 2**31 elements: 32-bit index arithmetic
+    assert "s_batch" in src and "tl.program_id(0).to(tl.int64)" not in src
+    assert {q["type"] for q in spec["params"] if q["name"].startswith("s_")} == {"i32"}
+    wide = aotc.export(model, (torch.randint(0, 50, (3, 7)), torch.randn(3, 7, 16)),
+                       tmp_path / "wide.aotc", target=TARGET, dynamic_shapes=(
+                           {0: Dim("batch", min=1, max=2**20), 1: Dim("seq", min=2, max=2**12)},
+                           {0: Dim("batch", min=1, max=2**20), 1: Dim("seq", min=2, max=2**12)}))
+    assert "tl.program_id(0).to(tl.int64)" in (wide / "kernels/kernel0.py").read_text()
+    spec = json.loads((wide / "kernels/kernel0.json").read_text())
+    assert {q["type"] for q in spec["params"] if q["name"].startswith("s_")} == {"i64"}
     if OLD_INTERPRETER:
         pytest.skip("Triton < 3.9's interpreter cannot loop to a size argument under NumPy 2")
     m = aotc.load(p, device="cpu", interpret=True)
@@ -573,8 +583,10 @@ def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     assert values[1:] == [out.data_ptr(), 32, 0, 0]          # output as is, size, no scratch
     packed, params = pack(values)
     assert [ctypes.c_int64.from_address(params[i]).value for i in range(5)] == values
-    with pytest.raises(aotc.TargetError, match="i32"):
-        CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i32"}]),
+    CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i32"}]),
+                 {"inputs": []}, owner)      # 32-bit sizes: the low half of their slot
+    with pytest.raises(aotc.TargetError, match="i16"):
+        CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i16"}]),
                      {"inputs": []}, owner)
 
 

@@ -45,12 +45,12 @@ def launch_spec(ks: KernelSource) -> dict:
 
 
 def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
-             first_code: int = 1, tuner=None, hints: dict | None = None) -> tuple[dict, dict]:
+             first_code: int = 1, tuner=None, hints=None) -> tuple[dict, dict]:
     """({artifact-relative path: bytes}, {kernel name: launch spec}) for `kernels`, compiled
     for each of `archs`. Kernels that index with runtime values get error codes from
     `first_code` on (unique within an artifact). With a `tuner` (autotune.Tuner), each kernel
     is built with the block config it chose, and its launch spec records the tuning. `hints`:
-    the size symbols' example sizes, for the block heuristics of dynamic dims."""
+    the size symbols' examples and maxima (blocks.SizeHints), for dynamic dims."""
     tuned = tuner.tune(kernels, buffers, stored, first_code) if tuner is not None else {}
     files, specs, jobs = {}, {}, []
     for i, k in enumerate(kernels):

@@ -32,7 +32,7 @@ import time
 import torch
 
 from aotc.codegen.triton import module_text
-from aotc.codegen.triton.blocks import BlockConfig, heuristic_config, plan_blocks
+from aotc.codegen.triton.blocks import BlockConfig, SizeHints, heuristic_config, plan_blocks
 from aotc.codegen.triton.build import compile_kernels
 from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.errors import LoweringError, TargetError
@@ -47,11 +47,11 @@ MIN_GAIN = 0.03                 # a config replaces the heuristic's if at least 
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}   # rtol and atol; 1e-2 otherwise
 
 
-def candidates(kernel, buffers: dict, hints: dict | None = None) -> list[BlockConfig]:
+def candidates(kernel, buffers: dict, hints=None) -> list[BlockConfig]:
     """The heuristic's config, then its neighbours (XBLOCK halved, doubled, quadrupled; the
     looped or split R block, or an outer reduction's, halved and doubled; warps halved and
     doubled; then a few changes of two at once), each as the config it plans to: distinct, in
-    this fixed order, at most MAX_CANDIDATES. `hints`: the size symbols' example sizes."""
+    this fixed order, at most MAX_CANDIDATES. `hints`: blocks.SizeHints."""
     h = heuristic_config(plan_blocks(kernel, buffers, hints=hints))
     x, r, w = h.xblock, h.rblock, h.num_warps
     tries = [dict(xblock=x // 2), dict(xblock=x * 2)]
@@ -75,7 +75,7 @@ def candidates(kernel, buffers: dict, hints: dict | None = None) -> list[BlockCo
     return out
 
 
-def local_tuner(archs: list[str], sizes: dict) -> tuple[Tuner | None, str | None]:
+def local_tuner(archs: list[str], hints: SizeHints) -> tuple[Tuner | None, str | None]:
     """(a Tuner on this machine's GPU, None), or (None, why autotuning is skipped): the
     reason is also printed as a one-line warning on stderr."""
     if not torch.cuda.is_available():
@@ -88,7 +88,7 @@ def local_tuner(archs: list[str], sizes: dict) -> tuple[Tuner | None, str | None
     except TargetError:
         return _skip(f"this machine's GPU is {local}, which runs no cubin of the target "
                      f"({', '.join(archs)}); kernels keep the heuristic block sizes")
-    return Tuner(torch.device("cuda", index), arch, sizes), None
+    return Tuner(torch.device("cuda", index), arch, hints.example, maximum=hints.maximum), None
 
 
 def _skip(reason: str) -> tuple[None, str]:
@@ -106,8 +106,11 @@ class Tuner:
     interpreter on the CPU."""
 
     def __init__(self, device, arch: str, sizes: dict, *, load=None, timer=None,
-                 build=compile_kernels, min_gain: float = MIN_GAIN):
+                 build=compile_kernels, min_gain: float = MIN_GAIN, maximum: dict | None = None):
+        """`sizes`: the size symbols' example sizes, which candidates run at; `maximum`: their
+        declared maxima (blocks.SizeHints)."""
         self.device, self.arch, self.sizes = torch.device(device), arch, dict(sizes)
+        self.hints = SizeHints(self.sizes, dict(maximum or {}))
         self.load = load or CudaLoader(self.device)
         self.timer = timer or GraphTimer(self.device)
         self.build, self.min_gain = build, min_gain
@@ -123,9 +126,9 @@ class Tuner:
         start = time.perf_counter()
         tried = {}
         for i, k in enumerate(kernels):
-            configs = candidates(k, buffers, self.sizes)
+            configs = candidates(k, buffers, self.hints)
             sources = [kernel_source(dataclasses.replace(k, name=f"{k.name}_c{j}"), buffers,
-                                     stored, first_code + i, c, self.sizes)
+                                     stored, first_code + i, c, self.hints)
                        for j, c in enumerate(configs)]
             tried[k.name] = [(c, ks, module_text(ks)) for c, ks in zip(configs, sources)]
         jobs = [(ks, text, self.arch) for cands in tried.values() if len(cands) > 1

@@ -159,20 +159,35 @@ def _static(e) -> int | None:
     return int(e) if e.is_Integer else None
 
 
-def _at(e, hints: dict):
-    """`e` with its size symbols replaced by their `hints` (by name: symbols carry
+def _at(e, values: dict):
+    """`e` with its size symbols replaced by their `values` (by name: symbols carry
     assumptions that a plain name would not match)."""
     e = sympy.sympify(e)
-    return e.subs({s: hints[s.name] for s in e.free_symbols if s.name in hints})
+    return e.subs({s: values[s.name] for s in e.free_symbols if s.name in values})
 
 
-def _is_wide(kernel: Kernel, buffers: dict) -> bool:
+@dataclass(frozen=True, slots=True)
+class SizeHints:
+    """What export knows of the size symbols (name -> size): the example each was exported
+    at, which the heuristics size dynamic dims' blocks for (as Inductor does from its size
+    hints), and its declared maximum, which bounds index arithmetic."""
+    example: dict
+    maximum: dict
+
+
+def _is_wide(kernel: Kernel, buffers: dict, maximum: dict | None = None) -> bool:
+    """Whether the kernel must index in 64 bits: a buffer or iteration space it touches may
+    hold 2**31 elements or more. Dynamic sizes are taken at the symbols' declared maxima
+    (`maximum`; sizes grow with every symbol, and the guards refuse anything larger), so a
+    dynamic kernel keeps 32-bit index arithmetic (divisions by runtime sizes cost far less in
+    32 bits) unless its range allows more."""
     names = {b.name for b in kernel.writes}
     for node in kernel.nodes:
         names |= {n for n, _ in node_loads(node, len(kernel.prefix))[0]}
     sizes = [product(buffers[n].shape) for n in names if n in buffers]
     sizes += [product(kernel.prefix) * product(_inner(kernel, n)) for n in kernel.nodes]
-    return any(_static(s) is None or _static(s) >= INT32_LIMIT for s in sizes)
+    sizes = [_static(_at(s, maximum)) if maximum else _static(s) for s in sizes]
+    return any(s is None or s >= INT32_LIMIT for s in sizes)
 
 
 def _independent(kernel: Kernel) -> bool:
@@ -381,12 +396,12 @@ def split_reduction(rows, rranges, outer: bool) -> tuple[int, int, int] | None:
 
 
 def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None,
-                hints: dict | None = None) -> KernelBlocks:
-    """The blocks of `kernel`: the heuristics, with what `config` overrides. `hints` (symbol
-    name -> example size) size the blocks of dynamic dims for the sizes the model was exported
-    at, as Inductor sizes them from its size hints; masks keep every other size correct."""
+                hints: SizeHints | None = None) -> KernelBlocks:
+    """The blocks of `kernel`: the heuristics, with what `config` overrides. `hints` size the
+    blocks of dynamic dims for the sizes the model was exported at (masks keep every other
+    size correct) and decide 32- or 64-bit indexing from the declared maxima."""
     config = config or BlockConfig()
-    hinted = lambda e: _static(_at(e, hints)) if hints else None   # noqa: E731
+    hinted = lambda e: _static(_at(e, hints.example)) if hints else None   # noqa: E731
     if _is_outer(kernel):
         return _plan_outer(kernel, buffers, config)
     reduction = any(isinstance(n.body, Reduction) for n in kernel.nodes)
@@ -412,7 +427,8 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     if split:
         nodes = _split_masks(nodes)
     return KernelBlocks(rows=rows, xblock=xblock, xmask=not (r is not None and r % xblock == 0),
-                        wide=_is_wide(kernel, buffers), split=split,
+                        wide=_is_wide(kernel, buffers, hints.maximum if hints else None),
+                        split=split,
                         num_warps=config.num_warps or heuristic_warps(xblock * _widest(nodes)),
                         nodes=nodes)
 

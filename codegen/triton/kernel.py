@@ -34,7 +34,8 @@ import torch
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
-from aotc.codegen.triton.blocks import BlockConfig, KernelBlocks, NodeBlock, plan_blocks
+from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
+                                        plan_blocks)
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
                                          fold_index, in_bounds, op_expr, reduce_sum, texpr,
                                          to_half, unravel, value_dtype, value_type)
@@ -235,11 +236,11 @@ _ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(
 
 class KernelWriter:
     """Writes one Kernel as a Triton function. `stored` names the buffers other steps read;
-    `config` overrides the block heuristics (autotuning); `hints` are the example sizes of the
-    size symbols, which the heuristics size dynamic dims' blocks for."""
+    `config` overrides the block heuristics (autotuning); `hints` (blocks.SizeHints) size dynamic
+    dims' blocks and bound their index arithmetic."""
 
     def __init__(self, kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
-                 config: BlockConfig | None = None, hints: dict | None = None):
+                 config: BlockConfig | None = None, hints: SizeHints | None = None):
         self.k, self.buffers, self.stored, self.error_code = kernel, buffers, stored, error_code
         self.pvars = index_vars("p", len(kernel.prefix))
         self.ranges = dict(zip(self.pvars, kernel.prefix))
@@ -443,7 +444,9 @@ class KernelWriter:
         signature = {n: POINTER[self.buffers[n].dtype] for n in ins + outs}
         if self.uses_err:
             signature["aotc_err"] = "*i32"
-        signature.update({f"s_{n}": "i64" for n in sizes})
+        # sizes in the width of the index arithmetic: an i64 size would widen every index
+        # expression it enters (and 64-bit division by a runtime size is slow)
+        signature.update({f"s_{n}": "i64" if self.wide else "i32" for n in sizes})
         constexprs = {"XBLOCK": self.blocks.xblock}
         constexprs.update({b.rb: b.size for b in self.blocks.nodes if b.rb})
         params = ", ".join([*signature, *(f"{c}: tl.constexpr" for c in constexprs)])
@@ -472,6 +475,7 @@ class KernelSource:
 
 
 def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
-                  config: BlockConfig | None = None, hints: dict | None = None) -> KernelSource:
+                  config: BlockConfig | None = None,
+                  hints: SizeHints | None = None) -> KernelSource:
     return KernelWriter(kernel, buffers, stored, error_code, config, hints).source()
 
