@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from aotc.codegen.ir import (contiguous_strides, linear_index, product, provable_max,
-                             provable_min, provably_nonnegative, sym, unravel)
+                             provably_nonnegative, sym, unravel)
 from aotc.codegen.lowering import out_shape, register, size_args
 
 aten = torch.ops.aten
@@ -118,17 +118,18 @@ def select(g, metas, x, dim, index):
 
 
 def _position(i, size, clamp: bool):
-    """Where index `i` of a dim of `size` lands by ATen's rules (a negative index counts from
-    the end; a slice's start is clamped into [0, size], a select's index must be below size),
-    as a sympy expression; None where a rule's branch is not provable for every size."""
+    """Where index `i` of a dim of `size` lands by ATen's rules, as a sympy expression: a
+    negative index counts from the end; a slice's start (`clamp`) is then raised to 0 (ATen
+    also lowers it to `size`, but a start past the end leaves the slice empty, so nothing is
+    read from it); a select's index must be inside the dim. None where a rule's branch is not
+    provable for every size (a slice's `-3` on a dim of size n >= 1: is n - 3 negative?)."""
     i, size = sym(i), sym(size)
     if provably_nonnegative(-i - 1):
         i = i + size
     elif not provably_nonnegative(i):
         return None
     if clamp:
-        low = provable_max(sym(0), i)
-        return None if low is None else provable_min(low, size)
+        return provable_max(sym(0), i)
     return i if provably_nonnegative(i) and provably_nonnegative(size - 1 - i) else None
 
 
