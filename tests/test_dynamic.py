@@ -83,7 +83,8 @@ def test_attention_masks_are_proved_for_every_size(artifacts, name, causal):
     """With batch and seq dynamic, transformers' masks are proved as in a static export: every
     SDPA call runs maskless (is_causal for GPT-2), and GPT-2's packed-sequence ids (slices of
     the position ids along seq, their cumsum) leave no ATen step behind. The outputs at every
-    size are checked against eager above."""
+    size are checked against eager above. No kernel builds the mask or the ids any more: every
+    kernel writes float32 activations."""
     plan = json.loads((artifacts[name] / "plans/forward.json").read_text())
     externs = [s for s in plan["steps"] if s["kind"] == "extern"]
     sdpa = [s for s in externs if "scaled_dot_product" in s["op"]]
@@ -92,6 +93,9 @@ def test_attention_masks_are_proved_for_every_size(artifacts, name, causal):
     assert len(sdpa) == 2 and all(s["args"][3] is None and is_causal(s) == causal
                                   for s in sdpa)
     assert "aten::cumsum.default" not in {s["op"] for s in externs}
+    written = {plan["slots"][o]["dtype"] for s in plan["steps"] if s["kind"] == "kernel"
+               for o in s["out"]}
+    assert written == {"float32"}
 
 
 class Slices(torch.nn.Module):
