@@ -6,7 +6,9 @@ would have skipped as a no-op. `constant_value(tv)` evaluates such a body with `
 whose values are Python constants, index expressions (sympy, over loop variables with known
 ranges) or UNKNOWN, and decides comparisons from the bounds of index expressions. It answers a
 value only when it is a proof for every element; anything it cannot follow (loads, masked
-regions, floating arithmetic) is UNKNOWN.
+regions, floating arithmetic) is UNKNOWN. A dynamic dim's range is [0, n - 1] with n a size
+symbol: bounds are then expressions in the sizes, and a comparison is decided only where its
+answer holds for every size (`ir.provably_nonnegative`), so one artifact's proof serves all.
 """
 from __future__ import annotations
 
@@ -17,9 +19,7 @@ import sympy
 import torch
 
 from aotc.codegen.ir import (NullHandler, Op, index_bounds, index_vars, provable_max, provable_min,
-                             provably_nonnegative)
-
-nonneg = provably_nonnegative
+                             provably_nonnegative as nonneg)
 
 UNKNOWN = object()
 

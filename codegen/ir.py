@@ -290,7 +290,7 @@ def provably_nonnegative(expr) -> bool:
     if e.is_Number:
         return bool(e >= 0)
     shift = {s: sympy.Symbol(f"{s.name}_t", integer=True, nonnegative=True) + 1
-             for s in e.free_symbols if s.is_positive}
+             for s in e.free_symbols if s.is_positive and s.is_integer}
     shifted = sympy.expand(e.subs(shift, simultaneous=True))
     if all(_nonnegative_term(t) for t in sympy.Add.make_args(shifted)):
         return True
