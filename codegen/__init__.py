@@ -21,7 +21,7 @@ from aotc import __version__
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.ir import ComputedBuffer
 from aotc.codegen.plan import finalize, step_uses
-from aotc.codegen.scheduler import Kernel, node_loads, schedule
+from aotc.codegen.scheduler import Kernel, drop_unread, node_loads, schedule
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
@@ -42,6 +42,7 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
     lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
                             split_reductions=split_reductions).run()
     verify_lowered(lowered)
+    lowered.steps = drop_unread(lowered.steps, lowered.outputs)
     steps, decisions = schedule(lowered.steps)
     return lowered, steps, decisions
 

@@ -6,7 +6,9 @@ would have skipped as a no-op. `constant_value(tv)` evaluates such a body with `
 whose values are Python constants, index expressions (sympy, over loop variables with known
 ranges) or UNKNOWN, and decides comparisons from the bounds of index expressions. It answers a
 value only when it is a proof for every element; anything it cannot follow (loads, masked
-regions, floating arithmetic) is UNKNOWN.
+regions, floating arithmetic) is UNKNOWN. A dynamic dim's range is [0, n - 1] with n a size
+symbol: bounds are then expressions in the sizes, and a comparison is decided only where its
+answer holds for every size (`ir.provably_nonnegative`), so one artifact's proof serves all.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from aotc.codegen.ir import NullHandler, Op, index_bounds, index_vars
+from aotc.codegen.ir import (NullHandler, Op, index_bounds, index_vars, provable_max, provable_min,
+                             provably_nonnegative as nonneg)
 
 UNKNOWN = object()
 
@@ -128,42 +131,55 @@ class FoldHandler(NullHandler):
 
     def _zero_where(self, d, e, holds: bool) -> bool:
         """Whether `e` is 0 wherever `d <= 0` holds (holds=True) or fails, when `d` is one
-        loop variable with coefficient +-1 plus a constant."""
+        loop variable with coefficient +-1 plus a term free of loop variables. The variable's
+        range is cut to where the condition holds (or fails), each end decided for every size
+        (an end neither side of which is provable proves nothing)."""
         loops = [v for v in d.free_symbols if v in self.ranges]
-        if len(loops) != 1 or d.free_symbols != set(loops):
+        if len(loops) != 1:
             return False
         v = loops[0]
         c1, c0 = d.coeff(v), d.subs(v, 0)
-        if c1 not in (1, -1) or not c0.is_Integer:
+        if c1 not in (1, -1):
             return False
-        lo, hi = 0, int(self.ranges[v]) - 1
+        lo, hi = sympy.Integer(0), self.ranges[v] - 1
         if holds:
-            lo, hi = (lo, min(hi, -int(c0))) if c1 == 1 else (max(lo, int(c0)), hi)
+            lo, hi = (lo, provable_min(hi, -c0)) if c1 == 1 else (provable_max(lo, c0), hi)
         else:
-            lo, hi = (max(lo, 1 - int(c0)), hi) if c1 == 1 else (lo, min(hi, int(c0) - 1))
-        if lo > hi:
+            lo, hi = (provable_max(lo, 1 - c0), hi) if c1 == 1 else (lo, provable_min(hi, c0 - 1))
+        if lo is None or hi is None:
+            return False
+        if nonneg(lo - hi - 1):
             return True          # the condition never (or always) holds
         w = sympy.Symbol(f"{v}_within", integer=True, nonnegative=True)
         sub = FoldHandler({**self.ranges, w: hi - lo + 1}, self.bodies)
         return sub.bounds(sympy.expand(e.subs(v, w + lo))) == (0, 0)
 
     def _compare(self, op, a, b):
+        """A comparison decided for every element (and every size) from the bounds of
+        `a - b`, else a Predicate of the index variables."""
         bounds = self.bounds(sympy.expand(_expr(a) - _expr(b)))
         if bounds is None:
             return Predicate.of(op, _expr(a), _expr(b))
         lo, hi = bounds
-        answers = {Op.GE: (lo >= 0, hi < 0), Op.GT: (lo > 0, hi <= 0),
-                   Op.LE: (hi <= 0, lo > 0), Op.LT: (hi < 0, lo >= 0),
-                   Op.EQ: (lo == hi == 0, lo > 0 or hi < 0),
-                   Op.NE: (lo > 0 or hi < 0, lo == hi == 0)}
+        answers = {Op.GE: (lambda: nonneg(lo), lambda: nonneg(-hi - 1)),
+                   Op.GT: (lambda: nonneg(lo - 1), lambda: nonneg(-hi)),
+                   Op.LE: (lambda: nonneg(-hi), lambda: nonneg(lo - 1)),
+                   Op.LT: (lambda: nonneg(-hi - 1), lambda: nonneg(lo)),
+                   Op.EQ: (lambda: nonneg(lo) and nonneg(-hi),
+                           lambda: nonneg(lo - 1) or nonneg(-hi - 1)),
+                   Op.NE: (lambda: nonneg(lo - 1) or nonneg(-hi - 1),
+                           lambda: nonneg(lo) and nonneg(-hi))}
         true, false = answers[op]
-        if true or false:
-            return bool(true)
+        if true():
+            return True
+        if false():
+            return False
         return Predicate.of(op, _expr(a), _expr(b))
 
-    def bounds(self, diff) -> tuple[int, int] | None:
-        """Integer (min, max) of an index expression over the ranges, or None: the bounds of
-        its positive terms less those of its negated negative terms."""
+    def bounds(self, diff) -> tuple | None:
+        """(min, max) of an index expression over the ranges, as expressions in the sizes
+        (integers when the sizes are), or None: the bounds of its positive terms less those
+        of its negated negative terms."""
         terms = sympy.Add.make_args(sympy.expand(diff))
         const = sum((t for t in terms if t.is_Number), sympy.Integer(0))
         pos = sum((t for t in terms if not t.is_Number and t.as_coeff_Mul()[0] > 0),
@@ -171,9 +187,9 @@ class FoldHandler(NullHandler):
         neg = sum((-t for t in terms if not t.is_Number and t.as_coeff_Mul()[0] < 0),
                   sympy.Integer(0))
         a, b = index_bounds(pos, self.ranges), index_bounds(neg, self.ranges)
-        if a is None or b is None or not all(sympy.sympify(x).is_Integer for x in (*a, *b)):
+        if a is None or b is None:
             return None
-        return int(a[0]) - int(b[1]) + int(const), int(a[1]) - int(b[0]) + int(const)
+        return sympy.expand(a[0] - b[1] + const), sympy.expand(a[1] - b[0] + const)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +232,7 @@ def _implies(outer: Predicate, inner, holds: bool) -> bool:
         return False
     (d,), (e,) = outer.terms, inner.terms
     gap = sympy.expand(e - d) if holds else sympy.expand(e + d - 1)
-    return gap.is_Integer and gap <= 0
+    return nonneg(-gap)
 
 
 def _integral(v) -> bool:
@@ -235,48 +251,60 @@ def _expr(v):
 
 def split_index(index, shape, stride, ranges: dict) -> tuple | None:
     """The multi-index whose linear index over `stride` is `index`: each loop variable's term
-    names its dim by its coefficient, a constant offset is spread from the outermost dim in,
-    and every dim's index must stay inside the dim (so the split is the only one). None where
-    `index` is not such a combination."""
+    names its dim by its coefficient, and the rest (a constant, or an expression in the sizes)
+    is spread from the outermost dim in. The split is then checked, for every size: each dim's
+    index stays inside the dim, so it names the one element that a non-overlapping buffer
+    stores at `index`. None where `index` is not such a combination."""
     e = sympy.expand(sympy.sympify(index))
     e = e.subs({v: 0 for v in e.free_symbols if ranges.get(v) == 1})
     out = [sympy.Integer(0)] * len(shape)
-    const = 0
-    for term in sympy.Add.make_args(e):
-        if term.is_Integer:
-            const += int(term)
-            continue
-        coeff, var = term.as_coeff_Mul()
-        if var not in ranges:
-            return None
+    loops = sorted(e.free_symbols & set(ranges), key=str)
+    const = sympy.expand(e - sum(e.coeff(v) * v for v in loops))
+    if const.free_symbols & set(ranges):
+        return None        # not linear in the loop variables
+    for v in loops:
+        coeff = e.coeff(v)
         dims = [k for k, (n, s) in enumerate(zip(shape, stride))
-                if sympy.sympify(n) != 1 and sympy.sympify(s - coeff) == 0 and out[k] == 0]
+                if sympy.sympify(n) != 1 and sympy.expand(s - coeff) == 0 and out[k] == 0]
         if len(dims) != 1:
             return None
-        out[dims[0]] = var
-    if const < 0 or not all(sympy.sympify(x).is_Integer for x in (*shape, *stride)):
-        return None
-    for k in sorted(range(len(shape)), key=lambda k: -int(stride[k])):
-        if int(shape[k]) != 1 and int(stride[k]) > 0:
-            q, const = divmod(const, int(stride[k]))
+        out[dims[0]] = v
+    for k in sorted(range(len(shape)), key=lambda k: -_at_sample(stride[k])):
+        if sympy.sympify(shape[k]) != 1 and _at_sample(stride[k]) > 0:
+            q, const = _divmod(const, sympy.sympify(stride[k]))
             out[k] += q
-    if const:
+    if const != 0:
         return None
     for x, n in zip(out, shape):
         b = index_bounds(x, ranges)
-        if b is None or not sympy.sympify(b[1]).is_Integer or int(b[1]) > int(n) - 1:
+        if b is None or not (nonneg(b[0]) and nonneg(n - 1 - b[1])):
             return None
     return tuple(out)
 
 
+def _divmod(a, b) -> tuple:
+    """(a // b, a % b) of integers; of size expressions, (a / b, 0) where b divides a and
+    (0, a) otherwise (the split's bounds check decides whether that was right)."""
+    if a.is_Integer and b.is_Integer:
+        return tuple(sympy.Integer(x) for x in divmod(int(a), int(b)))
+    q = sympy.cancel(a / b)
+    return (sympy.expand(q), sympy.Integer(0)) if sympy.fraction(q)[1] == 1 \
+        else (sympy.Integer(0), a)
+
+
+def _at_sample(stride) -> int:
+    """A stride's value with every size at 64: the order in which the dims of a buffer with
+    symbolic strides are tried (a search order only; the split is checked)."""
+    e = sympy.sympify(stride)
+    return int(e.subs({s: 64 for s in e.free_symbols}))
+
+
 def element_value(tv, bodies: dict | None = None):
     """What every element of lazy tensor `tv` provably is: a constant, a Predicate of its
-    index variables (`index_vars("c", rank)`), or UNKNOWN. Sizes must be static (a dynamic
-    dim's range is not a proof here)."""
-    if not all(sympy.sympify(d).is_Integer for d in tv.shape):
-        return UNKNOWN
+    index variables (`index_vars("c", rank)`), or UNKNOWN. A dim of symbolic size n is an
+    index range [0, n - 1]: what is decided holds for every size."""
     idx = index_vars("c", len(tv.shape))
-    ranges = {v: int(d) for v, d in zip(idx, tv.shape)}
+    ranges = {v: sympy.sympify(d) for v, d in zip(idx, tv.shape)}
     try:
         return tv.loader(FoldHandler(ranges, bodies), idx)
     except Exception:   # a body this analysis cannot follow proves nothing

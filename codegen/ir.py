@@ -280,6 +280,46 @@ def index_bounds(expr, ranges: dict) -> tuple | None:
     return lo, hi
 
 
+def provably_nonnegative(expr) -> bool:
+    """Whether `expr` >= 0 for every value of its symbols: dim sizes (positive) and loop
+    variables (non-negative). A proof, never a guess, so callers may drop a mask or a bounds
+    check on it. Each size s is written 1 + t with t >= 0: a polynomial whose every coefficient
+    is then non-negative is non-negative everywhere (`seq*batch - seq` is `t_s*t_b + t_b`);
+    otherwise sympy's assumptions decide, and what they leave open is False."""
+    e = sympy.expand(sympy.sympify(expr))
+    if e.is_Number:
+        return bool(e >= 0)
+    shift = {s: sympy.Symbol(f"{s.name}_t", integer=True, nonnegative=True) + 1
+             for s in e.free_symbols if s.is_positive and s.is_integer}
+    shifted = sympy.expand(e.subs(shift, simultaneous=True))
+    if all(_nonnegative_term(t) for t in sympy.Add.make_args(shifted)):
+        return True
+    return e.is_nonnegative is True
+
+
+def provable_min(a, b):
+    """min(a, b) where one side is provably the smaller for every size, else None."""
+    return a if provably_nonnegative(b - a) else b if provably_nonnegative(a - b) else None
+
+
+def provable_max(a, b):
+    """max(a, b) where one side is provably the larger for every size, else None."""
+    return a if provably_nonnegative(a - b) else b if provably_nonnegative(b - a) else None
+
+
+def _nonnegative_term(term) -> bool:
+    """A number >= 0 times powers of non-negative symbols."""
+    coeff, rest = term.as_coeff_Mul()
+    if not coeff.is_Number or coeff < 0:
+        return False
+    for f in sympy.Mul.make_args(rest):
+        base, exp = f.as_base_exp()
+        if not (base.is_Symbol and base.is_nonnegative and exp.is_Integer and exp > 0) \
+                and f != 1:
+            return False
+    return True
+
+
 def _divisible(term, b) -> bool:
     return sympy.fraction(sympy.cancel(term / b))[1] == 1
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import sympy
 
 from aotc.codegen.ir import (ComputedBuffer, NullHandler, Reduction, index_bounds, index_vars,
-                             linear_index,
-                             product)
+                             linear_index, product)
+from aotc.codegen.plan import step_uses
 
 
 @dataclass
@@ -105,6 +105,25 @@ def can_fuse(kernel: Kernel, node: ComputedBuffer) -> tuple[bool, str]:
                 return False, f"{what}: reads {name} outside the current row"
     how = "vertical (reads values of this row)" if dependent else "horizontal (independent)"
     return True, f"{what}: {how}, rows {list(prefix)}"
+
+
+def drop_unread(steps: list, outputs: list) -> list:
+    """The steps without the realized nodes whose buffers nothing reads (from the last step
+    back, so that what only they read goes too). Lowering can leave such nodes behind when a
+    later proof removes their reader: an attention mask realized before its SDPA call was
+    given none instead (codegen/attention.py), and GPT-2's position ids that only the mask
+    read. Extern and view steps stay: only loop IR is known to do nothing but write."""
+    live = {f"buf{o['slot']}" for o in outputs if "slot" in o}
+    kept = []
+    for step in reversed(steps):
+        if isinstance(step, ComputedBuffer):
+            if not live & {b.name for b in step.buffers}:
+                continue
+            live |= {name for name, _ in node_loads(step, len(node_prefix(step)))[0]}
+        else:
+            live |= {f"buf{s}" for s in step_uses(step)}
+        kept.append(step)
+    return kept[::-1]
 
 
 def schedule(steps: list) -> tuple[list, list]:

@@ -4,17 +4,18 @@ from __future__ import annotations
 import json
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
 import aotc
-from aotc.codegen.constfold import UNKNOWN, constant_value
-from aotc.codegen.ir import Op
+from aotc.codegen.constfold import UNKNOWN, constant_value, is_causal_mask
+from aotc.codegen.ir import Buffer, Op, index_vars, provably_nonnegative, size_symbol
 
 
 class Lazy:
-    def __init__(self, shape, loader):
-        self.shape, self.loader = shape, loader
+    def __init__(self, shape, loader, dtype=torch.bool):
+        self.shape, self.loader, self.dtype = shape, loader, dtype
 
 
 def idx(h, i):
@@ -39,6 +40,74 @@ def c(h, v):
 def test_constant_value(loader, shape, expected):
     assert constant_value(Lazy(shape, loader)) == expected if expected is not UNKNOWN \
         else constant_value(Lazy(shape, loader)) is UNKNOWN
+
+
+SEQ, BATCH = size_symbol("seq"), size_symbol("batch")
+
+
+def n(h, e):
+    return h.index_expr(e, torch.int64)
+
+
+@pytest.mark.parametrize("loader, shape, expected", [
+    # traced BERT's mask: arange(seq) >= 0, expanded: all True for every seq
+    (lambda h, i: h.op(Op.GE, idx(h, i[2]), c(h, 0)), (BATCH, 1, SEQ, SEQ), True),
+    (lambda h, i: h.op(Op.LT, idx(h, i[0]), n(h, SEQ)), (SEQ,), True),
+    (lambda h, i: h.op(Op.GE, idx(h, i[0]), n(h, SEQ)), (SEQ,), False),
+    (lambda h, i: h.op(Op.LE, h.op(Op.MUL, idx(h, i[0]), n(h, SEQ)),
+                       n(h, BATCH * SEQ - SEQ)), (BATCH, SEQ), True),  # batch*seq - seq >= 0
+    (lambda h, i: h.op(Op.GE, idx(h, i[0]), c(h, 5)), (SEQ,), UNKNOWN),       # True from 5 on
+    (lambda h, i: h.op(Op.LT, idx(h, i[0]), c(h, 2)), (SEQ,), UNKNOWN),       # all True if seq <= 2
+    (lambda h, i: h.op(Op.LT, idx(h, i[0]), n(h, SEQ - 1)), (SEQ,), UNKNOWN),  # not the last
+    (lambda h, i: h.op(Op.LT, idx(h, i[0]), n(h, BATCH)), (SEQ,), UNKNOWN),   # another size
+])
+def test_constant_value_over_symbolic_sizes(loader, shape, expected):
+    """With a dim of symbolic size n, index c ranges over [0, n - 1]: a comparison is decided
+    only where it holds (or fails) for every n >= 1, else nothing is proved."""
+    value = constant_value(Lazy(shape, loader))
+    assert value is expected if expected is UNKNOWN else value == expected
+
+
+@pytest.mark.parametrize("make, causal", [
+    (lambda h, i: h.op(Op.LE, idx(h, i[3]), idx(h, i[2])), True),              # j <= i
+    (lambda h, i: h.op(Op.LE, h.op(Op.SUB, idx(h, i[3]), c(h, 1)),
+                       h.op(Op.SUB, idx(h, i[2]), c(h, 1))), True),
+    (lambda h, i: h.op(Op.LT, idx(h, i[3]), idx(h, i[2])), False),             # strict
+    (lambda h, i: h.op(Op.LOGICAL_AND, h.op(Op.LE, idx(h, i[3]), idx(h, i[2])),
+                       h.op(Op.LT, idx(h, i[3]), c(h, 4))), False),             # a window
+    (lambda h, i: h.op(Op.LOGICAL_AND, h.op(Op.LE, idx(h, i[3]), idx(h, i[2])),
+                       h.op(Op.LT, idx(h, i[3]), n(h, SEQ))), True),            # j < seq: always
+])
+def test_causal_mask_over_symbolic_sizes(make, causal):
+    assert is_causal_mask(Lazy((BATCH, 1, SEQ, SEQ), make), {}) == causal
+
+
+def test_loads_followed_into_a_buffer_with_symbolic_strides():
+    """GPT-2's position ids with one prepended, pos = cat([p[:1] - 1, p]) of shape
+    (batch, seq + 1), are realized; `pos[:, 1:] - pos[:, :-1] == 1` reads it at offsets 1 and
+    0 along a row of stride seq + 1. A read that may leave the row proves nothing."""
+    buf = Buffer(name="buf0", slot=0, shape=(BATCH, SEQ + 1), stride=(SEQ + 1, 1),
+                 dtype=torch.int64)
+    bodies = {"buf0": (buf, lambda h, i: h.op(Op.SUB, idx(h, i[1]), c(h, 1)))}
+
+    def step(offset):
+        def loader(h, i):
+            row = i[0] * (SEQ + 1)
+            return h.op(Op.EQ, h.op(Op.SUB, h.load("buf0", row + i[1] + offset),
+                                    h.load("buf0", row + i[1])), c(h, offset))
+        return loader
+    assert constant_value(Lazy((BATCH, SEQ), step(1)), bodies) is True
+    assert constant_value(Lazy((BATCH, SEQ), step(2)), bodies) is UNKNOWN   # reads past a row
+
+
+@pytest.mark.parametrize("expr, nonnegative", [
+    (SEQ - 1, True), (SEQ - 2, False), (BATCH * SEQ - SEQ, True), (SEQ - BATCH, False),
+    (index_vars("c", 1)[0] * (SEQ + 1), True), (-SEQ, False), (3, True), (-1, False),
+    (sympy.Symbol("indirect", integer=True), False),
+])
+def test_provably_nonnegative(expr, nonnegative):
+    """A proof for every size >= 1 and loop index >= 0, never a guess."""
+    assert provably_nonnegative(expr) == nonnegative
 
 
 class Attention(torch.nn.Module):
@@ -162,6 +231,9 @@ def test_transformers_attention_masks(tmp_path, name, causal):
              if s["kind"] == "extern" and "scaled_dot_product" in s["op"]]
     assert len(steps) == 2 and all(s["args"][3] is None and is_causal(s) == causal
                                    for s in steps)
+    written = {plan["slots"][o]["dtype"] for s in plan["steps"] if s["kind"] == "kernel"
+               for o in s["out"]}
+    assert written == {"float32"}     # the mask, once SDPA takes none, is not computed
     got, want = aotc.load(path)(x), model(x)
     torch.testing.assert_close(got["last_hidden_state"], want.last_hidden_state,
                                rtol=1e-4, atol=1e-4)

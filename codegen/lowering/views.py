@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from aotc.codegen.ir import contiguous_strides, linear_index, product, sym, unravel
+from aotc.codegen.ir import (contiguous_strides, linear_index, product, provable_max,
+                             provably_nonnegative, sym, unravel)
 from aotc.codegen.lowering import out_shape, register, size_args
 
 aten = torch.ops.aten
@@ -96,24 +97,40 @@ def _slice_view(g, x, shape, dim, start, step, recipe=None):
 
 @register(aten.slice.Tensor)
 def slice_(g, metas, x, dim=0, start=None, end=None, step=1):
-    n = len(x.shape)
-    dim = dim % n
-    size = x.shape[dim]
-    start = 0 if start is None else start
-    if not size.is_Integer:
+    """A view reading the base from `start` on (the length is the traced output's). On a dim of
+    symbolic size n, a start such as 1, -1 or n - 1 is placed by ATen's rules only where that is
+    provable for every n; anything else stays ATen's slice."""
+    dim = dim % len(x.shape)
+    start = _position(0 if start is None else start, x.shape[dim], clamp=True)
+    if start is None or not isinstance(step, int):
         return None
-    start = max(0, min(int(size), start + int(size) if start < 0 else start))
     return _slice_view(g, x, out_shape(metas), dim, start, step)
 
 
 @register(aten.select.int)
 def select(g, metas, x, dim, index):
     dim = dim % len(x.shape)
-    if not x.shape[dim].is_Integer:
+    index = _position(index, x.shape[dim], clamp=False)
+    if index is None:
         return None
-    index = index + int(x.shape[dim]) if index < 0 else index
-    return _view(g, x, out_shape(metas), lambda idx: tuple(idx[:dim]) + (sym(index),)
+    return _view(g, x, out_shape(metas), lambda idx: tuple(idx[:dim]) + (index,)
                  + tuple(idx[dim:]))
+
+
+def _position(i, size, clamp: bool):
+    """Where index `i` of a dim of `size` lands by ATen's rules, as a sympy expression: a
+    negative index counts from the end; a slice's start (`clamp`) is then raised to 0 (ATen
+    also lowers it to `size`, but a start past the end leaves the slice empty, so nothing is
+    read from it); a select's index must be inside the dim. None where a rule's branch is not
+    provable for every size (a slice's `-3` on a dim of size n >= 1: is n - 3 negative?)."""
+    i, size = sym(i), sym(size)
+    if provably_nonnegative(-i - 1):
+        i = i + size
+    elif not provably_nonnegative(i):
+        return None
+    if clamp:
+        return provable_max(sym(0), i)
+    return i if provably_nonnegative(i) and provably_nonnegative(size - 1 - i) else None
 
 
 @register(aten.split.Tensor, aten.split_with_sizes.default)
