@@ -16,6 +16,7 @@ from itertools import count
 import sympy
 import torch
 
+from aotc.exporter.symbols import SymbolNamer
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              ReductionType, contiguous_strides, index_vars, sym)
 from aotc.codegen.attention import simplify_attention_mask
@@ -490,7 +491,10 @@ def _merge(a: tuple, b: tuple) -> tuple:
 
 
 def _ints(xs) -> list:
-    return [int(x) if (isinstance(x, int) or getattr(x, "is_Integer", False)) else str(x)
+    """Sizes as plans carry them: ints, or Python-syntax expressions over the dim names (what
+    `sym` and the runtime read back; sympy's own printing says `floor(seq/2)`)."""
+    name = SymbolNamer().expr
+    return [int(x) if (isinstance(x, int) or getattr(x, "is_Integer", False)) else name(x)
             for x in xs]
 
 

@@ -21,6 +21,10 @@ class SymbolNamer:
         if e.is_Symbol:
             return self.names.get(e, e.name)
         name = type(e).__name__
+        if name in ("floor", "ceiling") and len(e.args) == 1:   # of a quotient: floor(seq/2)
+            num, den = sympy.together(e.args[0]).as_numer_denom()
+            num, den = self._print(sympy.expand(num)), self._print(den)
+            return f"({num} // {den})" if name == "floor" else f"(-((-{num}) // {den}))"
         args = [self._print(a) for a in e.args]
         if e.is_Add:
             return "(" + " + ".join(args) + ")"
@@ -30,14 +34,11 @@ class SymbolNamer:
             return "(" + "*".join([args[0]] * int(e.args[1])) + ")"
         if name in ("FloorDiv", "floor") and len(args) == 2:
             return f"({args[0]} // {args[1]})"
-        if name == "floor" and e.args[0].is_Mul:
-            num, den = e.args[0].as_numer_denom()
-            return f"({self._print(num)} // {self._print(den)})"
         if name in ("Mod", "PythonMod", "ModIndex"):
             return f"({args[0]} % {args[1]})"
         if name in ("Max", "Min"):
             return f"{name.lower()}({', '.join(args)})"
-        if name == "CeilToInt" or name == "ceiling":
+        if name == "CeilToInt":
             num, den = e.args[0].as_numer_denom()
             return f"(-((-{self._print(num)}) // {self._print(den)}))"
         raise NotImplementedError(f"cannot print symbolic size {e!r}")

@@ -1,14 +1,18 @@
 """Where a benchmark point's GPU time goes, and what `--autotune` buys, on a CUDA machine.
 
     python scripts/gpu_profile.py vit:throughput distilbert:throughput [--dtype bf16]
-                                  [--autotune] [--top 12]
+                                  [--autotune] [--dynamic] [--top 12]
 
 For each MODEL:POINT of the benchmark registry (full size): the model is exported with aotc
 and loaded without a CUDA graph (so every kernel's time is attributed), then eager and aotc
 run under torch.profiler and the top CUDA kernels of each are printed with the total kernel
 time per call. With --autotune the model is also exported with autotune=True and both
 artifacts are timed with their CUDA graphs (median of interleaved rounds after warm-up), with
-the autotune summary from the manifest. Run from the repository root (`aotc` importable).
+the autotune summary from the manifest. With --dynamic the model is also exported with the
+dynamic dims of `benchmarks.dynamic` (batch, and seq for sequence models), and its kernel table
+(labelled by what each kernel computes, as the static one) and both artifacts' times with CUDA
+graphs are printed: where a dynamic artifact loses time against a static one. Run from the
+repository root (`aotc` importable).
 """
 from __future__ import annotations
 
@@ -94,6 +98,8 @@ def main(argv=None) -> int:
     p.add_argument("points", nargs="+", help="MODEL:POINT, e.g. vit:throughput")
     p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
     p.add_argument("--autotune", action="store_true")
+    p.add_argument("--dynamic", action="store_true",
+                   help="also profile an artifact with dynamic dims against the static one")
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--iters", type=int, default=10)
     args = p.parse_args(argv)
@@ -121,8 +127,11 @@ def profile_point(item: str, args, device, dtype) -> None:
         path = aotc.export(model, inputs, Path(tmp) / "m.aotc", target="cuda")
         plain = aotc.load(path, device=device, cuda_graph=False)
         print("eager:\n" + kernel_table(lambda: model(*inputs), args.iters, args.top))
-        print("aotc (no graph):\n" + kernel_table(lambda: plain(*inputs), args.iters,
-                                                  args.top), flush=True)
+        labels = aotc_labels(path)
+        print("aotc (no graph):\n" + kernel_table(lambda: plain(*inputs), args.iters, args.top,
+                                                  lambda k: labels.get(k, k)), flush=True)
+        if args.dynamic:
+            compare_dynamic(spec, model, inputs, path, Path(tmp), args)
         if args.autotune:
             t0 = time.perf_counter()
             tuned_path = aotc.export(model, inputs, Path(tmp) / "t.aotc", target="cuda",
@@ -138,6 +147,26 @@ def profile_point(item: str, args, device, dtype) -> None:
                             "aotc autotune": lambda: tuned(*inputs)})
             print("  ".join(f"{k} {v:.3f} ms" for k, v in ms.items()), flush=True)
 
+
+
+def compare_dynamic(spec, model, inputs, static_path, tmp: Path, args) -> None:
+    """The kernel table of the model exported with dynamic dims (at the same example sizes),
+    and the static and dynamic artifacts timed with their CUDA graphs."""
+    from benchmarks.dynamic import export_dynamic
+    dyn = export_dynamic(spec, "full", model, inputs, "cuda", tmp)
+    if "error" in dyn:
+        print(f"dynamic export failed: {dyn['error']}")
+        return
+    plain = aotc.load(dyn["path"], cuda_graph=False)
+    labels = aotc_labels(dyn["path"])
+    print("aotc dynamic (no graph):\n" + kernel_table(lambda: plain(*inputs), args.iters,
+                                                      args.top, lambda k: labels.get(k, k)))
+    static, dynamic = aotc.load(static_path), aotc.load(dyn["path"])
+    ms = median_ms({"eager": lambda: model(*inputs), "static": lambda: static(*inputs),
+                    "dynamic": lambda: dynamic(*inputs)})
+    print("  ".join(f"{k} {v:.3f} ms" for k, v in ms.items()) +
+          f"  (graphs: {static.graph_status()['forward']} / {dynamic.graph_status()['forward']})",
+          flush=True)
 
 
 if __name__ == "__main__":

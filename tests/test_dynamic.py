@@ -204,3 +204,31 @@ def test_no_compiler_runs_after_load(artifacts, monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", refuse)
     for b, s in [(1, 2), (8, 128), (3, 17)]:
         assert m(torch.randn(b, s, 128))["hidden"].shape == (b, s, 128)
+
+
+def test_strided_slice_along_a_dynamic_dim(tmp_path):
+    """`x[:, 1::2]` along seq has floor((seq - 1)/2) + 1 elements: sizes with floor and ceiling
+    print as Python integer expressions that plans and the runtime read back."""
+    class Strided(torch.nn.Module):
+        def forward(self, x):
+            return x[:, 1::2] * 2, x[:, ::3] + 1
+    p = aotc.export(Strided(), (torch.randn(3, 10),), tmp_path / "s.aotc",
+                    dynamic_shapes=({1: Dim("seq", min=4, max=64)},))
+    m = aotc.load(p)
+    for s in (4, 5, 10, 33, 64):
+        x = torch.randn(3, s)
+        for got, want in zip(m(x), Strided()(x)):
+            torch.testing.assert_close(got, want)
+
+
+def test_symbolic_sizes_print_as_python_integer_expressions():
+    import sympy
+    from aotc.codegen.ir import sym
+    from aotc.exporter.symbols import SymbolNamer
+    seq = sympy.Symbol("seq", integer=True, positive=True)
+    name = SymbolNamer().expr
+    for e in (sympy.floor(seq / 2), sympy.floor((seq - 1) / 2) + 1, sympy.ceiling(seq / 3)):
+        text = name(e)
+        for v in (1, 2, 7, 64):
+            assert eval(text, {"seq": v}) == int(e.subs(seq, v)), text
+        assert sym(text).subs(sym("seq"), 7) == e.subs(seq, 7)
