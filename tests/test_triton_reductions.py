@@ -275,10 +275,14 @@ def test_dynamic_row_length_gets_blocks_for_its_example_size(tmp_path):
     assert set(spec["constexprs"]) >= {"R0_BLOCK", "XBLOCK"}
     assert {v for k, v in spec["constexprs"].items() if k.startswith("R")} == {128}
     assert spec["constexprs"]["XBLOCK"] == 2048 // 128        # a reduction program's elements
+    # rows that fit the block take the single-block form (one load per element), longer rows
+    # the loops
+    src = spec_file.with_suffix(".py").read_text()
+    assert "if (s_seq <= R0_BLOCK)" in src and "for roff0 in range(0, s_seq, R0_BLOCK)" in src
     if OLD_INTERPRETER:
         pytest.skip("Triton < 3.9's interpreter cannot loop to a size argument under NumPy 2")
     m = aotc.load(p, device="cpu", interpret=True)
-    for n in (2, 96, 300):
+    for n in (2, 96, 128, 129, 300):
         x = torch.randn(64, n)
         torch.testing.assert_close(m(x), M()(x), rtol=1e-5, atol=1e-5)
 

@@ -25,6 +25,7 @@ and broadcast by exactly the axes their index uses.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -423,6 +424,36 @@ class KernelWriter:
                  final(av, ai), f"{res} = {res}.to(tl.int64)"], [res])
 
     # ------------------------------------------------------------------------------ kernel
+    def _nodes(self) -> list:
+        body: list = []
+        for j, node in enumerate(self.k.nodes):
+            body += self._node(j, node)
+        return body
+
+    def _fast_path(self) -> tuple[str, list] | None:
+        """(condition, body) of a kernel whose dynamic loops fit their blocks: when the sizes
+        at a call are at most the blocks (sized for the example sizes), every such loop runs
+        once, and its single-block form loads each element once and reduces in registers, as
+        a static kernel does (the looped form reloads the row in every pass: a softmax over a
+        dynamic seq of 128 ran 4x slower). None when the kernel loops over no dynamic size.
+        Its temporaries are numbered apart from the looped body's: Triton requires names set
+        in both branches of an `if` to have one type."""
+        looped = {j: b for j, b in enumerate(self.blocks.nodes)
+                  if b.mode == "loop" and not sympy.sympify(b.numel).is_Integer}
+        if not looped:
+            return None
+        twin = KernelWriter.__new__(KernelWriter)
+        twin.__dict__.update(self.__dict__, locals={}, reads=set(), written=set(),
+                             uses_err=False, barrier=False, counter=self.counter)
+        nodes = [dataclasses.replace(b, mode="single") if j in looped else b
+                 for j, b in enumerate(self.blocks.nodes)]
+        twin.blocks = dataclasses.replace(self.blocks, nodes=nodes)
+        lines = twin._nodes()
+        self.reads |= twin.reads
+        self.uses_err |= twin.uses_err
+        conds = dict.fromkeys(f"({texpr(b.numel)} <= {b.rb})" for b in looped.values())
+        return " & ".join(conds), lines
+
     def _rows(self) -> list:
         """Lines that place a program's XBLOCK rows and split them into the row variables."""
         pid = "tl.program_id(0)" + (".to(tl.int64)" if self.wide else "")
@@ -432,9 +463,12 @@ class KernelWriter:
         return lines + unravel("xindex", [p.name for p in self.pvars], self.k.prefix)
 
     def source(self) -> "KernelSource":
-        body: list = []
-        for j, node in enumerate(self.k.nodes):
-            body += self._node(j, node)
+        body = self._nodes()
+        fast = self._fast_path()
+        if fast is not None:
+            cond, lines = fast
+            body = [f"if {cond}:", *("    " + ln for ln in lines), "else:",
+                    *("    " + ln for ln in body)]
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
         ins = sorted(self.reads - set(written))
