@@ -69,10 +69,6 @@ class GraphedEntry:
         self.pool = None
         self.lock = threading.Lock()
 
-    @property
-    def active(self) -> bool:
-        return self.reason is None
-
     def status(self) -> str:
         """'graph' (some size replays one), 'pending' (none captured yet), or why graphs are
         off."""

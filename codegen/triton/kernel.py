@@ -500,7 +500,7 @@ class KernelSource:
     text: str
     ins: list                 # buffers read (pointer params, first)
     outs: list                # buffers written that other steps read (pointer params, next)
-    sizes: list               # dim-size symbols taken as int64 params `s_<name>` (last)
+    sizes: list               # dim-size symbols taken as params `s_<name>` (i32, i64 if wide)
     signature: dict           # param name -> Triton type, in order (excluding constexprs)
     constexprs: dict          # block sizes
     grid: list                # three Python expressions over the plan's size symbols
