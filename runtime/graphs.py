@@ -21,8 +21,8 @@ sizes and loop bounds are baked into a capture). A static entry has one key and 
 its first call. An entry with dynamic dims captures a size on its second call with that size
 (a size seen once, as in a sweep, does not pay for a capture) and keeps the `max_graphs` most
 recently used graphs; the graphs of one entry share one memory pool (safe: nothing a replay
-writes is read after the next replay, outputs being cloned at once), so their memory is that
-of the largest, not the sum. Once as many graphs have been evicted as the cache holds, sizes
+writes is read after the next replay, outputs being cloned at once), so their temporaries
+take the memory of the largest, not the sum (each graph keeps its own inputs and outputs). Once as many graphs have been evicted as the cache holds, sizes
 vary more than it can serve: new sizes then run the plain plan (the cached ones still replay),
 and `full` says so.
 
