@@ -138,9 +138,16 @@ class CudaKernels(TritonKernels):
 
     def _load(self, name: str, spec: dict) -> "CudaLauncher":
         meta = spec["archs"][self.arch]
+        launcher = CudaLauncher(name, *self._function(meta), meta, spec, self)
+        if "div16" in meta:   # the variant for sizes divisible by 16
+            launcher.div16 = (*self._function(meta["div16"]), meta["div16"]["shared"])
+        return launcher
+
+    def _function(self, meta: dict) -> tuple:
+        """(CUfunction, CUmodule) of the cubin `meta` names."""
         image = (self.path / meta["cubin"]).read_bytes()
         module, fn = driver().function(image, meta["symbol"], meta["shared"])
-        return CudaLauncher(name, fn, module, meta, spec, self)
+        return fn, module
 
     def kernel(self, name: str) -> "CudaLauncher":
         self.spec(name)
@@ -164,6 +171,8 @@ class CudaLauncher:
         self.user = [p for p in self.params if p["type"] != "scratch"]
         self.scratch = [p for p in self.params if p["type"] == "scratch"]
         self.pointers = [p["type"].startswith("*") for p in self.user]
+        self.size_args = [i for i, ptr in enumerate(self.pointers) if not ptr]
+        self.div16 = None   # (function, module, shared) built for sizes divisible by 16, if any
         self.inputs = [p["name"] in spec["inputs"] for p in self.user]
         unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - SIZES
         if unknown:
@@ -198,6 +207,13 @@ class CudaLauncher:
             values.append(ptr)
         return values, keep
 
+    def function_for(self, values: list) -> tuple:
+        """(CUfunction, dynamic shared bytes) to launch with these parameter values: the
+        variant built for sizes divisible by 16 when every size is, else the plain cubin."""
+        if self.div16 is not None and all(values[i] % 16 == 0 for i in self.size_args):
+            return self.div16[0], self.div16[2]
+        return self.fn, self.shared
+
     def __call__(self, grid, *args) -> int:
         if len(args) != len(self.user):
             raise TypeError(f"kernel {self.name} takes {len(self.user)} arguments, got {len(args)}")
@@ -207,8 +223,9 @@ class CudaLauncher:
         d.make_current(self.owner.context)
         values, keep = self._values(grid, args)
         packed, params = pack(values)
+        fn, shared = self.function_for(values)
         d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
-            self.fn, grid[0], grid[1], grid[2], self.threads, 1, 1, self.shared,
+            fn, grid[0], grid[1], grid[2], self.threads, 1, 1, shared,
             ctypes.c_void_p(current_stream(self.owner.device.index)), params, None))
         del keep, packed   # stream order keeps copies and scratch valid until the kernel ran
         return 0

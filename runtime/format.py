@@ -49,6 +49,9 @@ CHANGELOG = {
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
 #               kernels/<name>.json "autotune" (each kernel's timed candidates and choice)
+#   2026-11-30  kernels/<name>.json archs.<arch>.div16: a second cubin of a kernel with size
+#               parameters, compiled for sizes divisible by 16 (launched when they are; the
+#               plain cubin, valid for every size, otherwise)
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
@@ -68,8 +71,9 @@ def triton_source_file(kernel: str) -> str:
     return f"{KERNELS_DIR}/{kernel}.py"
 
 
-def triton_cubin_file(kernel: str, arch: str) -> str:
-    return f"{KERNELS_DIR}/{kernel}.{arch}.cubin"
+def triton_cubin_file(kernel: str, arch: str, variant: str | None = None) -> str:
+    """A kernel's cubin for `arch`; `variant` "div16": built for sizes divisible by 16."""
+    return f"{KERNELS_DIR}/{kernel}.{arch}{'.' + variant if variant else ''}.cubin"
 
 
 def triton_launch_file(kernel: str) -> str:

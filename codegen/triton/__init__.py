@@ -61,11 +61,16 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
         if record is not None:
             specs[k.name]["autotune"] = record
         files[fmt.triton_source_file(k.name)] = text.encode()
-        jobs += [(ks, text, arch) for arch in archs]
-    for (ks, _, arch), (cubin, meta) in zip(jobs, compile_kernels(jobs)):
-        path = fmt.triton_cubin_file(ks.name, arch)
+        jobs += [(ks, text, arch, False) for arch in archs]
+        if ks.sizes:   # a variant for sizes divisible by 16, launched when they are
+            jobs += [(ks, text, arch, True) for arch in archs]
+    for (ks, _, arch, div16), (cubin, meta) in zip(jobs, compile_kernels(jobs)):
+        path = fmt.triton_cubin_file(ks.name, arch, "div16" if div16 else None)
         files[path] = cubin
-        specs[ks.name]["archs"][arch] = dict(meta, cubin=path)
+        if div16:
+            specs[ks.name]["archs"][arch]["div16"] = dict(meta, cubin=path)
+        else:
+            specs[ks.name]["archs"][arch] = dict(meta, cubin=path)   # before its div16
     for name, spec in specs.items():
         files[fmt.triton_launch_file(name)] = fmt.dumps(spec)
     return files, specs

@@ -86,14 +86,15 @@ def compile_kernel(ks, text: str, arch: str) -> tuple[bytes, dict]:
 
 
 def compile_kernels(jobs: list, workers: int | None = None) -> list:
-    """[(cubin, launch metadata)] for each (KernelSource, source text, arch) of `jobs`, in order.
+    """[(cubin, launch metadata)] for each (KernelSource, source text, arch[, sizes16]) of
+    `jobs`, in order.
 
     Sources are imported and parsed one at a time (the import reads TRITON_INTERPRET under a
     lock; `ast.parse` is not thread-safe);
     `triton.compile` then runs on a thread pool: most of its time is spent in MLIR passes and
     ptxas, which release the GIL, so threads scale with the cores (about 1.8x on two)."""
     fns, threadsafe = {}, True      # (name, source) -> jitted function: one import each
-    for ks, text, _ in jobs:
+    for ks, text, *_ in jobs:
         if (ks.name, text) not in fns:
             module = load_module(ks.name, text)
             fns[ks.name, text] = getattr(module, ks.name)
@@ -101,20 +102,22 @@ def compile_kernels(jobs: list, workers: int | None = None) -> list:
     workers = max(1, min(len(jobs), workers or os.cpu_count() or 1)) if threadsafe else 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # Triton 3.9's fp-fusion default notice
+        build = lambda job: _compile(fns[job[0].name, job[1]], job[0], *job[2:])  # noqa: E731
         if workers == 1:
-            return [_compile(fns[ks.name, text], ks, arch) for ks, text, arch in jobs]
+            return [build(job) for job in jobs]
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(lambda job: _compile(fns[job[0].name, job[1]], job[0], job[2]),
-                                 jobs))
+            return list(pool.map(build, jobs))
 
 
-def _compile(fn, ks, arch: str) -> tuple[bytes, dict]:
+def _compile(fn, ks, arch: str, sizes16: bool = False) -> tuple[bytes, dict]:
+    """`sizes16`: the size parameters are declared divisible by 16 too (the "div16" variant:
+    strides that are multiples of a dynamic size stay provably aligned, so loads vectorize)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     signature = dict(ks.signature, **{c: "constexpr" for c in ks.constexprs})
-    attrs = {(i,): [["tt.divisibility", 16]]
-             for i, t in enumerate(ks.signature.values()) if t.startswith("*")}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(ks.signature.values())
+             if t.startswith("*") or (sizes16 and t in ("i32", "i64"))}
     options = {"num_warps": ks.num_warps, "num_stages": NUM_STAGES, "enable_fp_fusion": True}
     try:
         compiled = triton.compile(ASTSource(fn=fn, signature=signature,
