@@ -140,7 +140,10 @@ class CudaKernels(TritonKernels):
         meta = spec["archs"][self.arch]
         launcher = CudaLauncher(name, *self._function(meta), meta, spec, self)
         if "div16" in meta:   # the variant for sizes divisible by 16
-            launcher.div16 = (*self._function(meta["div16"]), meta["div16"]["shared"])
+            v = meta["div16"]
+            launcher.div16 = (*self._function(v), v["shared"])
+            launcher.aligned = [i for i, p in enumerate(launcher.user)
+                                if p["name"] in v.get("sizes", launcher.size_names)]
         return launcher
 
     def _function(self, meta: dict) -> tuple:
@@ -171,8 +174,9 @@ class CudaLauncher:
         self.user = [p for p in self.params if p["type"] != "scratch"]
         self.scratch = [p for p in self.params if p["type"] == "scratch"]
         self.pointers = [p["type"].startswith("*") for p in self.user]
-        self.size_args = [i for i, ptr in enumerate(self.pointers) if not ptr]
+        self.size_names = [p["name"] for p in self.user if not p["type"].startswith("*")]
         self.div16 = None   # (function, module, shared) built for sizes divisible by 16, if any
+        self.aligned: list = []   # the parameters that must be divisible by 16 to launch it
         self.inputs = [p["name"] in spec["inputs"] for p in self.user]
         unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - SIZES
         if unknown:
@@ -210,7 +214,7 @@ class CudaLauncher:
     def function_for(self, values: list) -> tuple:
         """(CUfunction, dynamic shared bytes) to launch with these parameter values: the
         variant built for sizes divisible by 16 when every size is, else the plain cubin."""
-        if self.div16 is not None and all(values[i] % 16 == 0 for i in self.size_args):
+        if self.div16 is not None and all(values[i] % 16 == 0 for i in self.aligned):
             return self.div16[0], self.div16[2]
         return self.fn, self.shared
 

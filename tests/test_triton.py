@@ -355,6 +355,7 @@ def test_dynamic_sizes_and_out_of_range_indices(tmp_path):
     div16 = spec["archs"]["sm_90"]["div16"]
     assert div16["cubin"] == "kernels/kernel0.sm_90.div16.cubin" and (p / div16["cubin"]).exists()
     assert div16["params"] == spec["archs"]["sm_90"]["params"]
+    assert div16["sizes"] == ["s_seq"]      # batch only counts rows: batch 1 takes it too
     wide = aotc.export(model, (torch.randint(0, 50, (3, 7)), torch.randn(3, 7, 16)),
                        tmp_path / "wide.aotc", target=TARGET, dynamic_shapes=(
                            {0: Dim("batch", min=1, max=2**20), 1: Dim("seq", min=2, max=2**12)},
@@ -589,7 +590,7 @@ def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     assert [ctypes.c_int64.from_address(params[i]).value for i in range(5)] == values
     CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i32"}]),
                  {"inputs": []}, owner)      # 32-bit sizes: the low half of their slot
-    launcher.div16 = ("fn16", "module16", 256)   # a variant for sizes divisible by 16
+    launcher.div16, launcher.aligned = ("fn16", "module16", 256), [2]   # s_n divisible by 16
     assert launcher.function_for(values[:2] + [32] + values[3:]) == ("fn16", 256)
     assert launcher.function_for(values[:2] + [40] + values[3:]) == (None, 0)
     with pytest.raises(aotc.TargetError, match="i16"):

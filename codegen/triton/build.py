@@ -86,8 +86,8 @@ def compile_kernel(ks, text: str, arch: str) -> tuple[bytes, dict]:
 
 
 def compile_kernels(jobs: list, workers: int | None = None) -> list:
-    """[(cubin, launch metadata)] for each (KernelSource, source text, arch[, sizes16]) of
-    `jobs`, in order.
+    """[(cubin, launch metadata)] for each (KernelSource, source text, arch[, sizes16: size
+    parameters declared divisible by 16]) of `jobs`, in order.
 
     Sources are imported and parsed one at a time (the import reads TRITON_INTERPRET under a
     lock; `ast.parse` is not thread-safe);
@@ -109,15 +109,16 @@ def compile_kernels(jobs: list, workers: int | None = None) -> list:
             return list(pool.map(build, jobs))
 
 
-def _compile(fn, ks, arch: str, sizes16: bool = False) -> tuple[bytes, dict]:
-    """`sizes16`: the size parameters are declared divisible by 16 too (the "div16" variant:
-    strides that are multiples of a dynamic size stay provably aligned, so loads vectorize)."""
+def _compile(fn, ks, arch: str, sizes16: tuple = ()) -> tuple[bytes, dict]:
+    """`sizes16`: size parameters (`s_<name>`) declared divisible by 16 too (the "div16"
+    variant: strides that are multiples of a dynamic size stay provably aligned, so loads
+    vectorize)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     signature = dict(ks.signature, **{c: "constexpr" for c in ks.constexprs})
-    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(ks.signature.values())
-             if t.startswith("*") or (sizes16 and t in ("i32", "i64"))}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(ks.signature.items())
+             if t.startswith("*") or n in sizes16}
     options = {"num_warps": ks.num_warps, "num_stages": NUM_STAGES, "enable_fp_fusion": True}
     try:
         compiled = triton.compile(ASTSource(fn=fn, signature=signature,
