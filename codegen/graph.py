@@ -16,13 +16,12 @@ from itertools import count
 import sympy
 import torch
 
-from aotc.exporter.symbols import SymbolNamer
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
-                             ReductionType, contiguous_strides, index_vars, sym)
+                             ReductionType, contiguous_strides, index_vars, size_texts, sym)
 from aotc.codegen.attention import simplify_attention_mask
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view
-from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
 from aotc.runtime.executor import resolve_op
 from aotc.runtime.plan import SlotKind, StepKind
 
@@ -145,8 +144,8 @@ class GraphLowering:
     def new_slot(self, shape, dtype, stride=None) -> int:
         sid = len(self.out.slots)
         stride = stride or contiguous_strides(shape)
-        self.out.slots.append({"id": sid, "kind": SlotKind.VALUE.value, "shape": _ints(shape),
-                               "dtype": _dtype_name(dtype), "stride": _ints(stride),
+        self.out.slots.append({"id": sid, "kind": SlotKind.VALUE.value, "shape": size_texts(shape),
+                               "dtype": dtype_name(dtype), "stride": size_texts(stride),
                                "contiguous": _is_contiguous(shape, stride)})
         return sid
 
@@ -370,8 +369,8 @@ class GraphLowering:
         """Reuse graph value `vid`'s slot for a contiguous kernel output (drop the spare)."""
         self.out.slots.pop()
         slot = self.out.slots[vid]
-        slot.update(shape=_ints(shape), dtype=_dtype_name(dtype),
-                    stride=_ints(contiguous_strides(shape)), producer="kernel", contiguous=True)
+        slot.update(shape=size_texts(shape), dtype=dtype_name(dtype),
+                    stride=size_texts(contiguous_strides(shape)), producer="kernel", contiguous=True)
         return vid
 
     # ----------------------------------------------------------------------------- externs
@@ -446,7 +445,7 @@ class GraphLowering:
             return False
         n, c, h, w = (sym(d) for d in meta["shape"])
         self.out.slots[weight]["memory_format"] = "channels_last"
-        self.out.slots[out].update(stride=_ints((h * w * c, 1, w * c, c)),
+        self.out.slots[out].update(stride=size_texts((h * w * c, 1, w * c, c)),
                                    contiguous=_is_contiguous(meta["shape"], (h * w * c, 1,
                                                                             w * c, c)))
         return True
@@ -488,16 +487,3 @@ def _lazy_origins(args) -> tuple:
 
 def _merge(a: tuple, b: tuple) -> tuple:
     return tuple(dict.fromkeys(a + b))
-
-
-def _ints(xs) -> list:
-    """Sizes as plans carry them: ints, or Python-syntax expressions over the dim names (what
-    `sym` and the runtime read back; sympy's own printing says `floor(seq/2)`)."""
-    name = SymbolNamer().expr
-    return [int(x) if (isinstance(x, int) or getattr(x, "is_Integer", False)) else name(x)
-            for x in xs]
-
-
-def _dtype_name(dtype) -> str:
-    from aotc.runtime.dtypes import dtype_name
-    return dtype_name(dtype)

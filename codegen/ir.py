@@ -73,6 +73,15 @@ def sym(n) -> sympy.Expr:
     return n
 
 
+def size_texts(xs) -> list:
+    """Sizes as plans carry them, what `sym` reads back: ints, or Python-syntax expressions over
+    the dim names (sympy's own printing would say `floor(seq/2)`)."""
+    from aotc.exporter.symbols import SymbolNamer
+    name = SymbolNamer().expr
+    return [int(x) if (isinstance(x, int) or getattr(x, "is_Integer", False)) else name(x)
+            for x in xs]
+
+
 def index_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
     return tuple(sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n))
 

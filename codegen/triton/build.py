@@ -23,6 +23,7 @@ import sys
 import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from aotc.errors import LoweringError, UsageError
@@ -31,6 +32,21 @@ from aotc.runtime.interpret import interpreter_env
 
 NUM_STAGES = 1                 # pointwise and reduction kernels: no software pipelining
 SCRATCH = ("global_scratch", "profile_scratch")   # appended by Triton >= 3.3, in this order
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSource:
+    """One kernel as Triton source, with what `triton.compile` and a launcher need."""
+    name: str
+    text: str
+    ins: list                 # buffers read (pointer params, first)
+    outs: list                # buffers written that other steps read (pointer params, next)
+    sizes: list               # dim-size symbols taken as params `s_<name>` (i32, i64 if wide)
+    signature: dict           # param name -> Triton type, in order (excluding constexprs)
+    constexprs: dict          # block sizes
+    grid: list                # three Python expressions over the plan's size symbols
+    num_warps: int
+    error_code: int | None    # what the kernel stores into aotc_err for an index out of range
 
 
 def triton_version() -> str:

@@ -37,6 +37,7 @@ from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, Reductio
 from aotc.codegen.scheduler import Kernel
 from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
                                         plan_blocks)
+from aotc.codegen.triton.build import KernelSource
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
                                          fold_index, in_bounds, op_expr, reduce_sum, texpr,
                                          to_half, unravel, value_dtype, value_type)
@@ -493,23 +494,7 @@ class KernelWriter:
                             error_code=self.error_code if self.uses_err else None)
 
 
-@dataclass(frozen=True, slots=True)
-class KernelSource:
-    """One kernel as Triton source, with what `triton.compile` and a launcher need."""
-    name: str
-    text: str
-    ins: list                 # buffers read (pointer params, first)
-    outs: list                # buffers written that other steps read (pointer params, next)
-    sizes: list               # dim-size symbols taken as params `s_<name>` (i32, i64 if wide)
-    signature: dict           # param name -> Triton type, in order (excluding constexprs)
-    constexprs: dict          # block sizes
-    grid: list                # three Python expressions over the plan's size symbols
-    num_warps: int
-    error_code: int | None    # what the kernel stores into aotc_err for an index out of range
-
-
 def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
-                  config: BlockConfig | None = None,
-                  hints: SizeHints | None = None) -> KernelSource:
+                  config: BlockConfig | None = None, hints: SizeHints | None = None):
     return KernelWriter(kernel, buffers, stored, error_code, config, hints).source()
 
