@@ -138,13 +138,8 @@ class CudaKernels(TritonKernels):
 
     def _load(self, name: str, spec: dict) -> "CudaLauncher":
         meta = spec["archs"][self.arch]
-        launcher = CudaLauncher(name, *self._function(meta), meta, spec, self)
-        if "div16" in meta:   # the variant for sizes divisible by 16
-            v = meta["div16"]
-            launcher.div16 = (*self._function(v), v["shared"])
-            launcher.aligned = [i for i, p in enumerate(launcher.user)
-                                if p["name"] in v.get("sizes", launcher.size_names)]
-        return launcher
+        div16 = self._function(meta["div16"]) if "div16" in meta else None
+        return CudaLauncher(name, *self._function(meta), meta, spec, self, div16)
 
     def _function(self, meta: dict) -> tuple:
         """(CUfunction, CUmodule) of the cubin `meta` names."""
@@ -165,7 +160,10 @@ class CudaLauncher:
     pointers to them (the driver reads an i32 parameter's 4 bytes from the low, little-endian
     half of its slot)."""
 
-    def __init__(self, name: str, fn, module, meta: dict, spec: dict, owner: CudaKernels):
+    def __init__(self, name: str, fn, module, meta: dict, spec: dict, owner: CudaKernels,
+                 div16: tuple | None = None):
+        """`div16`: (function, module) of the variant built for the sizes in its addresses
+        divisible by 16 (meta["div16"] names them), launched when they are."""
         self.name, self.fn, self.module, self.owner = name, fn, module, owner
         self.threads = 32 * meta["num_warps"]
         self.shared = meta["shared"]
@@ -174,9 +172,9 @@ class CudaLauncher:
         self.user = [p for p in self.params if p["type"] != "scratch"]
         self.scratch = [p for p in self.params if p["type"] == "scratch"]
         self.pointers = [p["type"].startswith("*") for p in self.user]
-        self.size_names = [p["name"] for p in self.user if not p["type"].startswith("*")]
-        self.div16 = None   # (function, module, shared) built for sizes divisible by 16, if any
-        self.aligned: list = []   # the parameters that must be divisible by 16 to launch it
+        self.div16 = None if div16 is None else (*div16, meta["div16"]["shared"])
+        aligned = meta["div16"]["sizes"] if div16 is not None else ()
+        self.aligned = [i for i, p in enumerate(self.user) if p["name"] in aligned]
         self.inputs = [p["name"] in spec["inputs"] for p in self.user]
         unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - SIZES
         if unknown:

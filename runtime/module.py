@@ -15,7 +15,7 @@ import torch
 from aotc.errors import GuardError, TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.executor import PlanFunction
-from aotc.runtime.graphs import MAX_GRAPHS
+from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
 from aotc.runtime.native import check_isa, load_library
 from aotc.runtime.trees import describe, unflatten
@@ -54,7 +54,6 @@ class CompiledModule:
         dynamic dims keep up to `cache` graphs, one per set of sizes."""
         if not graphs_wanted(self.device, wanted):
             return {}
-        from aotc.runtime.graphs import GraphedEntry
         samples = lambda: [s[0]] if (s := self.recorded_samples()) else []   # noqa: E731
         return {name: GraphedEntry(e, self.device, samples if name == "forward" else None,
                                    max_graphs=cache)

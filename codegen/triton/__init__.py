@@ -12,8 +12,6 @@ C++ and compiled ahead of time, for each requested GPU arch, with no GPU needed:
 """
 from __future__ import annotations
 
-import re
-
 from pathlib import Path
 
 from aotc.codegen.triton.build import arch_number, compile_kernels, triton_version
@@ -46,14 +44,6 @@ def launch_spec(ks: KernelSource) -> dict:
             "error_code": ks.error_code, "triton": triton_version(), "archs": {}}
 
 
-def address_sizes(ks: KernelSource) -> tuple:
-    """The size parameters that enter the kernel's load and store addresses: declared
-    divisible by 16 in its "div16" variant (a batch size that only counts rows is left out,
-    so batch 1 still takes the variant)."""
-    text = "\n".join(ln for ln in ks.text.splitlines() if "tl.load(" in ln or "tl.store(" in ln)
-    return tuple(f"s_{n}" for n in ks.sizes if re.search(rf"\bs_{n}\b", text))
-
-
 def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
              first_code: int = 1, tuner=None, hints=None) -> tuple[dict, dict]:
     """({artifact-relative path: bytes}, {kernel name: launch spec}) for `kernels`, compiled
@@ -72,9 +62,8 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
             specs[k.name]["autotune"] = record
         files[fmt.triton_source_file(k.name)] = text.encode()
         jobs += [(ks, text, arch, ()) for arch in archs]
-        aligned = address_sizes(ks)
-        if aligned:   # a variant for when these sizes are divisible by 16
-            jobs += [(ks, text, arch, aligned) for arch in archs]
+        if ks.aligned:   # a variant for when the sizes in addresses are divisible by 16
+            jobs += [(ks, text, arch, ks.aligned) for arch in archs]
     for (ks, _, arch, aligned), (cubin, meta) in zip(jobs, compile_kernels(jobs)):
         path = fmt.triton_cubin_file(ks.name, arch, "div16" if aligned else None)
         files[path] = cubin

@@ -47,6 +47,7 @@ class KernelSource:
     grid: list                # three Python expressions over the plan's size symbols
     num_warps: int
     error_code: int | None    # what the kernel stores into aotc_err for an index out of range
+    aligned: tuple = ()       # size params in load/store addresses: the div16 variant's
 
 
 def triton_version() -> str:

@@ -116,6 +116,7 @@ class TritonHandler:
         """Pointers into `name` at `index` (printed as `offset` if given), as a block over
         `axes`. An address that varies over no axis is a [1, 1] block, never a scalar: Triton's
         interpreter mis-broadcasts scalar predicates (their data turns float)."""
+        self.w.address_sizes |= {v.name for v in sympy.sympify(index).free_symbols if v.is_positive}
         text = f"{name} + {offset or texpr(index)}"
         if not axes or self.axes_of(index) != frozenset(axes):
             text = f"tl.broadcast_to({text}, {self.scope.shape(axes)})"
@@ -249,6 +250,7 @@ class KernelWriter:
         self.locals: dict = {}              # reduction results kept in registers
         self.counter = 0
         self.reads: set = set()
+        self.address_sizes: set = set()     # size symbols that enter load and store addresses
         self.written: set = set()
         self.uses_err = False
         self.barrier = False
@@ -426,31 +428,27 @@ class KernelWriter:
 
     # ------------------------------------------------------------------------------ kernel
     def _nodes(self) -> list:
-        body: list = []
-        for j, node in enumerate(self.k.nodes):
-            body += self._node(j, node)
-        return body
+        return [ln for j, node in enumerate(self.k.nodes) for ln in self._node(j, node)]
 
     def _fast_path(self) -> tuple[str, list] | None:
-        """(condition, body) of a kernel whose dynamic loops fit their blocks: when the sizes
-        at a call are at most the blocks (sized for the example sizes), every such loop runs
-        once, and its single-block form loads each element once and reduces in registers, as
-        a static kernel does (the looped form reloads the row in every pass: a softmax over a
-        dynamic seq of 128 ran 4x slower). None when the kernel loops over no dynamic size.
-        Its temporaries are numbered apart from the looped body's: Triton requires names set
-        in both branches of an `if` to have one type."""
+        """(condition, body) for calls whose dynamic sizes fit the blocks: one block per loop,
+        each element loaded once (the loops reload the row every pass: a dynamic softmax ran
+        4x slower). None without dynamic loops. Temporaries are numbered apart from the
+        loops' (Triton wants one type per name set in both branches of an `if`)."""
         looped = {j: b for j, b in enumerate(self.blocks.nodes)
                   if b.mode == "loop" and not sympy.sympify(b.numel).is_Integer}
         if not looped:
             return None
         twin = KernelWriter.__new__(KernelWriter)
         twin.__dict__.update(self.__dict__, locals={}, reads=set(), written=set(),
+                             address_sizes=set(),
                              uses_err=False, barrier=False, counter=self.counter)
         nodes = [dataclasses.replace(b, mode="single") if j in looped else b
                  for j, b in enumerate(self.blocks.nodes)]
         twin.blocks = dataclasses.replace(self.blocks, nodes=nodes)
         lines = twin._nodes()
         self.reads |= twin.reads
+        self.address_sizes |= twin.address_sizes
         self.uses_err |= twin.uses_err
         conds = dict.fromkeys(f"({texpr(b.numel)} <= {b.rb})" for b in looped.values())
         return " & ".join(conds), lines
@@ -464,11 +462,9 @@ class KernelWriter:
         return lines + unravel("xindex", [p.name for p in self.pvars], self.k.prefix)
 
     def source(self) -> "KernelSource":
-        body = self._nodes()
-        fast = self._fast_path()
+        body, fast = self._nodes(), self._fast_path()
         if fast is not None:
-            cond, lines = fast
-            body = [f"if {cond}:", *("    " + ln for ln in lines), "else:",
+            body = [f"if {fast[0]}:", *("    " + ln for ln in fast[1]), "else:",
                     *("    " + ln for ln in body)]
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
@@ -491,7 +487,8 @@ class KernelWriter:
         return KernelSource(name=self.k.name, text="\n".join(lines) + "\n", ins=ins, outs=outs,
                             sizes=sizes, signature=signature, constexprs=constexprs,
                             grid=self.blocks.grid(), num_warps=self.blocks.num_warps,
-                            error_code=self.error_code if self.uses_err else None)
+                            error_code=self.error_code if self.uses_err else None,
+                            aligned=tuple(f"s_{n}" for n in sizes if n in self.address_sizes))
 
 
 def kernel_source(kernel: Kernel, buffers: dict, stored: set, error_code: int = 1,
