@@ -19,7 +19,7 @@ from safetensors.torch import save
 
 from aotc import __version__
 from aotc.codegen.graph import GraphLowering
-from aotc.codegen.ir import ComputedBuffer
+from aotc.codegen.ir import ComputedBuffer, declared_minima
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, drop_unread, node_loads, schedule
 from aotc.codegen.target import Target
@@ -36,9 +36,12 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
                        split_reductions: bool = False):
     """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
     decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs.
-    `split_reductions`: long reductions onto few outputs in two stages (the Triton backend)."""
+    `split_reductions`: long reductions onto few outputs in two stages (the Triton backend).
+    Given a Program, size proofs use its dims' declared minima (`ir.declared_minima`)."""
     if isinstance(graph, Program):
-        graph = graph.graph
+        with declared_minima(graph.symbols):
+            return lower_and_schedule(graph.graph, codegen=codegen, channels_last=channels_last,
+                                      split_reductions=split_reductions)
     lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
                             split_reductions=split_reductions).run()
     verify_lowered(lowered)
@@ -50,7 +53,14 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
             codegen: bool = True, isa: str = "auto", autotune: bool = False) -> Path:
     """`autotune` (CUDA): time candidate block sizes of each kernel on this machine's GPU,
-    at the sizes the program was exported with (codegen/triton/autotune.py)."""
+    at the sizes the program was exported with (codegen/triton/autotune.py). Size proofs
+    (masks, slice starts) hold over the dims' declared ranges, which the guards enforce."""
+    with declared_minima(program.symbols):
+        return _compile(program, target, dest, codegen=codegen, isa=isa, autotune=autotune)
+
+
+def _compile(program: Program, target: Target, dest: str | Path, *, codegen: bool,
+             isa: str, autotune: bool) -> Path:
     target = _resolve_archs(target, codegen)
     graphs = {"forward": program.graph}
     if program.backward is not None:

@@ -12,6 +12,8 @@ from day one: a static size is an integer expression, so dynamic shapes need no 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import re
 from dataclasses import dataclass
@@ -289,16 +291,34 @@ def index_bounds(expr, ranges: dict) -> tuple | None:
     return lo, hi
 
 
+_MINIMA: contextvars.ContextVar[dict] = contextvars.ContextVar("aotc_size_minima", default={})
+
+
+@contextlib.contextmanager
+def declared_minima(symbols: dict | None):
+    """Inside this block, proofs about sizes use each dim's declared lower bound (a Program's
+    `symbols`: name -> {"min", ...}) instead of 1: `x[:, -3:]` along `seq` in 5..16 starts at
+    `seq - 3`. Sound because the runtime's guards refuse smaller sizes before a kernel runs
+    (with `check_guards=False` the caller vouches for the range)."""
+    token = _MINIMA.set({name: max(1, int(r["min"])) for name, r in (symbols or {}).items()})
+    try:
+        yield
+    finally:
+        _MINIMA.reset(token)
+
+
 def provably_nonnegative(expr) -> bool:
-    """Whether `expr` >= 0 for every value of its symbols: dim sizes (positive) and loop
-    variables (non-negative). A proof, never a guess, so callers may drop a mask or a bounds
-    check on it. Each size s is written 1 + t with t >= 0: a polynomial whose every coefficient
-    is then non-negative is non-negative everywhere (`seq*batch - seq` is `t_s*t_b + t_b`);
-    otherwise sympy's assumptions decide, and what they leave open is False."""
+    """Whether `expr` >= 0 for every value of its symbols: dim sizes (positive, or at least
+    their declared minimum inside `declared_minima`) and loop variables (non-negative). A
+    proof, never a guess, so callers may drop a mask or a bounds check on it. Each size s is
+    written lo + t with t >= 0: a polynomial whose every coefficient is then non-negative is
+    non-negative everywhere (`seq*batch - seq` is `t_s*t_b + t_b`); otherwise sympy's
+    assumptions decide, and what they leave open is False."""
     e = sympy.expand(sympy.sympify(expr))
     if e.is_Number:
         return bool(e >= 0)
-    shift = {s: sympy.Symbol(f"{s.name}_t", integer=True, nonnegative=True) + 1
+    minima = _MINIMA.get()
+    shift = {s: sympy.Symbol(f"{s.name}_t", integer=True, nonnegative=True) + minima.get(s.name, 1)
              for s in e.free_symbols if s.is_positive and s.is_integer}
     shifted = sympy.expand(e.subs(shift, simultaneous=True))
     if all(_nonnegative_term(t) for t in sympy.Add.make_args(shifted)):

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 import aotc
 from aotc.codegen.constfold import UNKNOWN, constant_value, is_causal_mask
-from aotc.codegen.ir import Buffer, Op, index_vars, provably_nonnegative, size_symbol
+from aotc.codegen.ir import (Buffer, Op, declared_minima, index_vars, provably_nonnegative,
+                             size_symbol)
 
 
 class Lazy:
@@ -108,6 +109,19 @@ def test_loads_followed_into_a_buffer_with_symbolic_strides():
 def test_provably_nonnegative(expr, nonnegative):
     """A proof for every size >= 1 and loop index >= 0, never a guess."""
     assert provably_nonnegative(expr) == nonnegative
+
+
+@pytest.mark.parametrize("seq_min, batch_min, expr, nonnegative", [
+    (3, 1, SEQ - 3, True), (2, 1, SEQ - 3, False), (4, 2, SEQ * BATCH - 8, True),
+    (4, 1, SEQ * BATCH - 8, False), (0, 1, SEQ - 1, True), (5, 1, SEQ - BATCH, False),
+])
+def test_proofs_use_declared_minima(seq_min, batch_min, expr, nonnegative):
+    """Inside `declared_minima` a size is at least its declared minimum (the guards enforce
+    it; a minimum below 1 counts as 1); outside, the proof falls back to sizes >= 1."""
+    with declared_minima({"seq": {"min": seq_min}, "batch": {"min": batch_min}}):
+        assert provably_nonnegative(expr) == nonnegative
+    if nonnegative and (seq_min > 1 or batch_min > 1):
+        assert not provably_nonnegative(expr)
 
 
 class Attention(torch.nn.Module):

@@ -106,18 +106,21 @@ class Slices(torch.nn.Module):
 
 def test_slices_along_a_dynamic_dim(tmp_path):
     """Slices and selects along a dynamic dim are index remaps where ATen's index rules are
-    provable for every size; `x[:, -3:]` (is seq - 3 negative? not for every seq >= 1) stays
-    ATen's slice. Every size in the range matches eager."""
+    provable for every size in the declared range (5..16): `x[:, -3:]` starts at `seq - 3`,
+    provable from the range's minimum (not for every seq >= 1; see test_constfold's
+    declared-minima proofs). Every size in the range matches eager; a smaller one is refused."""
     path = aotc.export(Slices(), (torch.randn(3, 10),), tmp_path / "s.aotc",
                        dynamic_shapes=({1: Dim("seq", min=5, max=16)},))
     stats = json.loads((path / "plans/forward.json").read_text())["stats"]
-    assert stats["fallback"] == {"aten::slice.Tensor": 1}
-    assert stats["lowered"]["aten::slice.Tensor"] == 5 and stats["lowered"]["aten::select.int"] == 2
+    assert stats["fallback"] == {}
+    assert stats["lowered"]["aten::slice.Tensor"] == 6 and stats["lowered"]["aten::select.int"] == 2
     m = aotc.load(path)
     for seq in range(5, 17):
         x = torch.randn(3, seq)
         for got, want in zip(m(x), Slices()(x), strict=True):
             torch.testing.assert_close(got, want)
+    with pytest.raises(aotc.GuardError):
+        m(torch.randn(3, 4))
 
 
 def test_manifest_records_symbols_and_symbolic_shapes(artifacts):
