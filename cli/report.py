@@ -147,6 +147,10 @@ def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
     w = m["weights"]
     out.append(f"\nweights: {w['count']} tensors, {_bytes(w['bytes'])}"
                + (f" ({len(w['aliases'])} tied)" if w["aliases"] else ""))
+    if w.get("transposed"):
+        out.append(f"  stored transposed ([K, N], for the CPU matmuls that read them): "
+                   f"{len(w['transposed'])}: " + ", ".join(w["transposed"][:4])
+                   + (", ..." if len(w["transposed"]) > 4 else ""))
     out.append("files:")
     out += [f"  {rel:<32} {_bytes(info['size']):>10}  sha256 {info['sha256'][:16]}"
             for rel, info in sorted(m["files"].items())]

@@ -20,6 +20,7 @@ from safetensors.torch import save
 from aotc import __version__
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.ir import ComputedBuffer, declared_minima
+from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, drop_unread, node_loads, schedule
 from aotc.codegen.target import Target
@@ -81,12 +82,20 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         parts[name] = (lowered, steps, decisions, kernels)
     bindings = {k: v["max"] for k, v in program.symbols.items()}
     hints = {"example": {k: v["example"] for k, v in program.symbols.items()}, "maximum": bindings}
+    weights, aliases = _dedup_weights(program.weights)
+    transposed = []
+    if codegen and target.device == "cpu" and len(graphs) == 1:
+        # matmul weights stored as W^T where the CPU BLAS runs the product faster that way
+        lowered, steps, _, _ = parts["forward"]
+        transposed = transposed_matmul_weights(lowered.slots, steps, lowered.outputs, bindings,
+                                               weights, aliases)
+        for name in transposed:
+            weights[name] = weights[name].t().contiguous()
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
     for name, plan in plans.items():
         files[fmt.plan_file(name)] = fmt.dumps(plan)
-    weights, aliases = _dedup_weights(program.weights)
     files[fmt.WEIGHTS] = save(weights)
     if program.samples is not None:
         ins, outs = program.samples
@@ -102,7 +111,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         "entries": _entries(program, plans),
         "weights": {"count": len(program.weights),
                     "bytes": sum(t.numel() * t.element_size() for t in weights.values()),
-                    "aliases": aliases},
+                    "aliases": aliases, "transposed": transposed},
     }
     if program.training is not None:
         manifest["training"] = {k: v for k, v in program.training.items()

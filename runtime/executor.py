@@ -61,10 +61,20 @@ def _reads_only(step: dict, slots: set) -> bool:
 
 def _weight(slot: dict, weights: dict) -> torch.Tensor:
     """A weight as its slot wants it: "memory_format": "channels_last" (a convolution weight
-    that the plan runs channels-last) is converted here, once, at load."""
+    that the plan runs channels-last) is converted here, once, at load; "layout": "transposed"
+    (a matmul weight stored as its [K, N] transpose, codegen/layouts.py) is bound as a view of
+    the stored tensor, its logical [N, K] shape with strides [1, N], at no cost."""
     w = weights[slot["weight"]]
+    if slot.get("layout") == "transposed" and w.dim() == 2:
+        w = w.t()
     if slot.get("memory_format") == "channels_last" and w.dim() == 4:
         w = w.contiguous(memory_format=torch.channels_last)
+    shape = slot.get("shape")
+    if shape is not None and all(isinstance(d, int) for d in shape) and list(w.shape) != shape:
+        raise ArtifactError(f"weight {slot['weight']!r} has shape {list(w.shape)} in "
+                            f"weights.safetensors, its plan slot says {shape}",
+                            where=slot["weight"], expected=shape, found=list(w.shape),
+                            fix="re-export the model (the weights file does not match the plan)")
     return w
 
 

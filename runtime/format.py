@@ -30,7 +30,7 @@ from pathlib import Path
 
 from aotc.errors import ArtifactError
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -45,6 +45,10 @@ CHANGELOG = {
     3: ("2026-11-30", "Triton kernels may take their dim sizes as 'i32' parameters (32-bit "
                       "index arithmetic where the declared maxima allow it); a reader of "
                       "version 2 refuses them"),
+    4: ("2026-11-30", "weights.safetensors may store a 2-d matmul weight as its [K, N] "
+                      "transpose: its plan slot says 'layout': 'transposed' (logical shape "
+                      "[N, K], strides [1, N]) and manifest weights.transposed lists it; a "
+                      "reader of version 3 would bind it with the wrong shape"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
