@@ -34,7 +34,7 @@ __all__ = ["compile", "Target"]
 
 
 def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False,
-                       split_reductions: bool = False):
+                       split_reductions: bool = False, sdpa_layout: bool = False):
     """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
     decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs.
     `split_reductions`: long reductions onto few outputs in two stages (the Triton backend).
@@ -42,9 +42,9 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
     if isinstance(graph, Program):
         with declared_minima(graph.symbols):
             return lower_and_schedule(graph.graph, codegen=codegen, channels_last=channels_last,
-                                      split_reductions=split_reductions)
+                                      split_reductions=split_reductions, sdpa_layout=sdpa_layout)
     lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
-                            split_reductions=split_reductions).run()
+                            split_reductions=split_reductions, sdpa_layout=sdpa_layout).run()
     verify_lowered(lowered)
     lowered.steps = drop_unread(lowered.steps, lowered.outputs)
     steps, decisions = schedule(lowered.steps)
@@ -74,7 +74,9 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         channels_last = codegen and len(graphs) == 1
         lowered, steps, decisions = lower_and_schedule(
             graph, codegen=codegen, channels_last=channels_last,
-            split_reductions=codegen and target.device == "cuda")
+            split_reductions=codegen and target.device == "cuda",
+            # SDPA outputs where the CPU's attention puts them (the export machine's torch)
+            sdpa_layout=codegen and target.device == "cpu")
         kernels = [s for s in steps if isinstance(s, Kernel)]
         if len(graphs) > 1:   # one library for all entries: kernel names must be unique
             for k in kernels:

@@ -57,3 +57,58 @@ def _same_length(g, args: list, mask) -> bool:
         return False
     sizes = {sympy.sympify(x) for x in (q.shape[-2], k.shape[-2], *mask.shape[-2:])}
     return len(sizes) == 1
+
+
+def output_dim_order(g, node: dict) -> tuple[int, ...] | None:
+    """The memory order (outermost first) of the output this machine's SDPA returns for the
+    call `node`, found by running it on tiny inputs of the same kinds (dtype, mask dtype,
+    causal, scale, GQA). CPU flash attention writes (batch, seq, heads, dim) and returns it
+    transposed to (batch, heads, seq, dim); a plan that assumed a contiguous output copied it
+    (`layout`) and then copied it again into the (batch, seq, heads*dim) a projection reads.
+    None where the call is not 4-d or the probe fails; a runtime whose SDPA answers in another
+    layout still gets a copy, never a wrong read (runtime/executor.py `layout`)."""
+    from aotc.codegen.graph import TensorValue
+    args, kwargs = list(node["args"]), dict(node["kwargs"])
+    get = lambda i, name, default: (args[i] if len(args) > i   # noqa: E731
+                                    else kwargs.get(name, default))
+    q, k, v = (g.env[a["slot"]] if isinstance(a, dict) and "slot" in a else None
+               for a in args[:3])
+    if not all(isinstance(t, TensorValue) and len(t.shape) == 4 for t in (q, k, v)):
+        return None
+    mask = get(3, "attn_mask", None)
+    mask_tv = g.env[mask["slot"]] if isinstance(mask, dict) and "slot" in mask else None
+    if mask is not None and not isinstance(mask_tv, TensorValue):
+        return None
+    gqa = bool(get(7, "enable_gqa", False))
+
+    def like(a, heads):
+        """Zeros of (1, heads, 4, 8) laid out in the memory order of the argument's value
+        (the kernels choose by layout: flash answers in its query's order)."""
+        meta = g.values[a["slot"]] or {}
+        stride = [_at_some_size(x) for x in meta.get("stride", ())]
+        order = sorted(range(4), key=lambda d: (-stride[d], d)) if len(stride) == 4 else \
+            list(range(4))
+        sizes = (1, heads, 4, 8)
+        t = torch.zeros([sizes[d] for d in order], dtype=g.env[a["slot"]].dtype)
+        return t.permute([order.index(d) for d in range(4)])
+    try:
+        tq, tk, tv_ = like(args[0], 2), like(args[1], 1 if gqa else 2), \
+            like(args[2], 1 if gqa else 2)
+        tm = None if mask_tv is None else torch.zeros((1,) * (len(mask_tv.shape) - 2) + (4, 4),
+                                                      dtype=mask_tv.dtype)
+        if tm is not None and tm.dtype == torch.bool:
+            tm = ~tm
+        out = torch.ops.aten.scaled_dot_product_attention.default(
+            tq, tk, tv_, tm, float(get(4, "dropout_p", 0.0)), bool(get(5, "is_causal", False)),
+            scale=get(6, "scale", None), enable_gqa=gqa)
+    except Exception:   # noqa: BLE001 - a probe: any failure keeps the contiguous layout
+        return None
+    order = sorted(range(4), key=lambda d: (-out.stride(d), d))
+    return tuple(order)
+
+
+def _at_some_size(n) -> int:
+    """A stride's value with every size symbol at 64 (orders strides by size)."""
+    from aotc.codegen.ir import sym
+    e = sym(n)
+    return int(e.subs({x: 64 for x in e.free_symbols}))
