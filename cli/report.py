@@ -56,6 +56,8 @@ def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool,
     if fallback:
         out.append("  extern:   " + ", ".join(f"{op.split('::')[1]} x{n}"
                                               for op, n in _by_count(fallback)))
+    if st.get("rewrites"):
+        out.append("  rewrites: " + ", ".join(f"{r} x{n}" for r, n in st["rewrites"].items()))
     out.append(f"memory:  peak planned intermediates {_bytes(st['peak_bytes'])}"
                + (f" ({_bytes(st['peak_bytes_without_reuse'])} without buffer reuse)"
                   if st.get("peak_bytes_without_reuse", st["peak_bytes"]) != st["peak_bytes"]

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save
 
 from aotc import __version__
+from aotc.codegen.attention import fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.ir import ComputedBuffer, declared_minima
 from aotc.codegen.layouts import transposed_matmul_weights
@@ -34,7 +35,8 @@ __all__ = ["compile", "Target"]
 
 
 def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False,
-                       split_reductions: bool = False, sdpa_layout: bool = False):
+                       split_reductions: bool = False, sdpa_layout: bool = False,
+                       fuse_attention: bool = False):
     """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
     decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs.
     `split_reductions`: long reductions onto few outputs in two stages (the Triton backend).
@@ -42,9 +44,15 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
     if isinstance(graph, Program):
         with declared_minima(graph.symbols):
             return lower_and_schedule(graph.graph, codegen=codegen, channels_last=channels_last,
-                                      split_reductions=split_reductions, sdpa_layout=sdpa_layout)
+                                      split_reductions=split_reductions, sdpa_layout=sdpa_layout,
+                                      fuse_attention=fuse_attention)
+    fused = 0
+    if fuse_attention:   # hand-written attention -> one SDPA call (codegen/attention.py)
+        graph, fused = fuse_manual_attention(graph)
     lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
                             split_reductions=split_reductions, sdpa_layout=sdpa_layout).run()
+    if fused:
+        lowered.rewrites["hand-written attention -> scaled_dot_product_attention"] = fused
     verify_lowered(lowered)
     lowered.steps = drop_unread(lowered.steps, lowered.outputs)
     steps, decisions = schedule(lowered.steps)
@@ -75,8 +83,10 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         lowered, steps, decisions = lower_and_schedule(
             graph, codegen=codegen, channels_last=channels_last,
             split_reductions=codegen and target.device == "cuda",
-            # SDPA outputs where the CPU's attention puts them (the export machine's torch)
-            sdpa_layout=codegen and target.device == "cpu")
+            # SDPA outputs where the CPU's attention puts them (the export machine's torch);
+            # hand-written attention as SDPA in CPU inference (not measured on GPUs yet)
+            sdpa_layout=codegen and target.device == "cpu",
+            fuse_attention=codegen and target.device == "cpu" and len(graphs) == 1)
         kernels = [s for s in steps if isinstance(s, Kernel)]
         if len(graphs) > 1:   # one library for all entries: kernel names must be unique
             for k in kernels:
@@ -152,6 +162,8 @@ def _plan(name, lowered, steps, decisions, kernels, signatures, bindings) -> dic
     plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
                          fallback=dict(sorted(lowered.fallback.items())),
                          kernels=len(kernels), fusion=decisions)
+    if lowered.rewrites:
+        plan["stats"]["rewrites"] = dict(lowered.rewrites)
     return plan
 
 

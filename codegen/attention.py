@@ -112,3 +112,215 @@ def _at_some_size(n) -> int:
     from aotc.codegen.ir import sym
     e = sym(n)
     return int(e.subs({x: 64 for x in e.free_symbols}))
+
+
+# ------------------------------------------------------------------ hand-written attention
+_VIEWS = ("aten::view.default", "aten::reshape.default")
+_SDPA = "aten::scaled_dot_product_attention.default"
+
+
+def fuse_manual_attention(graph: dict) -> tuple[dict, int]:
+    """Hand-written attention, `softmax(q @ k^T [* c | / c] [+ mask]) @ v` over 4-d (batch,
+    heads, seq, dim) tensors, becomes one SDPA call (as Inductor's attention patterns do), so
+    it runs in the device's fused attention kernel instead of two batched matmuls around a
+    softmax. Matched on the decomposed graph: each matmul is `bmm` between (batch*heads)-merged
+    views of 4-d operands (through same-shape `expand` and `clone`), k^T a transpose of the
+    last two dims of k, and the scores, scaled, masked and softmaxed values each used once
+    (attention probabilities that are also returned or reused are left alone). An additive
+    floating mask becomes SDPA's `attn_mask`; boolean `masked_fill` masks are not matched.
+    Returns (graph, number of attention calls fused); the graph given is not changed."""
+    nodes = list(graph["nodes"])
+    values = graph["values"]
+    producer = {o: i for i, n in enumerate(nodes) for o in n["out"]}
+    users: dict[int, int] = {}
+    for n in nodes:
+        for s in _slots(n["args"]) + _slots(list(n["kwargs"].values())):
+            users[s] = users.get(s, 0) + 1
+    for o in graph["outputs"]:
+        if "slot" in o:
+            users[o["slot"]] = users.get(o["slot"], 0) + 2   # never "used once"
+    replaced: dict[int, dict] = {}
+    for i, n in enumerate(nodes):
+        match = _match(n, nodes, values, producer, users)
+        if match is not None:
+            replaced[i] = match
+    if not replaced:
+        return graph, 0
+    nodes = [replaced.get(i, n) for i, n in enumerate(nodes)]
+    return dict(graph, nodes=_drop_dead(nodes, graph["outputs"])), len(replaced)
+
+
+def _slots(args) -> list[int]:
+    out = []
+    for a in args:
+        if isinstance(a, list):
+            out += _slots(a)
+        elif isinstance(a, dict) and "slot" in a:
+            out.append(a["slot"])
+    return out
+
+
+def _shape(values, vid):
+    from aotc.codegen.ir import sym
+    meta = values[vid] or {}
+    return [sympy.expand(sym(d)) for d in meta.get("shape", ())] if "shape" in meta else None
+
+
+def _match(final: dict, nodes, values, producer, users) -> dict | None:
+    """The SDPA node replacing `final` (the view of the second bmm back to 4-d), or None."""
+    def node_of(vid):
+        i = producer.get(vid)
+        return nodes[i] if i is not None else None
+
+    def single(vid):
+        return users.get(vid, 0) == 1
+
+    def arg(n, k):
+        a = n["args"][k] if len(n["args"]) > k else None
+        return a["slot"] if isinstance(a, dict) and "slot" in a else None
+
+    if final["op"] not in _VIEWS or not final["single"] or final["kwargs"]:
+        return None
+    out = final["out"][0]
+    bmm2 = node_of(arg(final, 0))
+    shape4 = _shape(values, out)
+    if bmm2 is None or bmm2["op"] != "aten::bmm.default" or shape4 is None or \
+            len(shape4) != 4 or not single(bmm2["out"][0]):
+        return None
+    p4, v4 = (_merged_base(arg(bmm2, k), nodes, values, producer, users) for k in (0, 1))
+    if p4 is None or v4 is None:
+        return None
+    softmax = node_of(p4)
+    if softmax is None or softmax["op"] != "aten::_softmax.default" or not single(p4) or \
+            softmax["args"][1] not in (-1, 3) or softmax["args"][2] is not False:
+        return None
+    x = arg(softmax, 0)
+    mask, scale = None, 1.0
+    step = node_of(x)
+    if step is not None and step["op"] == "aten::add.Tensor" and single(x) and \
+            not step["kwargs"] and len(step["args"]) == 2:
+        a, b = arg(step, 0), arg(step, 1)
+        scores_side = a if _from_bmm(a, nodes, producer) else b
+        mask = b if scores_side == a else a
+        if mask is None or scores_side is None or not _float_mask(values, mask, x):
+            return None
+        x = scores_side
+        step = node_of(x)
+    if step is not None and step["op"] in ("aten::div.Tensor", "aten::mul.Tensor") and \
+            single(x) and not step["kwargs"] and isinstance(step["args"][1], (int, float)) and \
+            not isinstance(step["args"][1], bool) and arg(step, 0) is not None:
+        c = float(step["args"][1])
+        if c == 0.0:
+            return None
+        scale = 1.0 / c if step["op"] == "aten::div.Tensor" else c
+        x = arg(step, 0)
+        step = node_of(x)
+    # x: the scores as 4-d, a view of the first bmm
+    if step is None or step["op"] not in _VIEWS or not single(x):
+        return None
+    bmm1 = node_of(arg(step, 0))
+    if bmm1 is None or bmm1["op"] != "aten::bmm.default" or not single(bmm1["out"][0]):
+        return None
+    q4, kt4 = (_merged_base(arg(bmm1, k), nodes, values, producer, users) for k in (0, 1))
+    k4 = _untransposed(kt4, nodes, producer, values)
+    if q4 is None or k4 is None:
+        return None
+    sq, sk, sv = (_shape(values, t) for t in (q4, k4, v4))
+    sp = _shape(values, p4)
+    if any(s is None or len(s) != 4 for s in (sq, sk, sv, sp)) or sq[:2] != sk[:2] or \
+            sk[:3] != sv[:3] or sq[3] != sk[3] or sp != [*sq[:3], sk[2]] or \
+            shape4 != [*sq[:3], sv[3]]:
+        return None
+    dtypes = {(values[t] or {}).get("dtype") for t in (q4, k4, v4, out)}
+    if len(dtypes) != 1 or dtypes.pop() not in ("float32", "float16", "bfloat16", "float64"):
+        return None
+    return {"op": _SDPA, "args": [{"slot": q4}, {"slot": k4}, {"slot": v4},
+                                  None if mask is None else {"slot": mask}, 0.0, False],
+            "kwargs": {"scale": scale}, "out": [out], "single": True}
+
+
+def _merged_base(vid, nodes, values, producer, users):
+    """The 4-d tensor whose first two dims a bmm operand merges (through a view/reshape, and
+    same-shape expand and contiguous clone between), or None."""
+    if vid is None:
+        return None
+    i = producer.get(vid)
+    n = nodes[i] if i is not None else None
+    if n is None or n["op"] not in _VIEWS or users.get(vid, 0) != 1:
+        return None
+    base = n["args"][0]["slot"] if isinstance(n["args"][0], dict) else None
+    while base is not None:
+        j = producer.get(base)
+        m = nodes[j] if j is not None else None
+        src = m["args"][0]["slot"] if m is not None and m["args"] and \
+            isinstance(m["args"][0], dict) and "slot" in m["args"][0] else None
+        if m is not None and m["op"] == "aten::clone.default" and src is not None and \
+                m["kwargs"].get("memory_format") in (None, {"memory_format": "contiguous_format"}):
+            base = src
+        elif m is not None and m["op"] == "aten::expand.default" and src is not None and \
+                _shape(values, src) == _shape(values, base):
+            base = src
+        else:
+            break
+    s4, s3 = _shape(values, base) if base is not None else None, _shape(values, vid)
+    if s4 is None or s3 is None or len(s4) != 4 or len(s3) != 3 or \
+            sympy.expand(s4[0] * s4[1]) != s3[0] or s4[2:] != s3[1:]:
+        return None
+    return base
+
+
+def _untransposed(kt, nodes, producer, values):
+    """k for k^T = permute(k, [0, 1, 3, 2]) / transpose(k, -2, -1), or None."""
+    if kt is None:
+        return None
+    i = producer.get(kt)
+    n = nodes[i] if i is not None else None
+    if n is None or not (n["args"] and isinstance(n["args"][0], dict) and "slot" in n["args"][0]):
+        return None
+    if n["op"] == "aten::permute.default" and list(n["args"][1]) in ([0, 1, 3, 2],
+                                                                      [0, 1, -1, -2]):
+        return n["args"][0]["slot"]
+    if n["op"] == "aten::transpose.int" and sorted(d % 4 for d in n["args"][1:3]) == [2, 3]:
+        return n["args"][0]["slot"]
+    return None
+
+
+def _from_bmm(vid, nodes, producer) -> bool:
+    """Whether `vid` is the scores: a view, or a scaled view, of a bmm."""
+    for _ in range(2):
+        i = producer.get(vid)
+        if i is None:
+            return False
+        n = nodes[i]
+        if n["op"] == "aten::bmm.default":
+            return True
+        if not n["args"] or not isinstance(n["args"][0], dict) or "slot" not in n["args"][0]:
+            return False
+        vid = n["args"][0]["slot"]
+    i = producer.get(vid)
+    return i is not None and nodes[i]["op"] == "aten::bmm.default"
+
+
+def _float_mask(values, mask, scores) -> bool:
+    """An additive mask SDPA takes as it is: floating, of the scores' dtype, at most 4-d."""
+    m, s = values[mask] or {}, values[scores] or {}
+    return m.get("dtype") == s.get("dtype") and len(m.get("shape", ())) <= 4 and \
+        "shape" in m
+
+
+_PURE = frozenset({*_VIEWS, "aten::bmm.default", "aten::clone.default", "aten::expand.default",
+                   "aten::permute.default", "aten::transpose.int", "aten::div.Tensor",
+                   "aten::mul.Tensor", "aten::add.Tensor", "aten::_softmax.default"})
+
+
+def _drop_dead(nodes: list, outputs: list) -> list:
+    """Nodes of the kinds a fused attention leaves behind (its matmuls, views, scaling and
+    softmax) whose results nothing reads any more."""
+    live = {o["slot"] for o in outputs if "slot" in o}
+    kept = []
+    for n in reversed(nodes):
+        if n["op"] in _PURE and not (set(n["out"]) & live):
+            continue
+        live |= set(_slots(n["args"]) + _slots(list(n["kwargs"].values())))
+        kept.append(n)
+    return kept[::-1]

@@ -85,6 +85,7 @@ class LoweredGraph:
     outputs: list = field(default_factory=list)
     lowered: dict = field(default_factory=dict)   # op -> count of nodes lowered to loop IR
     fallback: dict = field(default_factory=dict)  # op -> count of nodes left to ATen
+    rewrites: dict = field(default_factory=dict)  # graph rewrite -> count (before lowering)
 
 
 class GraphLowering:
