@@ -11,21 +11,7 @@ from collections import Counter
 
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.guards import compile_expr, evaluate
-from aotc.runtime.plan import SlotKind, StepKind
-
-
-def slots_in(arg) -> list[int]:
-    if isinstance(arg, list):
-        return [s for a in arg for s in slots_in(a)]
-    if isinstance(arg, dict) and "slot" in arg:
-        return [arg["slot"]]
-    return []
-
-
-def step_uses(step) -> list[int]:
-    if step["kind"] == StepKind.KERNEL.value:
-        return list(step["args"])
-    return slots_in(step["args"]) + slots_in(list(step["kwargs"].values()))
+from aotc.runtime.plan import SlotKind, StepKind, slots_in, step_uses  # noqa: F401 - re-exported
 
 
 def is_view(op) -> bool:

@@ -48,12 +48,14 @@ class _Step(torch.autograd.Function):
                          if need)
         if module.check_guards:   # what forward saved comes from the plan itself, unchecked:
             module.tangent_guards.check(tangents, module.device)   # some live on the host
+        n, nb = len(module.param_list), len(module.buffer_names)
         if module.graphs is not None:   # a replay reads what forward saved in the graph
             res = module.graphs.backward(ctx.token, lambda: _handed_over(ctx, tangents),
                                          tangents)
+        elif module.params_only is not None and not any(ctx.needs_input_grad[1 + n:]):
+            res = module.params_only(_handed_over(ctx, tangents), {})
         else:
             res = module.entries["backward"].function(_handed_over(ctx, tangents), {})
-        n, nb = len(module.param_list), len(module.buffer_names)
         return (None, *res[:n], *res[n + nb:])
 
 
@@ -97,6 +99,9 @@ class TrainableModule(torch.nn.Module):
         saved = saved_for_backward(manifest)["count"]
         self.tangent_guards = Guards(manifest["entries"]["backward"]["inputs"][saved:], {}, [])
         self.graphs = _graphs(self, device, cuda_graph)
+        self.params_only = None if self.graphs is not None else _params_only_backward(
+            self.entries["backward"].plan, len(meta["params"]) + len(meta["buffers"]), owned,
+            device, library)
 
     def forward(self, *inputs):
         outs = _Step.apply(self, *self.param_list, *inputs)
@@ -115,6 +120,20 @@ class TrainableModule(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"artifact={str(self.path)!r}, training"
+
+
+def _params_only_backward(plan: dict, n_state: int, owned: dict, device, library):
+    """The backward plan without the inputs' gradients, for calls whose inputs need none (the
+    usual case: data does not require grad), or None when the backward computes no input
+    gradient. Same kernels; only the steps the other gradients need run (for the sample MLP,
+    one matmul of six in backward)."""
+    from aotc.runtime.executor import PlanFunction
+    from aotc.runtime.plan import without_outputs
+    dropped = {i for i, o in enumerate(plan["outputs"]) if i >= n_state and "slot" in o}
+    if not dropped:
+        return None
+    return PlanFunction(without_outputs(plan, dropped), owned, device, library,
+                        static_weights=False)
 
 
 def _graphs(module, device: torch.device, wanted: bool | None):

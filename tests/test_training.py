@@ -207,3 +207,41 @@ def test_cli_export_train(tmp_path):
     m = aotc.load(out)
     m(torch.randn(8, 64)).sum().backward()
     assert all(p.grad is not None for p in m.parameters())
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_backward_skips_input_gradients_nobody_wants(exported, name):
+    """Inputs that need no gradient (the usual case) run the backward plan without the inputs'
+    gradients: the MLP drops a matmul, the ConvNet's first convolution_backward computes no
+    input gradient (output_mask). The parameters' gradients are bitwise those of the full
+    backward, which still runs when an input requires grad."""
+    import json
+    from aotc.runtime.plan import without_outputs
+    path, _, args = exported[name]
+    m = aotc.load(path)
+    assert m.params_only is not None
+    plan = json.loads((path / "plans/backward.json").read_text())
+    state = len(m.param_list) + len(m.buffer_names)
+    pruned = without_outputs(plan, {i for i in range(state, len(plan["outputs"]))})
+    ops = lambda p: [s.get("op") for s in p["steps"] if s["kind"] == "extern"]  # noqa: E731
+    if name == "mlp":
+        assert ops(pruned).count("aten::mm.default") == ops(plan).count("aten::mm.default") - 1
+    else:
+        first = [s for s in pruned["steps"] if s.get("op") == "aten::convolution_backward.default"]
+        assert any(s["args"][10][0] is False and s["out"][0] is None for s in first)
+    calls = []
+    m.params_only.fn = (lambda fn: lambda *a: calls.append(1) or fn(*a))(m.params_only.fn)
+
+    def grads(x):
+        for p in m.parameters():
+            p.grad = None
+        torch.manual_seed(5)
+        projection_loss(m(x)).backward()
+        return [p.grad.clone() for p in m.parameters()]
+    without = grads(args[0])
+    assert calls == [1]
+    x = args[0].clone().requires_grad_()
+    full = grads(x)
+    assert calls == [1] and x.grad is not None
+    for a, b in zip(without, full, strict=True):
+        assert torch.equal(a, b)
