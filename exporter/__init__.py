@@ -239,8 +239,34 @@ def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:
         return tuple(follow(out, p) for p in paths)
     placeholders = [{"kind": "input", "name": f"input{i}"} for i in range(len(args))]
     gm = torch.fx.experimental.proxy_tensor.make_fx(flat_fn)(*args)
-    graph = graph_to_json(decompose(gm, list(args)), placeholders)
+    gm, constants = _lift_constants(decompose(gm, list(args)))
+    placeholders += [{"kind": "weight", "name": n} for n in constants]
+    graph = graph_to_json(gm, placeholders)
     inputs = [{"name": f"input{i}", "dtype": dtype_name(a.dtype), "shape": list(a.shape),
                "values": _value_range(a, None)} for i, a in enumerate(args)]
-    return Program(name=name, graph=graph, weights={}, inputs=inputs, output_tree=spec,
+    return Program(name=name, graph=graph, weights=constants, inputs=inputs, output_tree=spec,
                    samples=(args, flat_out), options={})
+
+
+def _lift_constants(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, dict]:
+    """The tensor constants make_fx keeps as attributes (`x[[0, 2]]` traces the list as one)
+    as placeholders after the inputs, each a weight of the program: {name: tensor}."""
+    constants = {}
+    last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1:]
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            continue
+        name = f"constant.{node.target}"
+        with gm.graph.inserting_after(last[0]) if last else \
+                gm.graph.inserting_before(next(iter(gm.graph.nodes))):
+            ph = gm.graph.placeholder(name.replace(".", "_"))
+        ph.meta["val"] = value
+        node.replace_all_uses_with(ph)
+        gm.graph.erase_node(node)
+        last = [ph]
+        constants[name] = value.detach().clone()
+    gm.recompile()
+    return gm, constants

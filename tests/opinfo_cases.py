@@ -258,9 +258,9 @@ def _eager_skip_reason(ins_before, ins_after, out) -> str | None:
 
 # Case names are OpInfo full names, plus this one variant. `__getitem__` samples index with
 # Python lists of ints (x[[0, 2]]): the "__getitem__" case passes each such list as an int64
-# tensor INPUT (same indexing semantics; it exercises aten.index.Tensor's lowering), because a
-# list traced by make_fx becomes a tensor constant (get_attr) that `trace_function` refuses.
-# RAW_GETITEM runs those samples unchanged and is an expected failure until that is fixed.
+# tensor INPUT (same indexing semantics; it exercises aten.index.Tensor's lowering with a
+# runtime index). RAW_GETITEM runs those samples unchanged: make_fx traces each list as a
+# tensor constant, which `trace_function` lifts into the program's weights.
 RAW_GETITEM = "__getitem__!raw_list_index"
 VARIANTS = {RAW_GETITEM: "__getitem__"}
 

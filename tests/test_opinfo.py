@@ -32,12 +32,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 # ------------------------------------------------------------------------ expected failures
 # (case name, dtype) -> reason. "bug: ..." names a defect outside the lowering files (reported,
 # not fixed here); the other reasons are known limitations.
-XFAIL: dict[tuple[str, torch.dtype], str] = {
-    (oc.RAW_GETITEM, f32): "bug: exporter.trace_function refuses the tensor constant that make_fx "
-                          "creates for a Python-list index (x[[0, 2]] -> get_attr "
-                          "_tensor_constant0: ExportError 'cannot place in a plan'); the "
-                          "__getitem__ case passes those lists as tensor inputs instead",
-}
+XFAIL: dict[tuple[str, torch.dtype], str] = {}
 
 # ------------------------------------------------------------ lowerings no OpInfo run reaches
 # (Dead lowerings, for the exporter as it stands: worth knowing when touching exporter/decomp.py.)
@@ -67,9 +62,6 @@ NOT_EXERCISED: dict[str, str] = {
     "aten::cumsum.default":
         "lowered only when its input is a provable constant (a traced mask), which no OpInfo "
         "sample's input is: tests/test_constfold.py covers it, and ATen runs every OpInfo case",
-    "aten::lift_fresh_copy.default":
-        "only produced for tensor literals (torch.tensor(...)) inside traced code; no OpInfo "
-        "sample creates one (and trace_function refuses such constants: see XFAIL)",
 }
 
 
