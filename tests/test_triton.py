@@ -461,11 +461,8 @@ def _opinfo_params():
         import opinfo_cases as oc
     except ImportError:
         return []
-    xfail = {oc.RAW_GETITEM: "exporter: make_fx's tensor constant for a list index "
-                             "(as in test_opinfo.py)"}
-    return [pytest.param(n, d, marks=[pytest.mark.xfail(reason=xfail[n], strict=True)]
-                         if n in xfail else [], id=f"{n}-{oc._dt(d)}")
-            for n, d, slow in oc.all_cases() if not slow]
+    return [pytest.param(n, d, id=f"{n}-{oc._dt(d)}") for n, d, slow in oc.all_cases()
+            if not slow]
 
 
 @pytest.mark.slow
