@@ -116,6 +116,10 @@ def _at_some_size(n) -> int:
 
 # ------------------------------------------------------------------ hand-written attention
 _VIEWS = ("aten::view.default", "aten::reshape.default")
+# Keys below which the fusion is left out: with 64 keys SDPA ran 0.95-1.0x the speed of aotc's
+# two matmuls around one fused softmax kernel on the CPU; from 256 on 1.2-2.2x faster (one
+# thread). A dynamic key length is fused (long sequences are where it matters).
+MIN_KEYS = 128
 _SDPA = "aten::scaled_dot_product_attention.default"
 
 
@@ -126,11 +130,13 @@ def fuse_manual_attention(graph: dict) -> tuple[dict, int]:
     softmax. Matched on the decomposed graph: each matmul is `bmm` between (batch*heads)-merged
     views of 4-d operands (through same-shape `expand` and `clone`), k^T a transpose of the
     last two dims of k, and the scores, scaled, masked and softmaxed values each used once
-    (attention probabilities that are also returned or reused are left alone). An additive
-    floating mask becomes SDPA's `attn_mask`; boolean `masked_fill` masks are not matched.
+    (attention probabilities that are also returned or reused are left alone), with at least
+    MIN_KEYS keys (or a dynamic key length). An additive
+    floating mask becomes SDPA's `attn_mask`, and `masked_fill(m, -inf)` of a boolean m (which
+    decomposes to `where(m, -inf, scores)`) becomes `attn_mask=logical_not(m)`.
     Returns (graph, number of attention calls fused); the graph given is not changed."""
     nodes = list(graph["nodes"])
-    values = graph["values"]
+    values = list(graph["values"])
     producer = {o: i for i, n in enumerate(nodes) for o in n["out"]}
     users: dict[int, int] = {}
     for n in nodes:
@@ -139,15 +145,15 @@ def fuse_manual_attention(graph: dict) -> tuple[dict, int]:
     for o in graph["outputs"]:
         if "slot" in o:
             users[o["slot"]] = users.get(o["slot"], 0) + 2   # never "used once"
-    replaced: dict[int, dict] = {}
+    replaced: dict[int, list] = {}
     for i, n in enumerate(nodes):
         match = _match(n, nodes, values, producer, users)
         if match is not None:
             replaced[i] = match
     if not replaced:
         return graph, 0
-    nodes = [replaced.get(i, n) for i, n in enumerate(nodes)]
-    return dict(graph, nodes=_drop_dead(nodes, graph["outputs"])), len(replaced)
+    nodes = [m for i, n in enumerate(nodes) for m in replaced.get(i, [n])]
+    return dict(graph, values=values, nodes=_drop_dead(nodes, graph["outputs"])), len(replaced)
 
 
 def _slots(args) -> list[int]:
@@ -166,8 +172,9 @@ def _shape(values, vid):
     return [sympy.expand(sym(d)) for d in meta.get("shape", ())] if "shape" in meta else None
 
 
-def _match(final: dict, nodes, values, producer, users) -> dict | None:
-    """The SDPA node replacing `final` (the view of the second bmm back to 4-d), or None."""
+def _match(final: dict, nodes, values, producer, users) -> list | None:
+    """The nodes replacing `final` (the view of the second bmm back to 4-d): the SDPA call,
+    after the `logical_not` of a boolean mask (its value appended to `values`); or None."""
     def node_of(vid):
         i = producer.get(vid)
         return nodes[i] if i is not None else None
@@ -206,6 +213,17 @@ def _match(final: dict, nodes, values, producer, users) -> dict | None:
             return None
         x = scores_side
         step = node_of(x)
+    elif step is not None and step["op"] == "aten::where.self" and single(x) and \
+            not step["kwargs"] and len(step["args"]) == 3:
+        cond, fill = arg(step, 0), node_of(arg(step, 1))
+        if cond is None or (values[cond] or {}).get("dtype") != "bool" or \
+                len((values[cond] or {}).get("shape", (0,) * 5)) > 4 or fill is None or \
+                fill["op"] != "aten::scalar_tensor.default" or \
+                fill["args"][:1] != [{"float": "-inf"}] or arg(step, 2) is None:
+            return None
+        mask = ("not", cond)
+        x = arg(step, 2)
+        step = node_of(x)
     if step is not None and step["op"] in ("aten::div.Tensor", "aten::mul.Tensor") and \
             single(x) and not step["kwargs"] and isinstance(step["args"][1], (int, float)) and \
             not isinstance(step["args"][1], bool) and arg(step, 0) is not None:
@@ -231,12 +249,27 @@ def _match(final: dict, nodes, values, producer, users) -> dict | None:
             sk[:3] != sv[:3] or sq[3] != sk[3] or sp != [*sq[:3], sk[2]] or \
             shape4 != [*sq[:3], sv[3]]:
         return None
+    if sk[2].is_Integer and int(sk[2]) < MIN_KEYS:   # short rows: no gain (see MIN_KEYS)
+        return None
     dtypes = {(values[t] or {}).get("dtype") for t in (q4, k4, v4, out)}
     if len(dtypes) != 1 or dtypes.pop() not in ("float32", "float16", "bfloat16", "float64"):
         return None
-    return {"op": _SDPA, "args": [{"slot": q4}, {"slot": k4}, {"slot": v4},
-                                  None if mask is None else {"slot": mask}, 0.0, False],
-            "kwargs": {"scale": scale}, "out": [out], "single": True}
+    before = []
+    if isinstance(mask, tuple):   # where(m, -inf, s): SDPA keeps where its boolean mask is True
+        meta = values[mask[1]]
+        values.append(dict(meta, stride=_contiguous_strides(meta["shape"])))
+        before.append({"op": "aten::logical_not.default", "args": [{"slot": mask[1]}],
+                       "kwargs": {}, "out": [len(values) - 1], "single": True})
+        mask = len(values) - 1
+    return before + [{"op": _SDPA, "args": [{"slot": q4}, {"slot": k4}, {"slot": v4},
+                                            None if mask is None else {"slot": mask}, 0.0,
+                                            False],
+                      "kwargs": {"scale": scale}, "out": [out], "single": True}]
+
+
+def _contiguous_strides(shape: list) -> list:
+    from aotc.codegen.ir import contiguous_strides, size_texts, sym
+    return size_texts(contiguous_strides([sym(d) for d in shape]))
 
 
 def _merged_base(vid, nodes, values, producer, users):
@@ -310,7 +343,8 @@ def _float_mask(values, mask, scores) -> bool:
 
 _PURE = frozenset({*_VIEWS, "aten::bmm.default", "aten::clone.default", "aten::expand.default",
                    "aten::permute.default", "aten::transpose.int", "aten::div.Tensor",
-                   "aten::mul.Tensor", "aten::add.Tensor", "aten::_softmax.default"})
+                   "aten::mul.Tensor", "aten::add.Tensor", "aten::_softmax.default",
+                   "aten::where.self", "aten::scalar_tensor.default"})
 
 
 def _drop_dead(nodes: list, outputs: list) -> list:

@@ -1,7 +1,8 @@
 """Hand-written attention becomes one SDPA call in CPU inference (codegen/attention.py
 `fuse_manual_attention`): `softmax(q @ k^T / c [+ mask]) @ v` on (batch, heads, seq, dim)
-tensors. Only the exact pattern is taken: attention probabilities used elsewhere, boolean
-masked_fill masks and training graphs keep their matmuls. Every variant matches eager."""
+tensors, an additive mask becoming `attn_mask` and nanoGPT's `masked_fill(m, -inf)` a boolean
+`attn_mask` (not m). Attention probabilities used elsewhere, fills other than -inf and training
+graphs keep their matmuls. Every variant matches eager."""
 import json
 import math
 
@@ -11,10 +12,11 @@ from torch import nn
 
 import aotc
 from aotc.cli.report import inspect_text
-from aotc.codegen.attention import fuse_manual_attention
+from aotc.codegen.attention import MIN_KEYS, fuse_manual_attention
 from aotc.exporter.loader import load_model
 
 REWRITE = "hand-written attention -> scaled_dot_product_attention"
+SEQ = MIN_KEYS    # the shortest key length fused
 
 
 class Attn(nn.Module):
@@ -23,6 +25,7 @@ class Attn(nn.Module):
         super().__init__()
         self.variant, self.heads = variant, heads
         self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.register_buffer("tril", torch.tril(torch.ones(SEQ, SEQ)).view(1, 1, SEQ, SEQ))
 
     def forward(self, x, mask=None):
         b, t, d = x.shape
@@ -35,8 +38,10 @@ class Attn(nn.Module):
             s = s * 0.25
         if mask is not None:
             s = s + mask
-        if self.variant == "causal_fill":
-            s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        if self.variant == "causal_fill":   # nanoGPT's form: a buffer compared, -inf filled
+            s = s.masked_fill(self.tril[:, :, :t, :t] == 0, float("-inf"))
+        if self.variant == "finite_fill":
+            s = s.masked_fill(self.tril[:, :, :t, :t] == 0, -1e4)
         p = torch.softmax(s, dim=-1)
         o = (p @ v).transpose(1, 2).reshape(b, t, d)
         if self.variant == "probs":
@@ -65,33 +70,42 @@ def _check(model, args, path, fused: int):
 
 def test_the_transformer_sample_runs_sdpa(tmp_path):
     model = load_model("samples/transformer.py:Net")
-    p = _check(model, (torch.randn(2, 48, 128),), tmp_path / "t.aotc", fused=2)
+    p = _check(model, (torch.randn(1, SEQ, 128),), tmp_path / "t.aotc", fused=2)
     text = inspect_text(p, json.loads((p / "manifest.json").read_text()))
     assert f"rewrites: {REWRITE} x2" in text
 
 
 @pytest.mark.parametrize("variant", ["div", "mul", "none"])
 def test_scale_variants(tmp_path, variant):
-    _check(Attn(variant), (torch.randn(2, 10, 32),), tmp_path / "a.aotc", fused=1)
+    _check(Attn(variant), (torch.randn(2, SEQ, 32),), tmp_path / "a.aotc", fused=1)
 
 
 def test_an_additive_mask_becomes_attn_mask(tmp_path):
-    mask = torch.randn(2, 1, 10, 10)
-    p = _check(Attn("div"), (torch.randn(2, 10, 32), mask), tmp_path / "m.aotc", fused=1)
+    mask = torch.randn(2, 1, SEQ, SEQ)
+    p = _check(Attn("div"), (torch.randn(2, SEQ, 32), mask), tmp_path / "m.aotc", fused=1)
     plan = json.loads((p / "plans/forward.json").read_text())
     sdpa, = [s for s in plan["steps"] if "scaled_dot_product" in s.get("op", "")]
     assert isinstance(sdpa["args"][3], dict)
 
 
-@pytest.mark.parametrize("variant", ["probs", "causal_fill"])
+def test_a_boolean_masked_fill_becomes_a_boolean_attn_mask(tmp_path):
+    p = _check(Attn("causal_fill"), (torch.randn(2, SEQ, 32),), tmp_path / "c.aotc", fused=1)
+    plan = json.loads((p / "plans/forward.json").read_text())
+    sdpa, = [s for s in plan["steps"] if "scaled_dot_product" in s.get("op", "")]
+    mask = plan["slots"][sdpa["args"][3]["slot"]]
+    assert mask["dtype"] == "bool" and mask["shape"] == [1, 1, SEQ, SEQ]
+    assert "aten::where.self" not in _stats(p)["lowered"]
+
+
+@pytest.mark.parametrize("variant", ["probs", "finite_fill"])
 def test_other_forms_keep_their_matmuls(tmp_path, variant):
-    _check(Attn(variant), (torch.randn(2, 10, 32),), tmp_path / "n.aotc", fused=0)
+    _check(Attn(variant), (torch.randn(2, SEQ, 32),), tmp_path / "n.aotc", fused=0)
 
 
 def test_the_graph_given_is_not_changed():
     from aotc import exporter
     from aotc.api import ExportOptions
-    prog = exporter.export(Attn("div").eval(), (torch.randn(2, 10, 32),),
+    prog = exporter.export(Attn("div").eval(), (torch.randn(2, SEQ, 32),),
                            ExportOptions.from_kwargs())
     before = json.dumps(prog.graph, sort_keys=True)
     graph, fused = fuse_manual_attention(prog.graph)
@@ -102,5 +116,21 @@ def test_the_graph_given_is_not_changed():
 
 def test_training_keeps_the_matmuls(tmp_path):
     model = Attn("div").train()
-    p = aotc.export(model, (torch.randn(2, 10, 32),), tmp_path / "tr.aotc", train=True)
+    p = aotc.export(model, (torch.randn(2, SEQ, 32),), tmp_path / "tr.aotc", train=True)
     assert "rewrites" not in _stats(p)
+
+
+def test_short_sequences_keep_their_matmuls_dynamic_ones_are_fused(tmp_path):
+    """Below MIN_KEYS keys the fused softmax between two matmuls is as fast (measured); a
+    dynamic key length is fused, and every length in its range matches eager."""
+    from torch.export import Dim
+    _check(Attn("div"), (torch.randn(2, MIN_KEYS // 2, 32),), tmp_path / "s.aotc", fused=0)
+    model = Attn("div").eval()
+    p = aotc.export(model, (torch.randn(2, 24, 32),), tmp_path / "d.aotc",
+                    dynamic_shapes=({1: Dim("seq", min=2, max=MIN_KEYS)},))
+    assert _stats(p)["rewrites"] == {REWRITE: 1}
+    m = aotc.load(p)
+    with torch.no_grad():
+        for t in (2, 7, MIN_KEYS):
+            x = torch.randn(2, t, 32)
+            torch.testing.assert_close(m(x), model(x), rtol=1e-5, atol=1e-5)
