@@ -18,12 +18,12 @@ import torch
 from safetensors.torch import save
 
 from aotc import __version__
-from aotc.codegen.attention import fuse_manual_attention
+from aotc.codegen.attention_fusion import REWRITE, fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.ir import ComputedBuffer, declared_minima
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
-from aotc.codegen.scheduler import Kernel, drop_unread, node_loads, schedule
+from aotc.codegen.scheduler import Kernel, drop_unread, schedule
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
@@ -47,12 +47,12 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
                                       split_reductions=split_reductions, sdpa_layout=sdpa_layout,
                                       fuse_attention=fuse_attention)
     fused = 0
-    if fuse_attention:   # hand-written attention -> one SDPA call (codegen/attention.py)
+    if fuse_attention:   # hand-written attention -> one SDPA call (codegen/attention_fusion.py)
         graph, fused = fuse_manual_attention(graph)
     lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
                             split_reductions=split_reductions, sdpa_layout=sdpa_layout).run()
     if fused:
-        lowered.rewrites["hand-written attention -> scaled_dot_product_attention"] = fused
+        lowered.rewrites[REWRITE] = fused
     verify_lowered(lowered)
     lowered.steps = drop_unread(lowered.steps, lowered.outputs)
     steps, decisions = schedule(lowered.steps)
@@ -71,38 +71,10 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
 def _compile(program: Program, target: Target, dest: str | Path, *, codegen: bool,
              isa: str, autotune: bool) -> Path:
     target = _resolve_archs(target, codegen)
-    graphs = {"forward": program.graph}
-    if program.backward is not None:
-        graphs["backward"] = program.backward
-    parts = {}
-    for name, graph in graphs.items():
-        # channels-last convolutions in inference, the fast layout of oneDNN (CPU) and of
-        # cuDNN's tensor-core kernels (GPU); training graphs read weights as Parameters at
-        # each call, so they keep them as they are
-        channels_last = codegen and len(graphs) == 1
-        lowered, steps, decisions = lower_and_schedule(
-            graph, codegen=codegen, channels_last=channels_last,
-            split_reductions=codegen and target.device == "cuda",
-            # SDPA outputs where the CPU's attention puts them (the export machine's torch);
-            # hand-written attention as SDPA in CPU inference (not measured on GPUs yet)
-            sdpa_layout=codegen and target.device == "cpu",
-            fuse_attention=codegen and target.device == "cpu" and len(graphs) == 1)
-        kernels = [s for s in steps if isinstance(s, Kernel)]
-        if len(graphs) > 1:   # one library for all entries: kernel names must be unique
-            for k in kernels:
-                k.name = f"{name}_{k.name}"
-        parts[name] = (lowered, steps, decisions, kernels)
+    parts = _lower_entries(program, target, codegen)
     bindings = {k: v["max"] for k, v in program.symbols.items()}
     hints = {"example": {k: v["example"] for k, v in program.symbols.items()}, "maximum": bindings}
-    weights, aliases = _dedup_weights(program.weights)
-    transposed = []
-    if codegen and target.device == "cpu" and len(graphs) == 1:
-        # matmul weights stored as W^T where the CPU BLAS runs the product faster that way
-        lowered, steps, _, _ = parts["forward"]
-        transposed = transposed_matmul_weights(lowered.slots, steps, lowered.outputs, bindings,
-                                               weights, aliases)
-        for name in transposed:
-            weights[name] = weights[name].t().contiguous()
+    weights, aliases, transposed = _stored_weights(program, parts, target, codegen, bindings)
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
@@ -129,6 +101,50 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         manifest["training"] = {k: v for k, v in program.training.items()
                                 if k != "backward_inputs"}
     return fmt.write_artifact(dest, files, manifest)
+
+
+def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
+    """Each entry (forward, and backward for training) lowered and scheduled: name ->
+    (lowered graph, steps, fusion decisions, kernels)."""
+    graphs = {"forward": program.graph}
+    if program.backward is not None:
+        graphs["backward"] = program.backward
+    # inference only: training graphs read weights as Parameters at each call, so they keep
+    # them as they are
+    inference, cpu = codegen and len(graphs) == 1, codegen and target.device == "cpu"
+    parts = {}
+    for name, graph in graphs.items():
+        lowered, steps, decisions = lower_and_schedule(
+            graph, codegen=codegen,
+            # channels-last convolutions, the fast layout of oneDNN (CPU) and of cuDNN's
+            # tensor-core kernels (GPU)
+            channels_last=inference,
+            split_reductions=codegen and target.device == "cuda",
+            # SDPA outputs where the CPU's attention puts them (the export machine's torch);
+            # hand-written attention as SDPA in CPU inference (not measured on GPUs yet)
+            sdpa_layout=cpu, fuse_attention=cpu and inference)
+        kernels = [s for s in steps if isinstance(s, Kernel)]
+        if len(graphs) > 1:   # one library for all entries: kernel names must be unique
+            for k in kernels:
+                k.name = f"{name}_{k.name}"
+        parts[name] = (lowered, steps, decisions, kernels)
+    return parts
+
+
+def _stored_weights(program: Program, parts: dict, target: Target, codegen: bool,
+                    bindings: dict) -> tuple[dict, dict, list]:
+    """(weights as weights.safetensors stores them, tied aliases, names stored transposed):
+    in CPU inference, matmul weights are stored as W^T where the CPU BLAS runs the product
+    faster that way (codegen/layouts.py; their plan slots say so)."""
+    weights, aliases = _dedup_weights(program.weights)
+    if not (codegen and target.device == "cpu" and list(parts) == ["forward"]):
+        return weights, aliases, []
+    lowered, steps, _, _ = parts["forward"]
+    transposed = transposed_matmul_weights(lowered.slots, steps, lowered.outputs, bindings,
+                                           weights, aliases)
+    for name in transposed:
+        weights[name] = weights[name].t().contiguous()
+    return weights, aliases, transposed
 
 
 def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: bool):
@@ -203,10 +219,7 @@ def _stored(steps: list, outputs: list) -> set:
     needed = {f"buf{o['slot']}" for o in outputs if "slot" in o}
     for step in steps:
         if isinstance(step, Kernel):
-            own = {b.name for b in step.writes}
-            for node in step.nodes:
-                loads, _, _ = node_loads(node, len(step.prefix))
-                needed |= {name for name, _ in loads if name not in own}
+            needed |= step.reads - {b.name for b in step.writes}
             for node in step.nodes:   # pointwise results are always written to memory
                 if not node.is_reduction:
                     needed |= {b.name for b in node.buffers}

@@ -269,8 +269,8 @@ def split_index(index, shape, stride, ranges: dict) -> tuple | None:
         if len(dims) != 1:
             return None
         out[dims[0]] = v
-    for k in sorted(range(len(shape)), key=lambda k: -_at_sample(stride[k])):
-        if sympy.sympify(shape[k]) != 1 and _at_sample(stride[k]) > 0:
+    for k in sorted(range(len(shape)), key=lambda k: -at_sample(stride[k])):
+        if sympy.sympify(shape[k]) != 1 and at_sample(stride[k]) > 0:
             q, const = _divmod(const, sympy.sympify(stride[k]))
             out[k] += q
     if const != 0:
@@ -292,9 +292,9 @@ def _divmod(a, b) -> tuple:
         else (sympy.Integer(0), a)
 
 
-def _at_sample(stride) -> int:
-    """A stride's value with every size at 64: the order in which the dims of a buffer with
-    symbolic strides are tried (a search order only; the split is checked)."""
+def at_sample(stride) -> int:
+    """A stride's value with every size at 64: orders the dims of a buffer with symbolic
+    strides (a search order only, never a proof)."""
     e = sympy.sympify(stride)
     return int(e.subs({s: 64 for s in e.free_symbols}))
 

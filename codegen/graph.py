@@ -18,7 +18,7 @@ import torch
 
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              ReductionType, contiguous_strides, index_vars, size_texts, sym)
-from aotc.codegen.attention import output_dim_order, simplify_attention_mask
+from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
@@ -416,7 +416,7 @@ class GraphLowering:
         if op == aten.scaled_dot_product_attention.default:
             node = simplify_attention_mask(self, node)
             if self.sdpa_layout:
-                self._sdpa_output_layout(node)
+                place_sdpa_output(self, node)
         args = [self._rewrite(a) for a in node["args"]]
         kwargs = {k: self._rewrite(v) for k, v in node["kwargs"].items()}
         kind = StepKind.VIEW if is_view(op) else StepKind.EXTERN
@@ -434,22 +434,6 @@ class GraphLowering:
                 self.env[vid].channels_last = layout_cl
             else:
                 self.env[vid] = None
-
-    def _sdpa_output_layout(self, node: dict) -> None:
-        """The output slot of an SDPA call records the layout this machine's SDPA returns
-        (`attention.output_dim_order`), so kernels read it where it lies. Graph outputs keep
-        eager's recorded strides."""
-        out, = node["out"]
-        slot = self.out.slots[out]
-        order = None if out in self.graph_outputs or "shape" not in slot else \
-            output_dim_order(self, node)
-        if order is None or order == (0, 1, 2, 3):
-            return
-        shape = [sym(d) for d in slot["shape"]]
-        stride, step = [None] * 4, sympy.Integer(1)
-        for d in reversed(order):
-            stride[d], step = step, step * shape[d]
-        slot.update(stride=size_texts(stride), contiguous=_is_contiguous(slot["shape"], stride))
 
     def _channels_last_conv(self, node: dict, args: list) -> bool:
         """A 2d convolution whose weight is a model weight takes it channels-last (converted

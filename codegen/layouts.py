@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from aotc.codegen.ir import sym
 from aotc.codegen.plan import slots_in, step_uses
-from aotc.codegen.scheduler import Kernel, node_loads
+from aotc.codegen.scheduler import Kernel
 from aotc.runtime.plan import SlotKind, StepKind
 
 SMALL_M = 32
@@ -73,11 +73,7 @@ def transposed_matmul_weights(slots: list, steps: list, outputs: list, rows_at: 
 
 def _reads(step) -> list[int]:
     if isinstance(step, Kernel):
-        loads = set()
-        for node in step.nodes:
-            names, _, _ = node_loads(node, len(step.prefix))
-            loads |= {int(n[3:]) for n, _ in names if n.startswith("buf")}
-        return sorted(loads)
+        return sorted(int(n[3:]) for n in step.reads if n.startswith("buf"))
     return sorted(set(step_uses(step)))
 
 

@@ -36,6 +36,11 @@ class Kernel:
     def writes(self) -> list:
         return [b for n in self.nodes for b in n.buffers]
 
+    @property
+    def reads(self) -> set[str]:
+        """Names of the buffers its nodes load (its own buffers included)."""
+        return {name for n in self.nodes for name, _ in node_loads(n, len(self.prefix))[0]}
+
 
 class LoadRecorder(NullHandler):
     """Ops handler that records (buffer, index) of every load in a body."""

@@ -1,4 +1,4 @@
-"""Hand-written attention becomes one SDPA call in CPU inference (codegen/attention.py
+"""Hand-written attention becomes one SDPA call in CPU inference (codegen/attention_fusion.py
 `fuse_manual_attention`): `softmax(q @ k^T / c [+ mask]) @ v` on (batch, heads, seq, dim)
 tensors, an additive mask becoming `attn_mask` and nanoGPT's `masked_fill(m, -inf)` a boolean
 `attn_mask` (not m). Attention probabilities used elsewhere, fills other than -inf and training
@@ -12,7 +12,7 @@ from torch import nn
 
 import aotc
 from aotc.cli.report import inspect_text
-from aotc.codegen.attention import MIN_KEYS, fuse_manual_attention
+from aotc.codegen.attention_fusion import MIN_KEYS, fuse_manual_attention
 from aotc.exporter.loader import load_model
 
 REWRITE = "hand-written attention -> scaled_dot_product_attention"

@@ -181,9 +181,7 @@ def _is_wide(kernel: Kernel, buffers: dict, maximum: dict | None = None) -> bool
     (`maximum`; sizes grow with every symbol, and the guards refuse anything larger), so a
     dynamic kernel keeps 32-bit index arithmetic (divisions by runtime sizes cost far less in
     32 bits) unless its range allows more."""
-    names = {b.name for b in kernel.writes}
-    for node in kernel.nodes:
-        names |= {n for n, _ in node_loads(node, len(kernel.prefix))[0]}
+    names = {b.name for b in kernel.writes} | kernel.reads
     sizes = [product(buffers[n].shape) for n in names if n in buffers]
     sizes += [product(kernel.prefix) * product(_inner(kernel, n)) for n in kernel.nodes]
     sizes = [_static(_at(s, maximum)) if maximum else _static(s) for s in sizes]
