@@ -39,6 +39,16 @@ def _run_guarded(ctx: click.Context, fn, *args, **kwargs):
         ctx.exit(1)
 
 
+def _terminate_cleanly() -> None:
+    """SIGTERM (a killed CLI export) unwinds like Ctrl-C, so staging directories are removed
+    and compiler processes stopped; SIGKILL leaves them to the next export (runtime/staging.py,
+    codegen/cpp/build.py)."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def _option_flags(fn):
     """One click option per ExportOptions field."""
     for name, default, help_text in reversed(option_fields()):
@@ -79,12 +89,16 @@ def export(ctx, model, example_inputs, output, init_args, **options):
     from aotc.exporter.specs import parse_input_specs
 
     def usage_checked():
+        from aotc.runtime.format import check_destination
         specs = parse_input_specs(example_inputs)
         path, _ = split_ref(model)
         parse_init_args(init_args)
         Target.parse(options["target"])
         ExportOptions.from_kwargs(**options).cast_dtype()
-        return specs, Path(output or f"{path.stem}.aotc")
+        out = Path(output) if output is not None else Path(f"{path.stem}.aotc")
+        if output is not None and not output.strip():
+            check_destination(output)     # an empty -o: a usage error
+        return specs, out
 
     try:
         specs, out = usage_checked()
@@ -93,6 +107,9 @@ def export(ctx, model, example_inputs, output, init_args, **options):
 
     def body():
         from aotc.api import export_file
+        from aotc.runtime.format import check_destination
+        check_destination(out)      # before any slow work: exit 5 for a non-artifact there
+        _terminate_cleanly()
         progress = _Progress()
         path = export_file(model, specs, out, init_args=init_args, progress=progress, **options)
         progress(f"wrote {path}")
@@ -113,18 +130,27 @@ def inspect(ctx, artifact, as_json, code, fusion):
     from aotc.cli.report import inspect_text
 
     def body():
-        import aotc
-        from aotc.runtime import format as fmt
-        manifest = fmt.read_manifest(artifact)
-        if as_json:
-            click.echo(fmt.dumps(manifest).decode(), nl=False)
-            return
-        click.echo(inspect_text(Path(artifact), manifest, fusion=fusion))
-        if code:   # plans of CUDA artifacts are built here with Triton's interpreter
-            triton = (manifest["target"].get("native") or {}).get("kind") == "triton"
-            click.echo("\n" + aotc.load(artifact, device="cpu", interpret=triton).code)
+        from aotc.runtime.artifact import Artifact
+        from aotc.runtime.module import plan_sources
+        art = Artifact(artifact)
+        try:
+            if as_json:
+                click.echo(art.manifest_bytes.decode(), nl=False)
+                return
+            click.echo(inspect_text(art, fusion=fusion))
+            if code:   # the plans' Python, built without loading any kernel
+                click.echo("\n" + plan_sources(art))
+        finally:
+            art.close()
 
     _run_guarded(ctx, body)
+
+
+def _trust_option(fn):
+    return click.option("--trusted-key", "trusted_keys", multiple=True,
+                        type=click.Path(dir_okay=False),
+                        help="Require a signature by this public key (repeatable; "
+                             "AOTC_TRUSTED_KEYS adds more).")(fn)
 
 
 @main.command()
@@ -139,7 +165,8 @@ def inspect(ctx, artifact, as_json, code, fusion):
               help="Size of a dynamic dim for the random inputs, e.g. --size batch=4 "
                    "(default: the size it was exported with).")
 @click.pass_context
-def run(ctx, artifact, runs, warmup, device, seed, sizes):
+@_trust_option
+def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
     """Run an artifact on random inputs that satisfy its guards; print outputs and latency."""
     from aotc.cli.report import describe_outputs, time_calls
     parsed = _parse_sizes(sizes)
@@ -147,7 +174,7 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes):
     def body():
         import aotc
         t0 = time.perf_counter()
-        m = aotc.load(artifact, device=device)
+        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
         load_s = time.perf_counter() - t0
         inputs = m.random_inputs(seed=seed, sizes=parsed)
         t0 = time.perf_counter()
@@ -178,14 +205,45 @@ def _parse_sizes(pairs) -> dict:
 @click.option("--rtol", type=float, default=None, help="Relative tolerance (default by dtype).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default by dtype).")
 @click.option("--device", default=None, help="Device to run on (default: the target's).")
+@_trust_option
 @click.pass_context
-def verify(ctx, artifact, rtol, atol, device):
+def verify(ctx, artifact, rtol, atol, device, trusted_keys):
     """Rerun the inputs recorded at export and compare with the recorded outputs."""
     from aotc.cli.report import verify_artifact
 
     def body():
         import aotc
-        click.echo(verify_artifact(aotc.load(artifact, device=device), rtol=rtol, atol=atol))
+        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
+        click.echo(verify_artifact(m, rtol=rtol, atol=atol))
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Private key file to write; the public key goes to OUTPUT.pub.")
+@click.pass_context
+def keygen(ctx, output):
+    """Write a new Ed25519 key pair for signing artifacts."""
+    def body():
+        from aotc.runtime.signing import generate_keys, key_id, public_key_bytes
+        private, public = generate_keys(output)
+        click.echo(f"wrote {private} (private: keep it secret) and {public} (key id "
+                   f"{key_id(public_key_bytes(public))}: give it to the hosts that load)")
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--key", required=True, type=click.Path(dir_okay=False),
+              help="Private key written by `aotc keygen`.")
+@click.pass_context
+def sign(ctx, artifact, key):
+    """Sign ARTIFACT's manifest (which hashes every file) with an Ed25519 key."""
+    def body():
+        from aotc.runtime.signing import sign_artifact
+        click.echo(f"signed {artifact} with key {sign_artifact(artifact, key)}")
 
     _run_guarded(ctx, body)
 

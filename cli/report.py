@@ -1,14 +1,15 @@
 """What the CLI prints: `inspect` reports, output summaries, timings, verification."""
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from aotc.errors import VerifyError
+from aotc.errors import AotcError, VerifyError
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.manifest import TritonNative
+from aotc.runtime.schema.types import StepKind, size_json
 from aotc.runtime.trees import describe
 
 # Default (rtol, atol) by output dtype for `verify`.
@@ -23,28 +24,30 @@ def _bytes(n: int) -> str:
         n /= 1024
 
 
-def _guard_words(spec: dict) -> list[str]:
+def _dims(shape) -> str:
+    return ", ".join(map(str, size_json(shape)))
+
+
+def _guard_words(spec) -> list[str]:
     lines = []
-    for i, inp in enumerate(spec["inputs"]):
+    for i, inp in enumerate(spec.inputs):
         dims = ", ".join(f"dim {d} == {s}" if isinstance(s, int) else f"dim {d} = {s}"
-                         for d, s in enumerate(inp["shape"]))
-        rng = f", values in [{inp['values'][0]}, {inp['values'][1]}]" if inp.get("values") else ""
-        lines.append(f"  #{i} {inp['name']}: dtype {inp['dtype']}, rank {len(inp['shape'])}"
+                         for d, s in enumerate(size_json(inp.shape)))
+        rng = f", values in [{inp.values[0]}, {inp.values[1]}]" if inp.values else ""
+        lines.append(f"  #{i} {inp.name}: dtype {inp.dtype}, rank {len(inp.shape)}"
                      f"{', ' + dims if dims else ''}{rng}")
-    for name, r in spec.get("symbols", {}).items():
-        lines.append(f"  {r['min']} <= {name} <= {r['max']}")
-    lines += [f"  {rel}" for rel in spec.get("relations", [])]
+    for name, r in spec.symbols.items():
+        lines.append(f"  {r.min} <= {name} <= {r.max}")
+    lines += [f"  {ex.text(rel)}" for rel in spec.relations]
     return lines
 
 
-def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool,
-                 path: Path) -> list[str]:
-    ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
-                    for i in e["inputs"])
-    st = e["stats"]
+def _entry_lines(name: str, e, art, fusion: bool) -> list[str]:
+    ins = ", ".join(f"{i.name}: {i.dtype}[{_dims(i.shape)}]" for i in e.inputs)
+    st = e.stats
     lowered, fallback = st.get("lowered", {}), st.get("fallback", {})
-    steps = st["steps"]
-    out = [f"\n{name}({ins})", f"  -> {describe(e['output_tree'], e['outputs'])}",
+    steps = st.get("steps", {})
+    out = [f"\n{name}({ins})", f"  -> {describe(e.output_tree, e.outputs)}",
            "guards (checked on every call):", *_guard_words(e),
            "steps:   " + ", ".join(f"{k} {v}" for k, v in steps.items()),
            f"ops:     {sum(lowered.values())} ATen calls lowered into "
@@ -58,24 +61,30 @@ def _entry_lines(name: str, e: dict, plan: dict | None, fusion: bool,
                                               for op, n in _by_count(fallback)))
     if st.get("rewrites"):
         out.append("  rewrites: " + ", ".join(f"{r} x{n}" for r, n in st["rewrites"].items()))
-    out.append(f"memory:  peak planned intermediates {_bytes(st['peak_bytes'])}"
+    peak = st.get("peak_bytes", 0)
+    out.append(f"memory:  peak planned intermediates {_bytes(peak)}"
                + (f" ({_bytes(st['peak_bytes_without_reuse'])} without buffer reuse)"
-                  if st.get("peak_bytes_without_reuse", st["peak_bytes"]) != st["peak_bytes"]
-                  else ""))
-    if fusion and plan is not None:
-        out.append("kernels (what each fuses, and why):")
-        for step in plan["steps"]:
-            if step["kind"] == "kernel":
-                out.append(f"  {step['name']}: " + " | ".join(
-                    f"{'+'.join(f['ops'])} -> {','.join(f['buffers'])}" for f in step["fused"]))
-                out += [f"      {r}" for r in step["reasons"]]
-                tuned = _kernel_tuning(path, step)
-                if tuned:
-                    out.append(f"      {tuned}")
-        rejected = [d for d in st.get("fusion", []) if ": not fused " in d]
-        if rejected:
-            out.append("fusions declined:")
-            out += [f"  {d}" for d in rejected]
+                  if st.get("peak_bytes_without_reuse", peak) != peak else ""))
+    if fusion:
+        out += _fusion_lines(art, name, st)
+    return out
+
+
+def _fusion_lines(art, name: str, st: dict) -> list[str]:
+    out = ["kernels (what each fuses, and why):"]
+    for step in art.plan(name).steps:
+        if step.kind is StepKind.KERNEL:
+            out.append(f"  {step.name}: " + " | ".join(
+                f"{'+'.join(f.get('ops', []))} -> {','.join(f.get('buffers', []))}"
+                for f in step.fused))
+            out += [f"      {r}" for r in step.reasons]
+            tuned = _kernel_tuning(art, step)
+            if tuned:
+                out.append(f"      {tuned}")
+    rejected = [d for d in st.get("fusion", []) if ": not fused " in str(d)]
+    if rejected:
+        out.append("fusions declined:")
+        out += [f"  {d}" for d in rejected]
     return out
 
 
@@ -83,11 +92,11 @@ def _by_count(counts: dict):
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def _native_text(native: dict) -> str:
-    if native.get("kind") == "triton":   # CUDA artifacts (codegen/triton)
-        return (f"  (Triton {native['triton']} kernels, cubins for {', '.join(native['archs'])},"
+def _native_text(native) -> str:
+    if isinstance(native, TritonNative):   # CUDA artifacts (codegen/triton)
+        return (f"  (Triton {native.triton} kernels, cubins for {', '.join(native.archs)},"
                 f" sources in kernels/*.py)")
-    return f"  (kernels built for {native['isa']} with {native['compiler']})"
+    return f"  (kernels built for {native.isa} with {native.compiler})"
 
 
 def _config_text(c: dict) -> str:
@@ -107,12 +116,11 @@ def _autotune_text(a: dict) -> str:
             + (f"; {a['rejected']} candidates rejected" if a["rejected"] else ""))
 
 
-def _kernel_tuning(path: Path, step: dict) -> str | None:
+def _kernel_tuning(art, step) -> str | None:
     """What autotuning chose for one kernel step (from its launch spec), if it was tuned."""
-    spec = (step.get("launch") or {}).get("spec")
-    if spec is None or not (path / spec).is_file():
+    if step.launch is None or not art.listed(step.launch.spec):
         return None
-    t = json.loads((path / spec).read_text()).get("autotune")
+    t = art.launch(step.name, None).autotune
     if t is None:
         return None
     if "heuristic_us" not in t:
@@ -124,40 +132,62 @@ def _kernel_tuning(path: Path, step: dict) -> str | None:
             f"{_config_text(t['heuristic'])}, {t['heuristic_us']:.2f} us)")
 
 
-def inspect_text(path: Path, m: dict, *, fusion: bool = False) -> str:
-    p = m["producer"]
-    t = m["target"]
-    native = t.get("native")
-    out = [f"{path}  (format {m['format_version']}; aotc {p['aotc']}, torch {p['torch']}, "
-           f"python {p['python']})",
-           f"model:   {m['model']['name']}" + (f"  ({m['model']['source']})"
-                                                if m['model'].get('source') else ""),
-           f"target:  {t['device']}{':' + ','.join(t['archs']) if t['archs'] else ''}"
+def inspect_text(art, *, fusion: bool = False) -> str:
+    """The `aotc inspect` report of an open Artifact (or of the artifact at a path)."""
+    if not hasattr(art, "manifest"):
+        from aotc.runtime.artifact import Artifact
+        art = Artifact(art)
+        try:
+            return inspect_text(art, fusion=fusion)
+        finally:
+            art.close()
+    m = art.manifest
+    p, t, native = m.producer, m.target, m.target.native
+    out = [f"{art.root}  (format {m.format_version}; aotc {p.get('aotc')}, torch "
+           f"{p.get('torch')}, python {p.get('python')})",
+           f"model:   {m.model['name']}" + (f"  ({m.model['source']})"
+                                             if m.model.get("source") else ""),
+           f"target:  {t.device.value}{':' + ','.join(t.archs) if t.archs else ''}"
            + (_native_text(native) if native
-              else "  (portable: extern-only plan, loads on any device)")]
-    if native and "autotune" in native:
-        out.append(_autotune_text(native["autotune"]))
-    for name, e in m["entries"].items():
-        plan = json.loads((path / e["plan"]).read_text()) if fusion else None
-        out += _entry_lines(name, e, plan, fusion, path)
-    if "training" in m:
+              else "  (portable: extern-only plan, loads on any device)"),
+           _signature_line(art)]
+    if isinstance(native, TritonNative) and native.autotune is not None:
+        out.append(_autotune_text(native.autotune))
+    for name, e in m.entries.items():
+        out += _entry_lines(name, e, art, fusion)
+    if m.training is not None:
         from aotc.runtime.training import saved_for_backward
-        t, saved = m["training"], saved_for_backward(m)
-        out.append(f"\ntraining: {len(t['params'])} parameters, {len(t['buffers'])} buffers "
-                   f"({len(t['mutated'])} updated by forward); saved for backward: "
+        tr, saved = m.training, saved_for_backward(m)
+        out.append(f"\ntraining: {len(tr.params)} parameters, {len(tr.buffers)} buffers "
+                   f"({len(tr.mutated)} updated by forward); saved for backward: "
                    f"{saved['count']} tensors, {_bytes(saved['bytes'])} per step")
-    w = m["weights"]
-    out.append(f"\nweights: {w['count']} tensors, {_bytes(w['bytes'])}"
-               + (f" ({len(w['aliases'])} tied)" if w["aliases"] else ""))
-    if w.get("transposed"):
+    w = m.weights
+    out.append(f"\nweights: {w.count} tensors, {_bytes(w.bytes)}"
+               + (f" ({len(w.aliases)} tied)" if w.aliases else ""))
+    if w.transposed:
         out.append(f"  stored transposed ([K, N], for the CPU matmuls that read them): "
-                   f"{len(w['transposed'])}: " + ", ".join(w["transposed"][:4])
-                   + (", ..." if len(w["transposed"]) > 4 else ""))
+                   f"{len(w.transposed)}: " + ", ".join(w.transposed[:4])
+                   + (", ..." if len(w.transposed) > 4 else ""))
     out.append("files:")
-    out += [f"  {rel:<32} {_bytes(info['size']):>10}  sha256 {info['sha256'][:16]}"
-            for rel, info in sorted(m["files"].items())]
-    out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m["options"].items())))
+    out += [f"  {rel:<32} {_bytes(info.size):>10}  sha256 {info.sha256[:16]}"
+            for rel, info in sorted(m.files.items())]
+    out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m.options.items())))
     return "\n".join(out)
+
+
+def _signature_line(art) -> str:
+    """Who signed the artifact, and whether each signature verifies over its manifest."""
+    from aotc.runtime import signing
+    sigs = signing.read_signatures(art)
+    if not sigs:
+        return "signed:  no (integrity only: the manifest's hashes)"
+    try:
+        ok = signing.verified_signers(art, sigs)
+    except AotcError:     # cryptography is not installed: say so, do not fail inspect
+        return "signed:  by " + ", ".join(s["key_id"] for s in sigs) + " (not checked: " \
+            "cryptography is not installed)"
+    return "signed:  by " + ", ".join(f"{k} ({'valid' if v else 'INVALID'})"
+                                      for k, v in ok.items())
 
 
 def describe_outputs(out, prefix: str = "output") -> str:

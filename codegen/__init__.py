@@ -20,6 +20,7 @@ from safetensors.torch import save
 from aotc import __version__
 from aotc.codegen.attention_fusion import REWRITE, fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
+from aotc.codegen.index_checks import kernel_checks
 from aotc.codegen.ir import ComputedBuffer, declared_minima
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
@@ -30,6 +31,7 @@ from aotc.exporter.program import Program
 from aotc.runtime import format as fmt
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.plan import StepKind
+from aotc.runtime.schema.write import build_manifest, typed_plan
 
 __all__ = ["compile", "Target"]
 
@@ -78,8 +80,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
-    for name, plan in plans.items():
-        files[fmt.plan_file(name)] = fmt.dumps(plan)
+    for name, plan in plans.items():   # written through the schema the runtime reads with
+        files[fmt.plan_file(name)] = fmt.dumps(typed_plan(plan, name, program.symbols).to_json())
     files[fmt.WEIGHTS] = save(weights)
     if program.samples is not None:
         ins, outs = program.samples
@@ -87,6 +89,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         files[fmt.SAMPLE_INPUTS] = save(own(ins))     # copies: samples may share memory
         files[fmt.SAMPLE_OUTPUTS] = save(own(outs))
     manifest = {
+        "format_version": fmt.FORMAT_VERSION,
         "model": {"name": program.name, "source": program.source},
         "producer": {"aotc": __version__, "torch": torch.__version__.split("+")[0],
                      "python": platform.python_version(), "platform": sys.platform},
@@ -100,7 +103,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.training is not None:
         manifest["training"] = {k: v for k, v in program.training.items()
                                 if k != "backward_inputs"}
-    return fmt.write_artifact(dest, files, manifest)
+    return fmt.write_artifact(dest, files, build_manifest(manifest))
 
 
 def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
@@ -163,11 +166,7 @@ def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: 
     source, library, signatures = cpp.generate(groups, level)
     files = {fmt.KERNEL_SOURCE: source.encode(), fmt.KERNEL_LIBRARY: library}
     native = {"isa": level, "compiler": cpp.compiler_description(),
-              "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE}
-    for lowered, steps, _, kernels in parts.values():
-        stored = _stored(steps, lowered.outputs)
-        for name in {b.name for k in kernels for b in k.writes} - stored:
-            lowered.slots[int(name[3:])]["local"] = True
+              "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE, "table": True}
     return files, native, signatures
 
 
@@ -263,10 +262,6 @@ def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotu
             launch = {"grid": spec["grid"], "spec": fmt.triton_launch_file(name),
                       "error_code": spec["error_code"]}
             signatures[name] = (spec["inputs"], spec["outputs"], spec["sizes"], launch)
-    for lowered, steps, _, kernels in parts.values():
-        stored = _stored(steps, lowered.outputs)
-        for name in {b.name for k in kernels for b in k.writes} - stored:
-            lowered.slots[int(name[3:])]["local"] = True
     native = {"kind": "triton", "triton": tb.triton_version(), "archs": list(target.archs),
               "kernels": sorted(signatures)}
     if autotune:
@@ -284,6 +279,9 @@ def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
             "reasons": k.reasons}
     if launch:   # Triton kernels: grid over the size symbols, launch spec file, error code
         step["launch"] = launch[0]
+    checks = kernel_checks(k, list(ins))
+    if checks:
+        step["checks"] = checks
     return step
 
 

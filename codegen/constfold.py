@@ -71,7 +71,7 @@ class FoldHandler(NullHandler):
             return fn() if mask else other
         return self._select(mask, fn(), other)
 
-    def indirect(self, value, size):
+    def indirect(self, value, size, wraps=True, op="aten::index.Tensor"):
         """An index read from a tensor: its index expression where the analysis knows it
         (a gather from `arange`), else a fresh unknown symbol."""
         if isinstance(value, tuple):

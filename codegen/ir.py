@@ -183,7 +183,10 @@ class NullHandler:
     def masked(self, mask, fn, other, dtype):
         return fn()
 
-    def indirect(self, value, size):
+    def indirect(self, value, size, wraps=True, op="aten::index.Tensor"):
+        """A runtime index into a dim of `size`: negatives count from the end where `wraps`
+        (aten.index), and are out of range otherwise (embedding, gather, index_select), as in
+        eager PyTorch; `op` names the indexing op for error messages."""
         return sympy.Symbol(f"indirect{id(value)}", integer=True)
 
     def bounded_index(self, expr, size):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.guards import compile_expr, evaluate
+from aotc.runtime.schema import expr as ex
 from aotc.runtime.plan import SlotKind, StepKind, slots_in, step_uses  # noqa: F401 - re-exported
 
 
@@ -105,7 +105,7 @@ def nbytes(slot, bindings: dict | None = None) -> int:
         if not isinstance(d, int):
             if bindings is None:
                 return 0
-            d = evaluate(compile_expr(d), bindings)
+            d = ex.evaluate(ex.parse_size(d), bindings)
         n *= d
     return n
 

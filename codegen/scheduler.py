@@ -52,7 +52,7 @@ class LoadRecorder(NullHandler):
         self.loads.append((name, sympy.expand(index)))
         return 0
 
-    def indirect(self, value, size):
+    def indirect(self, value, size, wraps=True, op="aten::index.Tensor"):
         return sympy.Symbol(f"indirect{len(self.loads)}", integer=True, nonnegative=True)
 
 

@@ -23,7 +23,7 @@ from aotc.exporter.decomp import UNMIRROR
 from aotc.exporter.symbols import SymbolNamer
 from aotc.runtime.dtypes import dtype_name
 from aotc.runtime.plan import encode_arg
-from aotc.runtime.weights import load_safetensors
+from safetensors.torch import load_file as load_safetensors
 
 # Ops that only assert facts at trace time; they do no work and are dropped.
 DROPPED = frozenset({torch.ops.aten._assert_tensor_metadata.default,

@@ -5,8 +5,6 @@ tracing or Triton module, nor sympy.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from aotc.runtime import format
 from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.module import CompiledModule, resolve_device
@@ -16,13 +14,16 @@ __all__ = ["load", "CompiledModule", "format"]
 
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
          interpret: bool = False, cuda_graph: bool | None = None,
-         cuda_graph_cache: int = MAX_GRAPHS) -> CompiledModule:
+         cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
-    The manifest, its format version and the sha256 of every file are checked before anything
-    else is read. `device` defaults to the device the artifact was built for; portable
-    (extern-only) artifacts may be loaded on any device. Guards are checked on every call unless
-    `check_guards=False`.
+    The manifest, its format version and every field of it, and the size and sha256 of every
+    file are checked before anything else is read, from the bytes that are then used
+    (runtime/artifact.py). `trusted_keys` (Ed25519 public keys: PEM files or text, base64 or
+    raw bytes; AOTC_TRUSTED_KEYS adds files and directories of them) makes a valid signature
+    by one of them mandatory (runtime/signing.py). `device` defaults to the device the artifact
+    was built for; portable (extern-only) artifacts may be loaded on any device. Guards are
+    checked on every call unless `check_guards=False`.
 
     `cuda_graph`: on a GPU, each entry is captured into a CUDA graph and replayed afterwards
     (one launch per call instead of one per kernel), after checking that the replay gives the
@@ -34,16 +35,19 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
 
     `interpret=True` is a testing aid for machines without a GPU: a CUDA artifact's Triton kernels
     run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
-    be "cpu" or None).
+    be "cpu" or None). It runs the artifact's kernel sources as Python (checked to be Triton
+    kernels and nothing else): never use it on an artifact you do not trust.
     """
-    path = Path(path)
-    manifest = format.read_manifest(path, verify_hashes=verify_hashes)
-    dev = resolve_device(manifest, device, interpret)
-    if "training" in manifest:
-        from aotc.runtime.module import load_library_for, load_weights
-        from aotc.runtime.training import TrainableModule
-        return TrainableModule(path, manifest, dev, load_weights(path, manifest, dev),
-                               load_library_for(path, manifest, dev), check_guards=check_guards,
-                               cuda_graph=cuda_graph)
-    return CompiledModule(path, manifest, dev, check_guards=check_guards, cuda_graph=cuda_graph,
-                          cuda_graph_cache=cuda_graph_cache)
+    from aotc.runtime.artifact import Artifact
+    artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
+    try:
+        dev = resolve_device(artifact.manifest, device, interpret)
+        if artifact.manifest.training is not None:
+            from aotc.runtime.training import TrainableModule
+            return TrainableModule(artifact, dev, check_guards=check_guards,
+                                   cuda_graph=cuda_graph)
+        return CompiledModule(artifact, dev, check_guards=check_guards, cuda_graph=cuda_graph,
+                              cuda_graph_cache=cuda_graph_cache)
+    except BaseException:
+        artifact.close()
+        raise

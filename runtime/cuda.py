@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from pathlib import Path
+import weakref
 
 import torch
 
@@ -122,34 +122,52 @@ def select_arch(built: list[str], device: str) -> str:
 
 
 class CudaKernels(TritonKernels):
-    """An artifact's cubins loaded on one GPU."""
+    """An artifact's cubins loaded on one GPU (from the verified bytes the artifact read)."""
 
     takes_tensors = True
 
-    def __init__(self, path: Path, native: dict, device: torch.device):
-        super().__init__(path, native, device)
+    def __init__(self, artifact, native, device: torch.device):
+        super().__init__(artifact, native, device)
         index = device.index if device.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
-        self.arch = select_arch(native["archs"], device_arch(index))
+        self.arch = select_arch(list(native.archs), device_arch(index))
         torch.cuda.init()
         self.context = driver().primary_context(index)
         driver().make_current(self.context)
+        self.modules: list = []
         self.launchers = {name: self._load(name, spec) for name, spec in self.specs.items()}
+        weakref.finalize(self, _unload, self.context, self.modules)
 
-    def _load(self, name: str, spec: dict) -> "CudaLauncher":
-        meta = spec["archs"][self.arch]
-        div16 = self._function(meta["div16"]) if "div16" in meta else None
-        return CudaLauncher(name, *self._function(meta), meta, spec, self, div16)
+    def _load(self, name: str, spec) -> "CudaLauncher":
+        if self.arch not in spec.archs:
+            raise TargetError(f"kernel {name} has no cubin for {self.arch}", where=name,
+                              expected=self.arch, found=sorted(spec.archs),
+                              fix="re-export the model for this GPU")
+        build, div16 = spec.archs[self.arch]
+        return CudaLauncher(name, *self._function(build), build, spec, self,
+                            None if div16 is None else (*self._function(div16), div16))
 
-    def _function(self, meta: dict) -> tuple:
-        """(CUfunction, CUmodule) of the cubin `meta` names."""
-        image = (self.path / meta["cubin"]).read_bytes()
-        module, fn = driver().function(image, meta["symbol"], meta["shared"])
+    def _function(self, build) -> tuple:
+        """(CUfunction, CUmodule) of the cubin `build` names."""
+        module, fn = driver().function(self.artifact.read(build.cubin), build.symbol,
+                                       build.shared)
+        self.modules.append(module)
         return fn, module
 
-    def kernel(self, name: str) -> "CudaLauncher":
-        self.spec(name)
+    def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]) -> "CudaLauncher":
+        self.check_step(name, nargs, nsizes, dtypes)
         return self.launchers[name]
+
+
+def _unload(context, modules: list) -> None:
+    """Unload a module's cubins once no CompiledModule uses them."""
+    try:
+        d = driver()
+        d.make_current(context)
+        for m in modules:
+            d.lib.cuModuleUnload(m)
+    except Exception:   # noqa: BLE001 - at interpreter exit the driver may be gone
+        pass
 
 
 class CudaLauncher:
@@ -160,23 +178,23 @@ class CudaLauncher:
     pointers to them (the driver reads an i32 parameter's 4 bytes from the low, little-endian
     half of its slot)."""
 
-    def __init__(self, name: str, fn, module, meta: dict, spec: dict, owner: CudaKernels,
+    def __init__(self, name: str, fn, module, build, spec, owner: CudaKernels,
                  div16: tuple | None = None):
-        """`div16`: (function, module) of the variant built for the sizes in its addresses
-        divisible by 16 (meta["div16"] names them), launched when they are."""
+        """`div16`: (function, module, build) of the variant built for the sizes in its
+        addresses divisible by 16 (its build names them), launched when they are."""
         self.name, self.fn, self.module, self.owner = name, fn, module, owner
-        self.threads = 32 * meta["num_warps"]
-        self.shared = meta["shared"]
-        self.ctas = meta.get("num_ctas", 1)
-        self.params = meta["params"]
-        self.user = [p for p in self.params if p["type"] != "scratch"]
-        self.scratch = [p for p in self.params if p["type"] == "scratch"]
-        self.pointers = [p["type"].startswith("*") for p in self.user]
-        self.div16 = None if div16 is None else (*div16, meta["div16"]["shared"])
-        aligned = meta["div16"]["sizes"] if div16 is not None else ()
-        self.aligned = [i for i, p in enumerate(self.user) if p["name"] in aligned]
-        self.inputs = [p["name"] in spec["inputs"] for p in self.user]
-        unknown = {p["type"] for p in self.user if not p["type"].startswith("*")} - SIZES
+        self.threads = 32 * build.num_warps
+        self.shared = build.shared
+        self.ctas = build.num_ctas
+        self.params = build.params
+        self.user = [p for p in self.params if p.type != "scratch"]
+        self.scratch = [p for p in self.params if p.type == "scratch"]
+        self.pointers = [p.type.startswith("*") for p in self.user]
+        self.div16 = None if div16 is None else (div16[0], div16[1], div16[2].shared)
+        aligned = div16[2].sizes if div16 is not None else ()
+        self.aligned = [i for i, p in enumerate(self.user) if p.name in aligned]
+        self.inputs = [p.name in spec.inputs for p in self.user]
+        unknown = {p.type for p in self.user if not p.type.startswith("*")} - SIZES
         if unknown:
             raise TargetError(f"kernel {name} takes parameters of types {sorted(unknown)}",
                               where=name, expected="pointers and i32/i64 sizes", found=unknown,
@@ -201,11 +219,11 @@ class CudaLauncher:
         programs = grid[0] * grid[1] * grid[2] * self.ctas
         for p in self.scratch:
             ptr = 0
-            if p["bytes"]:
-                buf = torch.empty(programs * p["bytes"] + p["align"], dtype=torch.uint8,
+            if p.bytes:
+                buf = torch.empty(programs * p.bytes + p.align, dtype=torch.uint8,
                                   device=self.owner.device)
                 keep.append(buf)
-                ptr = -(-buf.data_ptr() // p["align"]) * p["align"]
+                ptr = -(-buf.data_ptr() // p.align) * p.align
             values.append(ptr)
         return values, keep
 

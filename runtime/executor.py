@@ -1,25 +1,34 @@
 """Plan -> Python function.
 
-At load time a plan is turned into the source of one straight-line Python function (one line per
-step: an ATen call, a view, a `del` where a value's last use has passed), compiled once and kept.
-Calling it does no graph interpretation: no per-step dispatch on step kinds, no argument
-decoding, no lookups by name. The source is kept on the module (`CompiledModule.code`) so what
-runs can be read, printed and debugged.
+At load time a typed plan (runtime/schema/plan.py, already checked field by field and as a
+program) is turned into the source of one straight-line Python function (one line per step: a
+kernel call, an ATen call, a view, a `del` where a value's last use has passed), compiled once
+and kept. Calling it does no graph interpretation: no per-step dispatch on step kinds, no
+argument decoding, no lookups by name. The source is kept on the module
+(`CompiledModule.code`) so what runs can be read, printed and debugged.
+
+No text of the artifact ever becomes source: names in the function are aotc's own (`v12` for a
+slot, `S_seq` for a size symbol already checked to be an ASCII identifier, `k3` for a kernel),
+sizes are printed back from parsed expression nodes, and every other value (ops from the fixed
+table, dtypes, strings, weights, kernels) is bound as a global under a name aotc chooses.
 """
 from __future__ import annotations
-
-import re
 
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime.native import kernel, kernel_failed, thread_count
-from aotc.runtime.plan import SlotKind, StepKind, decode_arg, sym_source
+from aotc.runtime.argcheck import check_call
+from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.runtime.indices import index_error
+from aotc.runtime.native import thread_count
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
+from aotc.runtime.schema.types import SlotKind, StepKind
 
 
 def _shape(dims) -> str:
-    """Python source of a shape or stride tuple whose entries may be symbol expressions."""
-    parts = [str(d) if isinstance(d, int) else sym_source(d) for d in dims]
+    """Python source of a shape or stride tuple whose entries may be expression nodes."""
+    parts = [str(d) if isinstance(d, int) else ex.source(d) for d in dims]
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
@@ -42,253 +51,276 @@ _FUNCTIONS = {"aten::addmm.default": torch.addmm, "aten::mm.default": torch.mm,
               "aten::bmm.default": torch.bmm, "aten::baddbmm.default": torch.baddbmm}
 
 
-def _reads_only(step: dict, slots: set) -> bool:
-    """Whether every tensor the step reads is in `slots` (and no size is symbolic)."""
-    found = []
-
-    def walk(a):
-        if isinstance(a, list):
-            return all(walk(x) for x in a)
-        if isinstance(a, dict):
-            if "sym" in a:
-                return False
-            if "slot" in a:
-                found.append(a["slot"])
-        return True
-    ok = walk(step["args"]) and walk(list(step["kwargs"].values()))
-    return ok and bool(found) and all(i in slots for i in found)
-
-
-def _weight(slot: dict, weights: dict) -> torch.Tensor:
+def _weight(slot, weights: dict) -> torch.Tensor:
     """A weight as its slot wants it: "memory_format": "channels_last" (a convolution weight
     that the plan runs channels-last) is converted here, once, at load; "layout": "transposed"
     (a matmul weight stored as its [K, N] transpose, codegen/layouts.py) is bound as a view of
     the stored tensor, its logical [N, K] shape with strides [1, N], at no cost."""
-    w = weights[slot["weight"]]
-    if slot.get("layout") == "transposed" and w.dim() == 2:
+    if slot.weight not in weights:
+        raise ArtifactError(f"the plan uses weight {slot.weight!r}, which the weights file "
+                            "lacks", where=slot.weight, expected="the weight", found="nothing",
+                            fix="re-export the model")
+    w = weights[slot.weight]
+    if w.dtype != DTYPES[slot.dtype]:
+        raise ArtifactError(f"weight {slot.weight!r} is {w.dtype} in the weights file, its "
+                            f"plan slot says {slot.dtype}", where=slot.weight,
+                            expected=slot.dtype, found=str(w.dtype).removeprefix("torch."),
+                            fix="re-export the model (the weights file does not match the plan)")
+    if slot.layout == "transposed" and w.dim() == 2:
         w = w.t()
-    if slot.get("memory_format") == "channels_last" and w.dim() == 4:
+    if slot.memory_format == "channels_last" and w.dim() == 4:
         w = w.contiguous(memory_format=torch.channels_last)
-    shape = slot.get("shape")
-    if shape is not None and all(isinstance(d, int) for d in shape) and list(w.shape) != shape:
-        raise ArtifactError(f"weight {slot['weight']!r} has shape {list(w.shape)} in "
-                            f"weights.safetensors, its plan slot says {shape}",
-                            where=slot["weight"], expected=shape, found=list(w.shape),
+    if all(isinstance(d, int) for d in slot.shape) and tuple(w.shape) != slot.shape:
+        raise ArtifactError(f"weight {slot.weight!r} has shape {list(w.shape)} in the weights "
+                            f"file, its plan slot says {list(slot.shape)}", where=slot.weight,
+                            expected=list(slot.shape), found=list(w.shape),
                             fix="re-export the model (the weights file does not match the plan)")
     return w
 
 
 def resolve_op(qualname: str):
-    """'aten::addmm.default' -> torch.ops.aten.addmm.default."""
+    """'aten::addmm.default' -> torch.ops.aten.addmm.default. The name comes from the fixed
+    op table (runtime/schema/ops.py), checked when the plan was parsed."""
+    _, rest = qualname.split("::")
+    name, overload = rest.rsplit(".", 1)
     try:
-        ns, rest = qualname.split("::")
-        name, overload = rest.rsplit(".", 1)
-        return getattr(getattr(getattr(torch.ops, ns), name), overload)
-    except (ValueError, AttributeError, RuntimeError):
+        return getattr(getattr(torch.ops.aten, name), overload)
+    except (AttributeError, RuntimeError):
         raise ArtifactError(f"the plan calls operator {qualname}, which this torch does not have",
                             where=qualname, expected=f"torch {torch.__version__} to provide it",
                             found="no such operator",
-                            fix="import the library that registers it before loading, or "
-                                "re-export with this torch version") from None
-
-
-def _ident(text: str) -> str:
-    s = re.sub(r"\W", "_", text)
-    return s if s[:1].isalpha() or s[:1] == "_" else f"_{s}"
+                            fix="re-export the model with this torch version") from None
 
 
 class PlanFunction:
     """A plan compiled to a Python function `fn(inputs, symbols) -> tuple of outputs`."""
 
-    def __init__(self, plan: dict, weights: dict[str, torch.Tensor], device: torch.device,
+    def __init__(self, plan, weights: dict[str, torch.Tensor], device: torch.device,
                  library=None, *, static_weights: bool = True):
         """`static_weights`: weights never move, so their data pointers are taken once, at
         load (inference); training parameters are read at each call."""
-        self.library, self.static_weights = library, static_weights
+        self.plan, self.library, self.static_weights = plan, library, static_weights
+        self.device = device
         self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
-                                "empty_strided": torch.empty_strided,
-                                "layout": _layout, "kernel_failed": kernel_failed}
-        self.source = self._emit(plan, weights)
-        code = compile(self.source, f"<aotc plan {plan['entry']}>", "exec")
-        exec(code, self.namespace)  # noqa: S102 - source generated above from a verified plan
-        self.fn = self.namespace[f"plan_{plan['entry']}"]
+                                "empty_strided": torch.empty_strided, "layout": _layout,
+                                "index_failed": self.index_failed, "LIB": library,
+                                "check_error_flag": self.check_flag}
+        self.source = _Emitter(self, plan, weights).emit()
+        code = compile(self.source, f"<aotc plan {plan.entry}>", "exec")
+        exec(code, self.namespace)  # noqa: S102 - source printed by _Emitter from parsed nodes
+        self.fn = self.namespace[f"plan_{plan.entry}"]
 
-    def _global(self, base: str, value) -> str:
-        name, i = _ident(base), 1
-        while name in self.namespace and self.namespace[name] is not value:
-            i += 1
-            name = f"{_ident(base)}_{i}"
+    def bind(self, value, base: str) -> str:
+        """Bind `value` as a global of the plan function; its name (aotc's own)."""
+        name = f"{base}{len(self.namespace)}"
         self.namespace[name] = value
         return name
-
-    def _slot_names(self, slots: list, weights: dict) -> dict[int, str]:
-        """Slot -> the name the plan's source uses: weights are globals bound at load,
-        everything else a local `v<slot>`."""
-        names = {}
-        for i, s in enumerate(slots):
-            if s["kind"] == SlotKind.WEIGHT:
-                if s["weight"] not in weights:
-                    raise ArtifactError(f"the plan uses weight {s['weight']!r}, which "
-                                        "weights.safetensors lacks", where=s["weight"],
-                                        expected="the weight", found="nothing",
-                                        fix="re-export the model")
-                names[i] = self._global(f"w_{s['weight']}", _weight(s, weights))
-            else:
-                names[i] = f"v{i}"
-        return names
-
-    def _emit(self, plan: dict, weights: dict) -> str:
-        slots = plan["slots"]
-        names = self._slot_names(slots, weights)
-        slot_name = names.__getitem__
-        device = self.namespace["DEVICE"]
-        lines = [f"def plan_{plan['entry']}(inputs, symbols):"]
-        lines += [f"    S_{n} = symbols[{n!r}]" for n in sorted(self._symbols(plan))]
-        flag_head, flag_tail = self._error_flag(plan)
-        lines += flag_head
-        ins = [names[i] for i in plan["inputs"]]
-        if ins:
-            lines.append(f"    {', '.join(ins)}, = inputs")
-            # a caller that hands over a list gives up its references (a training backward
-            # passing what forward saved): the plan's FREE steps then free each input
-            lines.append("    if inputs.__class__ is list: inputs.clear()")
-        checked: set[int] = set()
-        # views of weights (a linear layer's transposed weight) are taken once, here
-        folded = {i for i, s in enumerate(slots) if s["kind"] == SlotKind.WEIGHT} \
-            if self.static_weights else set()
-        for step in plan["steps"]:
-            kind = step["kind"]
-            if kind == StepKind.FREE:
-                dead = [names[i] for i in step["slots"] if i not in folded]
-                if dead:   # donated slots stay bound until a kernel reuses them
-                    lines.append(f"    del {', '.join(dead)}")
-                continue
-            if kind == StepKind.KERNEL:
-                lines += self._kernel(step, slots, names, weights, checked, folded)
-                continue
-            if kind not in (StepKind.EXTERN, StepKind.VIEW):
-                raise ArtifactError(f"unknown plan step kind {kind!r}", where=plan["entry"],
-                                    expected=[k.value for k in StepKind], found=kind,
-                                    fix="upgrade aotc or re-export the model")
-            args = [decode_arg(a, slot_name, device) for a in step["args"]]
-            args += [f"{k}={decode_arg(v, slot_name, device)}" for k, v in step["kwargs"].items()]
-            call = self._call(step, args)
-            if kind == StepKind.VIEW and len(step["out"]) == 1 and step["out"][0] is not None \
-                    and _reads_only(step, folded):
-                out = step["out"][0]
-                value = eval(call, self.namespace)  # noqa: S307 - source built above
-                names[out] = self._global(f"c{out}", value)
-                folded.add(out)
-                continue
-            outs = [names[o] if o is not None else "_" for o in step["out"]]
-            target = outs[0] if step.get("single", True) else ", ".join(outs) + ","
-            lines.append(f"    {target} = {call}")
-        lines += flag_tail
-        rets = [names[o["slot"]] if "slot" in o else repr(o["const"]) for o in plan["outputs"]]
-        lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-        return "\n".join(lines) + "\n"
-
-    def _call(self, step: dict, args: list[str]) -> str:
-        """Source of one ATen call: common views and matmuls through torch's Python bindings
-        (about 1 us cheaper per call than an OpOverload), the rest through the overload."""
-        op, n = step["op"], len(step["args"])
-        method = _METHODS.get(op)
-        if method is not None and not step["kwargs"] and n == method[1]:
-            return f"{args[0]}.{method[0]}({', '.join(args[1:])})"
-        if op in _FUNCTIONS:
-            return f"{self._global(_FUNCTIONS[op].__name__, _FUNCTIONS[op])}({', '.join(args)})"
-        fn = self._global(op.replace("::", "_"), resolve_op(op))
-        return f"{fn}({', '.join(args)})"
-
-    def _kernel(self, step, slots, names, weights, checked, folded=frozenset()) -> list[str]:
-        """Lines that allocate a kernel's outputs and call it with data pointers."""
-        if self.library is None:
-            raise ArtifactError(f"the plan calls kernel {step['name']} but the artifact has no "
-                                "kernel library", where=step["name"], expected="kernels/",
-                                found="none", fix="re-export the model")
-        sizes = step.get("sizes", [])
-        launch = step.get("launch")   # a Triton kernel (CUDA artifact): called with tensors
-        ptr = (lambda e: e) if launch is not None else (lambda e: f"{e}.data_ptr()")
-        fn = self._global(f"k_{step['name']}", self.library.kernel(step["name"])
-                          if launch is not None else
-                          kernel(self.library, step["name"], len(step["args"]) + len(step["out"]),
-                                 len(sizes)))
-        lines, ptrs = [], []
-        for i in step["args"]:
-            s = slots[i]
-            if s["kind"] == SlotKind.WEIGHT and self.static_weights:
-                w = weights[s["weight"]]
-                ptrs.append(self._global(f"p_{s['weight']}",
-                                         w if launch is not None else w.data_ptr()))
-                continue
-            if s["kind"] == SlotKind.WEIGHT:
-                ptrs.append(ptr(names[i]))
-                continue
-            if i in folded:   # a view of weights, taken at load: laid out once, here
-                t = _layout(self.namespace[names[i]], tuple(s["stride"]), s.get("contiguous",
-                                                                                 False))
-                self._global(f"l_{names[i]}", t)   # owns the memory the pointer points to
-                ptrs.append(self._global(f"p_{names[i]}", t if launch is not None
-                                         else t.data_ptr()))
-                continue
-            if s.get("producer") != "kernel" and i not in checked:
-                checked.add(i)
-                contiguous = s.get("contiguous", False)
-                lines.append(f"    {names[i]} = layout({names[i]}, {_shape(s['stride'])}, "
-                             f"{contiguous})")
-            ptrs.append(ptr(names[i]))
-        reuse = step.get("reuse", {})
-        for o in step["out"]:
-            s = slots[o]
-            dense = s.get("contiguous", True)   # else a permuted dense layout (channels-last)
-            if str(o) in reuse:   # memory planning: take over a dead buffer's storage
-                donor = names[reuse[str(o)]]
-                same = dense and slots[reuse[str(o)]].get("contiguous", True)
-                lines.append(f"    {names[o]} = {donor}.view({_shape(s['shape'])})" if same else
-                             f"    {names[o]} = {donor}.as_strided({_shape(s['shape'])}, "
-                             f"{_shape(s['stride'])})")
-                lines.append(f"    del {donor}")
-            elif dense:
-                lines.append(f"    {names[o]} = empty({_shape(s['shape'])}, "
-                             f"dtype=torch.{s['dtype']}, device=DEVICE)")
-            else:
-                lines.append(f"    {names[o]} = empty_strided({_shape(s['shape'])}, "
-                             f"{_shape(s['stride'])}, dtype=torch.{s['dtype']}, device=DEVICE)")
-            ptrs.append(ptr(names[o]))
-        if launch is not None:
-            return lines + [_launch_line(fn, launch, ptrs, sizes)]
-        ptrs += [f"S_{n}" for n in sizes]
-        lines.append(f"    if {fn}({', '.join(ptrs)}): kernel_failed({step['name']!r})")
-        return lines
-
-    def _error_flag(self, plan) -> tuple[list, list]:
-        """Lines that give a plan with index-checking Triton kernels one error flag per call,
-        and check it after the last step (runtime/kernels.py)."""
-        if not any((s.get("launch") or {}).get("error_code") for s in plan["steps"]):
-            return [], []
-        self.namespace.update(new_error_flag=self.library.new_error_flag,
-                              check_error_flag=self.library.check_error_flag)
-        return ["    ERR = new_error_flag()"], ["    check_error_flag(ERR)"]
-
-    @staticmethod
-    def _symbols(plan) -> set[str]:
-        names = set()
-        for s in plan["slots"]:
-            for d in s.get("shape", []) + s.get("stride", []):
-                if isinstance(d, str):
-                    names |= set(re.findall(r"[A-Za-z_]\w*", d)) - {"min", "max"}
-        return names
 
     def __call__(self, inputs, symbols):
         if self.threads is not None:
             self.threads()
         return self.fn(inputs, symbols)
 
+    # --------------------------------------------------------------------- index errors
+    def index_failed(self, step_index: int, tensors: tuple, symbols: dict, inputs=None):
+        """A C++ kernel met an out-of-range index: raise the GuardError that names it."""
+        step = self.plan.steps[step_index]
+        raise index_error(self.plan, step, dict(enumerate(tensors)), inputs, symbols)
 
-def _launch_line(fn: str, launch: dict, tensors: list, sizes: list) -> str:
-    """`k((gx, gy, gz), tensors..., [ERR], sizes...)`: a Triton kernel launch; the grid is
-    computed from the size symbols at each call."""
-    grid = ", ".join(sym_source(g) for g in launch["grid"])
-    args = tensors + (["ERR"] if launch.get("error_code") else []) + [f"S_{n}" for n in sizes]
-    return f"    {fn}(({grid}), {', '.join(args)})"
+    def check_flag(self, flag: torch.Tensor, inputs=None, symbols=None) -> None:
+        """After a plan with index-checking Triton kernels: raise if one flagged an index."""
+        code = int(flag.item())
+        if not code:
+            return
+        for step in self.plan.steps:
+            if step.kind is StepKind.KERNEL and step.launch is not None \
+                    and step.launch.error_code == code:
+                raise index_error(self.plan, step, {}, inputs, symbols or {})
+        raise index_error(self.plan, _Unknown(code), {}, inputs, symbols or {})
+
+
+class _Unknown:
+    checks, name = (), "?"
+
+    def __init__(self, code):
+        self.name = f"with error code {code}"
+
+
+class _Emitter:
+    """Writes the source of one plan function (see the module doc)."""
+
+    def __init__(self, fn: PlanFunction, plan, weights: dict):
+        self.fn, self.plan, self.weights = fn, plan, weights
+        self.names: dict[int, str] = {}
+        self.folded: set[int] = set()     # weights and views of weights, bound at load
+        self.checked: set[int] = set()    # slots already laid out for a kernel
+
+    def emit(self) -> str:
+        plan = self.plan
+        for i, s in enumerate(plan.slots):
+            if s.kind is SlotKind.WEIGHT:
+                self.names[i] = self.fn.bind(_weight(s, self.weights), "w")
+                if self.fn.static_weights:
+                    self.folded.add(i)
+            else:
+                self.names[i] = f"v{i}"
+        lines = [f"def plan_{plan.entry}(inputs, symbols):"]
+        lines += [f"    S_{n} = symbols[{n!r}]" for n in sorted(plan.symbols | self._sizes())]
+        flagged = any(s.kind is StepKind.KERNEL and s.launch is not None
+                      and s.launch.error_code for s in plan.steps)
+        if flagged:
+            lines += ["    ARGS = tuple(inputs)", "    ERR = LIB.new_error_flag()"]
+        ins = [self.names[i] for i in plan.inputs]
+        if ins:
+            lines.append(f"    {', '.join(ins)}, = inputs")
+            # a caller that hands over a list gives up its references (a training backward
+            # passing what forward saved): the plan's FREE steps then free each input
+            lines.append("    if inputs.__class__ is list: inputs.clear()")
+        for idx, step in enumerate(plan.steps):
+            lines += self._step(idx, step)
+        if flagged:
+            lines.append("    check_error_flag(ERR, ARGS, symbols)")
+        rets = [self.names[o.slot] if o.slot is not None else self._const(o.const)
+                for o in plan.outputs]
+        lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        return "\n".join(lines) + "\n"
+
+    def _sizes(self) -> set[str]:
+        out = set()
+        for s in self.plan.steps:
+            if s.kind is StepKind.KERNEL:
+                out |= set(s.sizes)
+                if s.launch is not None:
+                    for g in s.launch.grid:
+                        out |= ex.names(g)
+                for c in s.checks:
+                    out |= set() if isinstance(c.size, int) else ex.names(c.size)
+            elif s.kind is not StepKind.FREE:
+                out |= _arg_names((*s.args, *(v for _, v in s.kwargs)))
+        return out
+
+    def _step(self, idx: int, step) -> list[str]:
+        if step.kind is StepKind.FREE:
+            dead = [self.names[i] for i in step.slots if i not in self.folded]
+            return [f"    del {', '.join(dead)}"] if dead else []
+        if step.kind is StepKind.KERNEL:
+            return self._kernel(idx, step)
+        op = resolve_op(step.op)
+        check_call(op, step, self.plan.slots)
+        args = [self._arg(a) for a in step.args]
+        args += [f"{k}={self._arg(v)}" for k, v in step.kwargs]
+        call = self._call(step, op, args)
+        reads = step.reads()
+        if step.kind is StepKind.VIEW and len(step.out) == 1 and step.out[0] is not None \
+                and reads and all(r in self.folded for r in reads) \
+                and not _arg_names(step.args) and not _arg_names(tuple(v for _, v in step.kwargs)):
+            out = step.out[0]   # a view of weights: taken once, here
+            value = eval(call, self.fn.namespace)  # noqa: S307 - source printed above
+            self.names[out] = self.fn.bind(value, "c")
+            self.folded.add(out)
+            return []
+        outs = [self.names[o] if o is not None else "_" for o in step.out]
+        target = outs[0] if step.single else ", ".join(outs) + ","
+        return [f"    {target} = {call}"]
+
+    def _call(self, step, op, args: list[str]) -> str:
+        """Source of one ATen call: common views and matmuls through torch's Python bindings
+        (about 1 us cheaper per call than an OpOverload), the rest through the overload."""
+        method = _METHODS.get(step.op)
+        if method is not None and not step.kwargs and len(step.args) == method[1]:
+            return f"{args[0]}.{method[0]}({', '.join(args[1:])})"
+        fn = _FUNCTIONS.get(step.op, op)
+        return f"{self.fn.bind(fn, 'op')}({', '.join(args)})"
+
+    def _arg(self, a) -> str:
+        if isinstance(a, tuple):
+            return "[" + ", ".join(self._arg(x) for x in a) + "]"
+        if isinstance(a, SlotRef):
+            return self.names[a.slot]
+        if isinstance(a, SymArg):
+            return f"({ex.source(a.expr)})"
+        if isinstance(a, Tagged):
+            if a.tag == "device":
+                return "DEVICE"   # plans are placed on the device the artifact is loaded on
+            table = {"dtype": DTYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
+            value = table[a.tag][a.value] if a.tag in table else float(a.value)
+            return self.fn.bind(value, "t")
+        return self._const(a)
+
+    def _const(self, value) -> str:
+        if value is None or isinstance(value, (bool, int)):
+            return repr(value)
+        return self.fn.bind(value, "k")    # floats and strings: never printed into source
+
+    def _kernel(self, idx: int, step) -> list[str]:
+        """Lines that allocate a kernel's outputs and call it with data pointers."""
+        lib = self.fn.library
+        if lib is None:
+            raise ArtifactError(f"the plan calls kernel {step.name} but the artifact has no "
+                                "kernel library", where=step.name, expected="kernels/",
+                                found="none", fix="re-export the model")
+        triton = step.launch is not None   # a Triton kernel (CUDA artifact): tensors
+        slots = self.plan.slots
+        dtypes = [slots[s].dtype for s in (*step.args, *step.out)]
+        k = self.fn.bind(lib.kernel(step.name, len(step.args) + len(step.out), len(step.sizes),
+                                    dtypes), "k")
+        ptr = (lambda e: e) if triton else (lambda e: f"{e}.data_ptr()")
+        lines, ptrs = [], []
+        for i in step.args:
+            ptrs.append(self._kernel_arg(i, triton, lines, ptr))
+        reuse = dict(step.reuse)
+        for o in step.out:
+            lines.append(self._alloc(o, reuse.get(o)))
+            if o in reuse:
+                lines.append(f"    del {self.names[reuse[o]]}")
+            ptrs.append(ptr(self.names[o]))
+        sizes = [f"S_{n}" for n in step.sizes]
+        if triton:
+            grid = ", ".join(ex.source(g) for g in step.launch.grid)
+            err = ["ERR"] if step.launch.error_code else []
+            return lines + [f"    {k}(({grid}), {', '.join(ptrs + err + sizes)})"]
+        args = ", ".join(self.names[i] for i in step.args)
+        lines.append(f"    if {k}({', '.join(ptrs + sizes)}): "
+                     f"index_failed({idx}, ({args}{',' if len(step.args) == 1 else ''}), "
+                     "symbols, inputs)")
+        return lines
+
+    def _kernel_arg(self, i: int, triton: bool, lines: list, ptr) -> str:
+        s, name = self.plan.slots[i], self.names[i]
+        if s.kind is SlotKind.WEIGHT and self.fn.static_weights:
+            w = self.fn.namespace[name]
+            return self.fn.bind(w if triton else w.data_ptr(), "p")
+        if s.kind is SlotKind.WEIGHT:
+            return ptr(name)
+        if i in self.folded:   # a view of weights, taken at load: laid out once, here
+            t = _layout(self.fn.namespace[name], s.stride, s.contiguous)
+            self.fn.bind(t, "l")   # owns the memory the pointer points to
+            return self.fn.bind(t if triton else t.data_ptr(), "p")
+        if s.producer is not StepKind.KERNEL and i not in self.checked:
+            self.checked.add(i)
+            lines.append(f"    {name} = layout({name}, {_shape(s.stride)}, {s.contiguous})")
+        return ptr(name)
+
+    def _alloc(self, o: int, donor: int | None) -> str:
+        s, name = self.plan.slots[o], self.names[o]
+        if donor is not None:   # memory planning: take over a dead buffer's storage
+            same = s.contiguous and self.plan.slots[donor].contiguous
+            return (f"    {name} = {self.names[donor]}.view({_shape(s.shape)})" if same else
+                    f"    {name} = {self.names[donor]}.as_strided({_shape(s.shape)}, "
+                    f"{_shape(s.stride)})")
+        dtype = self.fn.bind(DTYPES[s.dtype], "dt")
+        if s.contiguous:
+            return f"    {name} = empty({_shape(s.shape)}, dtype={dtype}, device=DEVICE)"
+        return (f"    {name} = empty_strided({_shape(s.shape)}, {_shape(s.stride)}, "
+                f"dtype={dtype}, device=DEVICE)")
+
+
+def _arg_names(args) -> set[str]:
+    out: set[str] = set()
+    for a in args:
+        if isinstance(a, tuple):
+            out |= _arg_names(a)
+        elif isinstance(a, SymArg):
+            out |= ex.names(a.expr)
+    return out

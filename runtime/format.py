@@ -1,8 +1,9 @@
 """The artifact format: the one module that names every file of an artifact directory.
 
-Codegen writes artifacts through `write_artifact`; the runtime reads them through
-`read_manifest`, which refuses anything damaged, tampered with or of an unknown version before a
-single weight is read.
+Codegen writes artifacts through `write_artifact` (the manifest, plans and launch specs as
+typed documents of runtime/schema); the runtime reads them through runtime/artifact.py, which
+refuses anything damaged, tampered with, malformed or of an unknown version before a single
+weight is read.
 
     NAME.aotc/
       manifest.json              format version, producers, target, entry points, guards, and the
@@ -16,6 +17,7 @@ single weight is read.
       kernels/<name>.py          CUDA artifacts: one Triton kernel (readable, self-contained)
       kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
       kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
+      signatures.json            optional: Ed25519 signatures over manifest.json (aotc sign)
 """
 from __future__ import annotations
 
@@ -24,13 +26,12 @@ import ctypes.util
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from aotc.errors import ArtifactError
+from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -49,6 +50,15 @@ CHANGELOG = {
                       "transpose: its plan slot says 'layout': 'transposed' (logical shape "
                       "[N, K], strides [1, N]) and manifest weights.transposed lists it; a "
                       "reader of version 3 would bind it with the wrong shape"),
+    5: ("2026-12-01", "one typed schema (runtime/schema): every field required where it was "
+                      "implied (slot 'contiguous'), unknown fields refused, sizes in the "
+                      "expression grammar; slots lose the informational 'local'; a C++ library "
+                      "exports aotc_kernel_table (name, address, argument and size counts, "
+                      "pointer dtypes per kernel; manifest target.native.table) and kernels are "
+                      "found only there; kernel steps may list index 'checks' (the argument "
+                      "holding an index, the size it indexes, whether negatives wrap); the "
+                      "optional signatures.json beside the manifest (Ed25519 over its bytes). "
+                      "Versions 1-4 are migrated when read (runtime/schema/migrate.py)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -65,6 +75,7 @@ KERNELS_DIR = "kernels"
 KERNEL_SOURCE = "kernels/kernels.cpp"
 KERNEL_LIBRARY = "kernels/kernels.so"
 SELF_HASH_KEY = "manifest_sha256"
+SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
 
 
 def plan_file(entry: str) -> str:
@@ -99,34 +110,68 @@ def sha256_file(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------------- write
 
-def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest: dict) -> Path:
-    """Write `files` plus a manifest listing their hashes, atomically, to `dest`.
+def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
+                   check=None) -> Path:
+    """Write `files` plus `manifest` (a schema Manifest) listing their hashes, atomically.
 
     The directory is built beside `dest` and swapped into place in one rename, so a reader (or a
-    killed export) sees either the previous artifact or the new one, never a mixture.
+    killed export) sees either the previous artifact or the new one, never a mixture; the
+    manifest is checked by the same parser that loading uses before anything is written.
+    `check(tmp_dir)`, if given, runs on the complete directory before the swap (raising keeps
+    the previous artifact). Stale staging directories of killed exports are removed first.
     """
-    dest = Path(dest).absolute()
+    import dataclasses
+
+    from aotc.runtime.schema import parse_manifest
+    from aotc.runtime.schema.fields import At
+    from aotc.runtime.staging import Staging
+    dest = check_destination(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() and not (dest / MANIFEST).is_file():
-        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
-                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
-                            found="a file or a directory without a manifest",
-                            fix="choose another output path (-o) or remove it yourself")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    entries = {rel: FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+               for rel, data in files.items()}
+    manifest = dataclasses.replace(manifest, format_version=FORMAT_VERSION, files=entries)
+    doc = manifest.to_json()
+    doc[SELF_HASH_KEY] = hashlib.sha256(dumps(doc)).hexdigest()
+    parse_manifest(At.root(MANIFEST, doc))     # written through the schema it is read with
+    staging = Staging(f".{dest.name}.tmp-", dest.parent)
     try:
-        entries = {}
+        tmp = staging.path
         for rel, data in sorted(files.items()):
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
-            entries[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-        manifest = dict(manifest, format_version=FORMAT_VERSION, files=entries)
-        manifest[SELF_HASH_KEY] = hashlib.sha256(dumps(manifest)).hexdigest()
-        (tmp / MANIFEST).write_bytes(dumps(manifest))
+        (tmp / MANIFEST).write_bytes(dumps(doc))
         _fsync_tree(tmp)
+        if check is not None:
+            check(tmp)
         _swap_into_place(tmp, dest)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging.remove()
+    return dest
+
+
+def check_destination(dest) -> Path:
+    """`dest` as an absolute path an artifact can be written to, or a UsageError / an
+    ArtifactError saying why not (checked before any slow work)."""
+    from aotc.errors import UsageError
+    if str(dest).strip() == "":
+        raise UsageError("the output path is empty", where="-o / path", expected="a path",
+                         found=repr(str(dest)), fix="name the artifact, e.g. -o model.aotc")
+    dest = Path(dest).absolute()
+    parent = next((p for p in [dest.parent, *dest.parent.parents] if p.exists()), None)
+    if parent is None or not parent.is_dir():
+        raise UsageError(f"cannot write {dest}: {parent} is not a directory", where=str(dest),
+                         expected="a path under a directory", found=f"{parent} is a file",
+                         fix="choose another output path (-o)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {dest}: {parent} is not writable", where=str(parent),
+                         expected="a writable directory", found="no write permission",
+                         fix="choose a writable output path (-o)")
+    if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
+        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
+                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
+                            found="a file or a directory without a manifest",
+                            fix="choose another output path (-o) or remove it yourself")
     return dest
 
 
@@ -160,37 +205,23 @@ def _swap_into_place(tmp: Path, dest: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ read
 
-def read_manifest(path: str | os.PathLike, *, verify_hashes: bool = True) -> dict:
-    """Parse and check an artifact's manifest, and the size and sha256 of every file it lists.
-
-    Raises ArtifactError, naming the file, for anything missing, damaged or of another version.
-    """
-    root = Path(path)
-    mpath = root / MANIFEST
-    if not root.is_dir():
-        raise ArtifactError(f"no artifact directory at {root}", where=str(root),
-                            expected="a directory written by `aotc export`",
-                            found="nothing" if not root.exists() else "a file",
-                            fix="check the path, or export the model first with `aotc export`")
-    if not mpath.is_file():
-        raise ArtifactError(f"{MANIFEST} is missing from {root}", where=str(mpath),
-                            expected=f"{MANIFEST}", found="no such file",
-                            fix="re-export the model; the artifact is incomplete")
-    raw = mpath.read_bytes()
-    manifest = _parse_manifest(raw, mpath)
-    _check_version(manifest, mpath)
-    _check_files(root, manifest, verify_hashes)
-    return manifest
+def read_manifest(path: str | os.PathLike, *, verify_hashes: bool = True, trusted_keys=None):
+    """The typed manifest of an artifact, after checking it and the size and sha256 of every
+    file it lists (runtime/artifact.py). Raises ArtifactError, naming the file and the field,
+    for anything missing, damaged, malformed or of another version."""
+    from aotc.runtime.artifact import Artifact
+    art = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
+    art.close()
+    return art.manifest
 
 
-def _parse_manifest(raw: bytes, mpath: Path) -> dict:
-    damaged = dict(where=str(mpath), fix="re-export the model; do not edit artifacts by hand")
-    try:
-        manifest = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{MANIFEST} is damaged: not valid JSON ({e})", expected="JSON",
-                            found=f"{len(raw)} bytes that do not parse", **damaged) from None
-    if not isinstance(manifest, dict) or SELF_HASH_KEY not in manifest:
+def parse_manifest_bytes(raw: bytes, where: str) -> dict:
+    """manifest.json's JSON after checking its self-hash, its canonical form and its format
+    version (the typed parse follows, runtime/schema/manifest.py)."""
+    from aotc.runtime.schema.fields import load_json
+    damaged = dict(where=where, fix="re-export the model; do not edit artifacts by hand")
+    manifest = load_json(raw, MANIFEST).value
+    if not isinstance(manifest, dict) or not isinstance(manifest.get(SELF_HASH_KEY), str):
         raise ArtifactError(f"{MANIFEST} is damaged: no {SELF_HASH_KEY}",
                             expected=f"an object with {SELF_HASH_KEY}",
                             found=type(manifest).__name__, **damaged)
@@ -200,36 +231,17 @@ def _parse_manifest(raw: bytes, mpath: Path) -> dict:
     if actual != recorded or dumps(manifest) != raw:
         raise ArtifactError(f"{MANIFEST} was modified after export (hash mismatch)",
                             expected=recorded, found=actual, **damaged)
+    _check_version(manifest, where)
     return manifest
 
 
-def _check_version(manifest: dict, mpath: Path) -> None:
+def _check_version(manifest: dict, where: str) -> None:
     version = manifest.get("format_version")
-    if version in CHANGELOG and version <= FORMAT_VERSION:
+    if type(version) is int and version in CHANGELOG and version <= FORMAT_VERSION:
         return
-    newer = isinstance(version, int) and version > FORMAT_VERSION
+    newer = type(version) is int and version > FORMAT_VERSION
     raise ArtifactError(
-        f"artifact format version {version} is not supported by this aotc", where=str(mpath),
-        expected=f"format version {FORMAT_VERSION} (known: {sorted(CHANGELOG)})", found=version,
-        fix=("upgrade aotc to load artifacts of a newer format" if newer
-             else "re-export the model with this aotc"))
-
-
-def _check_files(root: Path, manifest: dict, verify_hashes: bool) -> None:
-    for rel, info in sorted(manifest.get("files", {}).items()):
-        p = root / rel
-        if not p.is_file():
-            raise ArtifactError(f"artifact file {rel} is missing", where=str(p),
-                                expected=f"{info['size']} bytes", found="no such file",
-                                fix="re-export the model or copy the whole artifact directory")
-        size = p.stat().st_size
-        if size != info["size"]:
-            raise ArtifactError(f"artifact file {rel} has the wrong size (truncated or modified)",
-                                where=str(p), expected=f"{info['size']} bytes",
-                                found=f"{size} bytes", fix="re-export or re-copy the artifact")
-        if verify_hashes:
-            digest = sha256_file(p)
-            if digest != info["sha256"]:
-                raise ArtifactError(f"artifact file {rel} is damaged (sha256 mismatch)",
-                                    where=str(p), expected=info["sha256"], found=digest,
-                                    fix="re-export or re-copy the artifact")
+        f"artifact format version {version!r} is not supported by this aotc", where=where,
+        expected=f"format version {FORMAT_VERSION} (known: {sorted(CHANGELOG)})",
+        found=version if type(version) is int else repr(version)[:40], fix=("upgrade aotc to load artifacts of a newer format"
+                                       if newer else "re-export the model with this aotc"))

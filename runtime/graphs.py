@@ -59,7 +59,7 @@ class GraphedEntry:
         """`samples`: a callable giving input sets (the artifact's recorded sample) that a
         capture at their sizes is also checked on; read only at capture, not at load."""
         self.entry, self.device, self.samples = entry, device, samples
-        self.dynamic = bool(entry.spec.get("symbols"))
+        self.dynamic = bool(entry.spec.symbols)
         self.max_graphs = max(1, max_graphs) if self.dynamic else 1
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()   # least recently used first
         self.seen: OrderedDict[tuple, None] = OrderedDict()
@@ -111,7 +111,7 @@ class GraphedEntry:
             dst.copy_(src)
         g.graph.replay()
         for flag in g.flags:   # index checks made during the replay
-            self.entry.function.namespace["check_error_flag"](flag)
+            self.entry.function.check_flag(flag, args)
         return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in g.static_out)
 
     # ------------------------------------------------------------------------------- capture
@@ -182,7 +182,7 @@ def capture(fn, static_in: list, symbols: dict, device: torch.device, *, warmups
     check = fn.namespace.get("check_error_flag")
     flags: list = []
     if check is not None:   # inside the capture a flag cannot be read: keep it for later
-        fn.namespace["check_error_flag"] = flags.append
+        fn.namespace["check_error_flag"] = lambda flag, *_: flags.append(flag)
     try:
         with torch.cuda.graph(graph, pool=pool, capture_error_mode=error_mode), torch.no_grad():
             out = fn(tuple(static_in), symbols)

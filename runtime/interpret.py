@@ -1,8 +1,9 @@
 """Running a CUDA artifact's Triton kernels on the CPU with Triton's interpreter: a testing aid.
 
-`aotc.load(path, device="cpu", interpret=True)` imports each kernel's source (kernels/<name>.py,
-the very text its cubins were compiled from) with Triton's interpreter switched on and launches
-it on CPU tensors. It is slow (launches run one at a time: the interpreter patches
+`aotc.load(path, device="cpu", interpret=True)` runs each kernel's source (kernels/<name>.py,
+the very text its cubins were compiled from, as the artifact verified it, from memory, after
+runtime/kernelsource.py checked it is a Triton kernel and nothing else) with Triton's
+interpreter switched on, and launches it on CPU tensors. It is slow (launches run one at a time: the interpreter patches
 `triton.language` while it runs), and meant for tests and CI on machines without a GPU; it is
 the only part of the runtime that imports Triton.
 
@@ -14,16 +15,19 @@ process (nor any subprocess started later) sees it. Functions that Triton's inte
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import hashlib
+import linecache
 import os
 import threading
-from pathlib import Path
+import types
 from types import SimpleNamespace
 
 import torch
 
+from aotc.errors import ArtifactError
 from aotc.runtime import format as fmt
 from aotc.runtime.kernels import TritonKernels
+from aotc.runtime.kernelsource import check_kernel_source
 
 _env_lock = threading.RLock()
 _launch_lock = threading.Lock()
@@ -72,18 +76,29 @@ def _libdevice():
     return SimpleNamespace(**{k: _numpy_function(f) for k, f in names.items()})
 
 
-def import_kernel(path: Path, name: str):
-    """Import kernels/<name>.py with the interpreter on; returns its `@triton.jit` function.
-    Triton itself is imported first, with the interpreter off, so that its own library stays
-    compiled for anyone else in the process (generated kernels never call into it)."""
+def import_kernel(text: str, name: str, where: str):
+    """Run the verified source of kernels/<name>.py (its bytes as the artifact read them, after
+    `check_kernel_source`) with the interpreter on, from memory: nothing is read from or
+    written to the artifact (no .pyc); returns its `@triton.jit` function. Triton itself is
+    imported first, with the interpreter off, so that its own library stays compiled for anyone
+    else in the process (generated kernels never call into it)."""
     import triton  # noqa: F401
     import triton.language  # noqa: F401
+    check_kernel_source(text, where)
+    filename = f"<aotc kernel {name} {hashlib.sha256(text.encode()).hexdigest()[:12]}>"
+    lines = text.splitlines(keepends=True)
+    linecache.cache[filename] = (len(text), None, lines, filename)   # Triton reads its source
+    module = types.ModuleType(f"aotc_interpreted_{name}")
+    module.__file__ = filename
     with interpreter_env(True):
-        spec = importlib.util.spec_from_file_location(f"aotc_interpreted_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        exec(compile(text, filename, "exec"), module.__dict__)  # noqa: S102 - checked above
     module.libdevice = _libdevice()
-    return getattr(module, name)
+    fn = module.__dict__.get(name)
+    if fn is None:
+        raise ArtifactError(f"{where} does not define kernel {name}", where=where,
+                            expected=f"a @triton.jit function {name}", found="none",
+                            fix="re-export the model")
+    return fn
 
 
 class InterpretedKernels(TritonKernels):
@@ -91,14 +106,18 @@ class InterpretedKernels(TritonKernels):
 
     takes_tensors = True
 
-    def __init__(self, path: Path, native: dict, device: torch.device):
-        super().__init__(path, native, torch.device("cpu"))
-        self.functions = {name: import_kernel(self.path / fmt.triton_source_file(name), name)
-                          for name in self.specs}
+    def __init__(self, artifact, native, device: torch.device):
+        super().__init__(artifact, native, torch.device("cpu"))
+        self.functions = {}
+        for name in self.specs:
+            rel = fmt.triton_source_file(name)
+            self.functions[name] = import_kernel(artifact.read(rel).decode("utf-8", "replace"),
+                                                 name, artifact.where(rel))
 
-    def kernel(self, name: str):
+    def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]):
+        self.check_step(name, nargs, nsizes, dtypes)
         spec, fn = self.spec(name), self.functions[name]
-        constexprs = dict(spec["constexprs"])
+        constexprs = dict(spec.constexprs)
 
         def launch(grid, *args):
             import numpy as np

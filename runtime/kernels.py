@@ -1,58 +1,61 @@
 """The Triton kernels of a CUDA artifact, as the runtime sees them (GPU and interpreter alike).
 
-Each kernel has a launch spec, kernels/<name>.json, written at export: its parameters in order
-(buffers read, buffers written, `aotc_err` when it indexes with runtime values, dim sizes), block
-sizes, the grid as expressions over the plan's size symbols, and per arch the cubin with its
-symbol, shared memory, warps and trailing scratch parameters.
+Each kernel has a launch spec, kernels/<name>.json, written at export and read through the
+schema (runtime/schema/launch.py): its parameters in order (buffers read, buffers written,
+`aotc_err` when it indexes with runtime values, dim sizes), block sizes, the grid as expressions
+over the plan's size symbols, and per arch the cubin with its symbol, shared memory, warps and
+trailing scratch parameters. A plan step is bound to a kernel only if it passes exactly the
+buffers (count and dtypes) and sizes the spec declares.
 
 A launcher is called from a plan as `launch(grid, *args)` with the kernel's tensors and sizes
 in parameter order. Kernels that index with runtime values report an out-of-range index by
 storing their error code into a one-element int32 flag that the plan allocates per call and
-checks once, after its last step (`new_error_flag`, `check_error_flag`): one 4-byte read per
-call, and only in plans that have such kernels.
+checks once, after its last step (`new_error_flag`; the plan function reads it): one 4-byte
+read per call, and only in plans that have such kernels.
 """
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
-from aotc.runtime.native import kernel_failed
+
+POINTER_DTYPES = {"*fp64": "float64", "*fp32": "float32", "*fp16": "float16",
+                  "*bf16": "bfloat16", "*i64": "int64", "*i32": "int32", "*i16": "int16",
+                  "*i8": "int8", "*u8": "uint8", "*i1": "bool", "*fp8e4nv": "float8_e4m3fn",
+                  "*fp8e5": "float8_e5m2"}
 
 
 class TritonKernels:
     """Launch specs of an artifact's kernels and the error-flag protocol; subclasses launch."""
 
-    def __init__(self, path: Path, native: dict, device: torch.device):
-        self.path, self.native, self.device = Path(path), native, device
-        self.specs = {name: self._spec(name) for name in native.get("kernels", [])}
-        self.codes = {s["error_code"]: n for n, s in self.specs.items() if s.get("error_code")}
+    def __init__(self, artifact, native, device: torch.device):
+        self.artifact, self.native, self.device = artifact, native, device
+        symbols = set().union(*(set(e.symbols) for e in artifact.manifest.entries.values()))
+        self.specs = {name: artifact.launch(name, symbols) for name in native.kernels}
 
-    def _spec(self, name: str) -> dict:
-        p = self.path / fmt.triton_launch_file(name)
-        if not p.is_file():
-            raise ArtifactError(f"launch metadata of kernel {name} is missing", where=str(p),
-                                expected="kernels/<name>.json", found="no such file",
-                                fix="re-export the model")
-        return json.loads(p.read_bytes())
-
-    def spec(self, name: str) -> dict:
+    def spec(self, name: str):
         if name not in self.specs:
             raise ArtifactError(f"the plan launches kernel {name}, which the artifact lacks",
-                                where=name, expected=sorted(self.specs), found=name,
+                                where=name, expected=sorted(self.specs)[:8], found=name,
                                 fix="re-export the model")
         return self.specs[name]
+
+    def check_step(self, name: str, nargs: int, nsizes: int, dtypes: list[str]) -> None:
+        """Refuse a plan step that passes kernel `name` other buffers or sizes than its launch
+        spec declares (a kernel must never index memory it was not compiled for)."""
+        spec = self.spec(name)
+        buffers = [p for p in spec.params if p.name in (*spec.inputs, *spec.outputs)]
+        want = [POINTER_DTYPES.get(p.type, p.type) for p in buffers]
+        if (len(buffers), len(spec.sizes), want) != (nargs, nsizes, list(dtypes)):
+            raise ArtifactError(f"the plan launches kernel {name} with arguments its launch "
+                                "spec does not declare", where=f"plan step {name}",
+                                expected=f"{len(buffers)} buffers {want}, {len(spec.sizes)} "
+                                         "sizes",
+                                found=f"{nargs} buffers {list(dtypes)}, {nsizes} sizes",
+                                fix="re-export the model (plan and kernels do not match)")
 
     def new_error_flag(self) -> torch.Tensor:
         return torch.zeros(1, dtype=torch.int32, device=self.device)
 
-    def check_error_flag(self, flag: torch.Tensor) -> None:
-        code = int(flag.item())
-        if code:
-            kernel_failed(self.codes.get(code, f"with error code {code}"))
-
-    def kernel(self, name: str):
+    def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]):
         raise NotImplementedError

@@ -7,46 +7,57 @@ serialises its calls: the graph's buffers are shared; runtime/graphs.py).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
-from aotc.errors import GuardError, TargetError
+from aotc.errors import ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
-from aotc.runtime.native import check_isa, load_library
+from aotc.runtime.native import NativeLibrary, check_isa
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.manifest import CppNative, TritonNative
 from aotc.runtime.trees import describe, unflatten
-from aotc.runtime.weights import load_safetensors
+from aotc.runtime.weights import tensors
 
 
 class Entry:
-    """One entry point (`forward`, later `backward`): guards, compiled plan, output structure."""
+    """One entry point (`forward`, `backward`, ...): guards, compiled plan, output structure."""
 
-    def __init__(self, name: str, spec: dict, plan: dict, weights: dict, device: torch.device,
+    def __init__(self, name: str, spec, plan, weights: dict, device: torch.device,
                  library=None, *, static_weights: bool = True):
         self.name, self.spec = name, spec
-        self.guards = Guards(spec["inputs"], spec.get("symbols", {}), spec.get("relations", []))
+        self.guards = Guards(spec.inputs, spec.symbols, spec.relations)
         self.plan = plan
+        unbound = sorted(plan.symbols - self.guards.bound_symbols)
+        if unbound:
+            raise ArtifactError(f"plan {spec.plan} sizes buffers with {unbound[0]}, which no "
+                                "input dim binds", where=spec.plan,
+                                expected=f"symbols read from inputs: "
+                                         f"{sorted(self.guards.bound_symbols)}",
+                                found=unbound, fix="re-export the model")
         self.function = PlanFunction(plan, weights, device, library,
                                      static_weights=static_weights)
-        self.tree = spec["output_tree"]
+        self.tree = spec.output_tree
 
 
 class CompiledModule:
-    def __init__(self, path: Path, manifest: dict, device: torch.device, *, check_guards: bool,
+    def __init__(self, artifact, device: torch.device, *, check_guards: bool,
                  cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS):
-        self.path, self.manifest, self.device = path, manifest, device
+        self.artifact, self.path, self.device = artifact, artifact.root, device
+        self.manifest = artifact.manifest
         self.check_guards = check_guards
-        self.weights = weights = load_weights(path, manifest, device)
-        self.library = load_library_for(path, manifest, device)
-        self.entries = {
-            name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), weights, device,
-                        self.library)
-            for name, spec in manifest["entries"].items()}
+        self.weights = weights = load_weights(artifact, device)
+        self.library = load_library_for(artifact, device)
+        self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
+                                    self.library)
+                        for name, spec in self.manifest.entries.items()}
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+
+    @property
+    def signer(self) -> str | None:
+        """Who signed the artifact (a key id), when a trusted signature was required."""
+        return self.artifact.signer
 
     def _graphs(self, wanted: bool | None, cache: int) -> dict:
         """Entries that replay CUDA graphs (runtime/graphs.py): on a GPU, by default;
@@ -88,22 +99,21 @@ class CompiledModule:
         return "\n".join(e.function.source for e in self.entries.values())
 
     @property
-    def inputs(self) -> list[dict]:
-        return self.entries["forward"].spec["inputs"]
+    def inputs(self) -> list:
+        return list(self.entries["forward"].spec.inputs)
 
     def signature(self, entry: str = "forward") -> str:
         spec = self.entries[entry].spec
-        ins = ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(map(str, i['shape']))}]"
-                        for i in spec["inputs"])
-        return f"{entry}({ins}) -> {describe(spec['output_tree'], spec['outputs'])}"
+        ins = ", ".join(f"{i.name}: {g.spec}" for i, g in
+                        zip(spec.inputs, self.entries[entry].guards.inputs))
+        return f"{entry}({ins}) -> {describe(spec.output_tree, spec.outputs)}"
 
     def random_inputs(self, entry: str = "forward", *, seed: int = 0,
                       sizes: dict[str, int] | None = None) -> tuple:
         """Inputs that satisfy the entry's guards (integer inputs stay in their recorded range)."""
-        from aotc.runtime.guards import compile_expr, evaluate
         gen = torch.Generator().manual_seed(seed)
         spec = self.entries[entry].spec
-        bound = {name: r.get("example", r["min"]) for name, r in spec.get("symbols", {}).items()}
+        bound = {name: s.example for name, s in spec.symbols.items()}
         unknown = sorted(set(sizes or {}) - set(bound))
         if unknown:
             raise GuardError(f"no dynamic dim named {unknown[0]!r}", where="sizes",
@@ -111,32 +121,38 @@ class CompiledModule:
                              fix="name one of the artifact's dynamic dims")
         bound.update(sizes or {})
         out = []
-        for inp in spec["inputs"]:
-            shape = [d if isinstance(d, int) else evaluate(compile_expr(d), bound)
-                     for d in inp["shape"]]
-            dtype = getattr(torch, inp["dtype"])
+        for inp in spec.inputs:
+            shape = [d if isinstance(d, int) else ex.evaluate(d, bound) for d in inp.shape]
+            dtype = getattr(torch, inp.dtype)
             if dtype.is_floating_point or dtype.is_complex:
                 t = torch.randn(shape, generator=gen).to(dtype)
             elif dtype == torch.bool:
                 t = torch.randint(0, 2, shape, generator=gen).bool()
             else:
-                lo, hi = inp.get("values") or (0, 9)
+                lo, hi = inp.values or (0, 9)
                 t = torch.randint(lo, hi + 1, shape, generator=gen, dtype=dtype)
             out.append(t.to(self.device))
         return tuple(out)
 
     def recorded_samples(self) -> tuple[tuple, tuple] | None:
         """(inputs, flat outputs) recorded at export, or None if the export recorded none."""
-        files = self.manifest["files"]
-        if fmt.SAMPLE_INPUTS not in files:
+        if not self.artifact.listed(fmt.SAMPLE_INPUTS):
             return None
-        ins = load_safetensors(self.path / fmt.SAMPLE_INPUTS)
-        outs = load_safetensors(self.path / fmt.SAMPLE_OUTPUTS)
-        order = lambda d: tuple(d[k].to(self.device) for k in sorted(d, key=lambda k: int(k)))
+        ins = tensors(self.artifact.read(fmt.SAMPLE_INPUTS), fmt.SAMPLE_INPUTS)
+        outs = tensors(self.artifact.read(fmt.SAMPLE_OUTPUTS), fmt.SAMPLE_OUTPUTS)
+        order = lambda d: tuple(d[k].to(self.device) for k in sorted(d, key=_sample_key))  # noqa
         return order(ins), order(outs)
 
     def __repr__(self) -> str:
         return f"CompiledModule({str(self.path)!r}, device={self.device}, {self.signature()})"
+
+
+def _sample_key(k: str) -> int:
+    if not k.isdigit() or len(k) > 6:
+        raise ArtifactError(f"sample tensor {k[:40]!r} is not named by its position",
+                            where=fmt.SAMPLE_INPUTS, expected="names 0, 1, 2, ...", found=k[:40],
+                            fix="re-export the model")
+    return int(k)
 
 
 def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
@@ -154,48 +170,56 @@ def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
     return True
 
 
-def load_weights(path: Path, manifest: dict, device: torch.device) -> dict:
-    """The artifact's weights, memory-mapped (on CPU), with tied names resolved."""
-    weights = load_safetensors(path / fmt.WEIGHTS)
-    for alias, original in manifest["weights"].get("aliases", {}).items():
+def load_weights(artifact, device: torch.device) -> dict:
+    """The artifact's weights as views of the private mapping that was hashed (on CPU), with
+    tied names resolved."""
+    weights = tensors(artifact.mapped(fmt.WEIGHTS), fmt.WEIGHTS) \
+        if artifact.listed(fmt.WEIGHTS) else {}
+    for alias, original in artifact.manifest.weights.aliases.items():
+        if original not in weights:
+            raise ArtifactError(f"weight alias {alias!r} names {original!r}, which the weights "
+                                "file lacks", where="manifest weights.aliases",
+                                expected="a stored weight", found=original,
+                                fix="re-export the model")
         weights[alias] = weights[original]
     if device.type != "cpu":
         weights = {k: v.to(device) for k, v in weights.items()}
     return weights
 
 
-def load_library_for(path: Path, manifest: dict, device: torch.device | None = None):
-    native = manifest["target"].get("native")
-    if not native:
+def load_library_for(artifact, device: torch.device | None = None):
+    native = artifact.manifest.target.native
+    if native is None:
         return None
-    if native.get("kind") == "triton":   # CUDA artifacts: cubins, or Triton's interpreter
-        return _triton_kernels(path, native, device)
-    return load_library(path, native)
+    if isinstance(native, TritonNative):   # CUDA artifacts: cubins, or Triton's interpreter
+        return _triton_kernels(artifact, native, device)
+    return NativeLibrary(artifact.read(native.library), native,
+                         artifact.manifest.files[native.library].sha256)
 
 
-def _triton_kernels(path: Path, native: dict, device: torch.device | None):
+def _triton_kernels(artifact, native, device: torch.device | None):
     """Cubins on a GPU; on the CPU (only with `interpret=True`) the kernels' Triton sources
     run by Triton's interpreter (runtime/interpret.py, a testing aid)."""
     if device is not None and device.type == "cpu":
         from aotc.runtime.interpret import InterpretedKernels
-        return InterpretedKernels(path, native, device)
+        return InterpretedKernels(artifact, native, device)
     from aotc.runtime.cuda import CudaKernels
-    return CudaKernels(path, native, device if device is not None else torch.device("cuda"))
+    return CudaKernels(artifact, native, device if device is not None else torch.device("cuda"))
 
 
-def resolve_device(manifest: dict, device, interpret: bool = False) -> torch.device:
+def resolve_device(manifest, device, interpret: bool = False) -> torch.device:
     """The device to run on: the caller's choice, else the one the artifact was built for."""
-    target = manifest["target"]
+    target = manifest.target
     if interpret:
         return _interpret_device(target, device)
-    dev = torch.device(device if device is not None else target["device"])
-    if dev.type != target["device"] and not target.get("portable", False):
-        raise TargetError(f"artifact was built for {target['device']} and cannot run on {dev}",
-                          where=f"target {target}", expected=target["device"], found=str(dev),
-                          fix=f"load it with device='{target['device']}' or re-export with "
-                              f"--target {dev.type}")
-    if target.get("native") and target["native"].get("kind", "cpp") == "cpp":
-        check_isa(target["native"])
+    dev = _parse_device(device if device is not None else target.device.value)
+    if dev.type != target.device.value and not target.portable:
+        raise TargetError(f"artifact was built for {target.device.value} and cannot run on "
+                          f"{dev}", where="manifest target", expected=target.device.value,
+                          found=str(dev), fix=f"load it with device='{target.device.value}' or "
+                                              f"re-export with --target {dev.type}")
+    if isinstance(target.native, CppNative):
+        check_isa(target.native)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TargetError("artifact is to run on CUDA but this torch sees no GPU",
                           where="torch.cuda.is_available()", expected=True, found=False,
@@ -204,19 +228,58 @@ def resolve_device(manifest: dict, device, interpret: bool = False) -> torch.dev
     return dev
 
 
-def _interpret_device(target: dict, device) -> torch.device:
+def _parse_device(device) -> torch.device:
+    from aotc.errors import UsageError
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(f"{device!r} is not a device", where="device", expected="cpu, cuda or "
+                         "cuda:N", found=repr(device)[:60], fix="pass device='cpu' or 'cuda'") \
+            from None
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"aotc runs on cpu and cuda devices, not {dev.type}", where="device",
+                         expected="cpu, cuda or cuda:N", found=str(dev),
+                         fix="pass device='cpu' or 'cuda'")
+    return dev
+
+
+def _interpret_device(target, device) -> torch.device:
     """`interpret=True` (a testing aid) runs a CUDA artifact's Triton kernels on the CPU; a
     portable artifact (no kernels at all) simply runs there."""
     from aotc.errors import UsageError
-    native = target.get("native")
-    if native is not None and native.get("kind") != "triton":
+    if target.native is not None and not isinstance(target.native, TritonNative):
         raise UsageError("interpret=True runs the Triton kernels of CUDA artifacts; this "
-                         f"artifact holds C++ kernels for {target['device']}",
+                         f"artifact holds C++ kernels for {target.device.value}",
                          where="aotc.load(interpret=True)", expected="a cuda artifact",
-                         found=target["device"], fix="load it without interpret=True")
-    dev = torch.device(device if device is not None else "cpu")
+                         found=target.device.value, fix="load it without interpret=True")
+    dev = _parse_device(device if device is not None else "cpu")
     if dev.type != "cpu":
         raise UsageError("Triton's interpreter runs on CPU tensors", where="aotc.load(device=)",
                          expected="cpu", found=str(dev),
                          fix="load with device='cpu' (or on a GPU without interpret=True)")
     return dev
+
+
+class _SourceOnly:
+    """Stands in for an artifact's kernels when only its plans' Python is wanted (`aotc
+    inspect --code`): no library is loaded and no kernel source is run."""
+
+    set_threads = None
+
+    def kernel(self, name: str, *args):
+        def unavailable(*a):
+            raise RuntimeError(f"kernel {name} is not loaded (source-only plan)")
+        return unavailable
+
+    def new_error_flag(self):
+        return torch.zeros(1, dtype=torch.int32)
+
+
+def plan_sources(artifact) -> str:
+    """The Python source each entry's plan compiles to, built without loading any kernel."""
+    weights = load_weights(artifact, torch.device("cpu"))
+    library = _SourceOnly() if artifact.manifest.target.native is not None else None
+    static = artifact.manifest.training is None
+    return "\n".join(PlanFunction(artifact.plan(name), weights, torch.device("cpu"), library,
+                                  static_weights=static).source
+                     for name in artifact.manifest.entries)

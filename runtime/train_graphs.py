@@ -285,7 +285,7 @@ class TrainingGraphs:
         torch.cuda.set_rng_state(state, self.device)
 
     def _check(self, flag) -> None:
-        self.module.entries["forward"].function.library.check_error_flag(flag)
+        self.module.entries["forward"].function.check_flag(flag)
 
     def _poll(self) -> None:
         """Raise for an out-of-range index an earlier replay met (runtime/train_graphs._Flags)."""

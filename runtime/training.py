@@ -8,13 +8,10 @@ running statistics) are copied back after each forward, as eager PyTorch does in
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
 from aotc.runtime.guards import Guards
-from aotc.runtime.module import Entry, graphs_wanted
+from aotc.runtime.module import Entry, graphs_wanted, load_library_for, load_weights
 from aotc.runtime.trees import unflatten
 
 
@@ -73,39 +70,48 @@ def _handed_over(ctx, tangents: tuple) -> list:
 class TrainableModule(torch.nn.Module):
     """A training artifact, loaded: call it like the model; train it like the model."""
 
-    def __init__(self, path: Path, manifest: dict, device: torch.device, weights: dict,
-                 library, *, check_guards: bool = True, cuda_graph: bool | None = None):
+    def __init__(self, artifact, device: torch.device, *, check_guards: bool = True,
+                 cuda_graph: bool | None = None):
         super().__init__()
-        meta = manifest["training"]
-        self.path, self.manifest, self.device = path, manifest, device
+        manifest = artifact.manifest
+        meta = manifest.training
+        self.artifact, self.path, self.manifest, self.device = artifact, artifact.root, \
+            manifest, device
+        weights, library = load_weights(artifact, device), load_library_for(artifact, device)
+        self.library = library
         self.check_guards = check_guards
-        self.num_outputs, self.needs_grad = meta["num_outputs"], meta["needs_grad"]
-        self.buffer_names = meta["buffers"]
+        self.num_outputs, self.needs_grad = meta.num_outputs, list(meta.needs_grad)
+        self.buffer_names = list(meta.buffers)
         owned = {}
-        for name in meta["params"]:
+        for name in (*meta.params, *meta.buffers):
+            if name not in weights:
+                from aotc.errors import ArtifactError
+                raise ArtifactError(f"training state {name!r} is missing from the weights file",
+                                    where="manifest training", expected="a stored weight",
+                                    found="nothing", fix="re-export the model")
+        for name in meta.params:
             owned[name] = _install(self, name, torch.nn.Parameter(weights[name].clone()))
-        for name in meta["buffers"]:
+        for name in meta.buffers:
             owned[name] = _install(self, name, weights[name].clone(), buffer=True)
-        self.param_list = [owned[n] for n in meta["params"]]
-        self.buffer_list = [owned[n] for n in meta["buffers"]]
-        self.mutated_buffers = [owned[n] for n in meta["mutated"]]
-        self.entries = {
-            name: Entry(name, spec, json.loads((path / spec["plan"]).read_bytes()), owned,
-                        device, library, static_weights=False)
-            for name, spec in manifest["entries"].items()}
+        self.param_list = [owned[n] for n in meta.params]
+        self.buffer_list = [owned[n] for n in meta.buffers]
+        self.mutated_buffers = [owned[n] for n in meta.mutated]
+        self.entries = {name: Entry(name, spec, artifact.plan(name), owned, device, library,
+                                    static_weights=False)
+                        for name, spec in manifest.entries.items()}
         # backward's inputs: what forward saved, then the gradients of the outputs (tangents).
         # Only tangents come from outside; saved tensors may live on the host (CUDA attention
         # saves its dropout seed and offset as CPU scalars).
         saved = saved_for_backward(manifest)["count"]
-        self.tangent_guards = Guards(manifest["entries"]["backward"]["inputs"][saved:], {}, [])
+        self.tangent_guards = Guards(manifest.entries["backward"].inputs[saved:], {}, [])
         self.graphs = _graphs(self, device, cuda_graph)
         self.params_only = None if self.graphs is not None else _params_only_backward(
-            self.entries["backward"].plan, len(meta["params"]) + len(meta["buffers"]), owned,
+            self.entries["backward"].plan, len(meta.params) + len(meta.buffers), owned,
             device, library)
 
     def forward(self, *inputs):
         outs = _Step.apply(self, *self.param_list, *inputs)
-        return unflatten(self.entries["forward"].spec["output_tree"], outs)
+        return unflatten(self.entries["forward"].spec.output_tree, outs)
 
     def graph_status(self) -> dict[str, str]:
         """Per entry: 'graph' (replays a CUDA graph), 'pending' (captured on its first call),
@@ -129,7 +135,7 @@ def _params_only_backward(plan: dict, n_state: int, owned: dict, device, library
     one matmul of six in backward)."""
     from aotc.runtime.executor import PlanFunction
     from aotc.runtime.plan import without_outputs
-    dropped = {i for i, o in enumerate(plan["outputs"]) if i >= n_state and "slot" in o}
+    dropped = {i for i, o in enumerate(plan.outputs) if i >= n_state and o.slot is not None}
     if not dropped:
         return None
     return PlanFunction(without_outputs(plan, dropped), owned, device, library,
@@ -149,16 +155,17 @@ def saved_for_backward(manifest: dict) -> dict:
     """The tensors a training artifact's forward returns for its backward (the outputs after
     the model's outputs and the updated buffers): {"count", "bytes", "tensors": [meta...]}.
     Shapes are static in training artifacts."""
-    t = manifest["training"]
-    metas = manifest["entries"]["forward"]["outputs"][t["num_outputs"] + len(t["mutated"]):]
+    t = manifest.training
+    metas = manifest.entries["forward"].outputs[t.num_outputs + len(t.mutated):]
     nbytes = 0
     for meta in metas:
         if meta:
-            n = torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
-            for d in meta["shape"]:
+            n = torch.empty((), dtype=getattr(torch, meta.dtype)).element_size()
+            for d in meta.shape:
                 n *= d if isinstance(d, int) else 0
             nbytes += n
-    return {"count": len(metas), "bytes": nbytes, "tensors": metas}
+    return {"count": len(metas), "bytes": nbytes,
+            "tensors": [m.to_json() if m else None for m in metas]}
 
 
 def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False):

@@ -40,7 +40,10 @@ def describe(spec: dict, meta: list[dict]) -> str:
     kind = spec["kind"]
     if kind == Node.TENSOR:
         m = meta[spec["index"]]
-        return f"{m['dtype']}[{', '.join(str(d) for d in m['shape'])}]"
+        if m is None:
+            return "None"
+        from aotc.runtime.schema.types import size_json
+        return f"{m.dtype}[{', '.join(str(d) for d in size_json(m.shape))}]"
     if kind == Node.CONST:
         return repr(spec["value"])
     parts = [describe(s, meta) for s in spec["items"]]

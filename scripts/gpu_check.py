@@ -139,7 +139,7 @@ def check_model(name: str, dtype: str, arch: str, out: Path) -> dict:
     plain = aotc.load(path, cuda_graph=False)
     plain_ms = median_ms(lambda: plain(*dev_inputs))
     abs_err, rel = errors(got, want)
-    stats = m.manifest["entries"]["forward"]["stats"]
+    stats = m.manifest.entries["forward"].stats
     return dict(case=f"{name} {dtype} [{m.graph_status()['forward']}]",
                 ok=rel <= TOL[dtype][1] or abs_err <= TOL[dtype][0],
                 abs=abs_err, rel=rel, kernels=stats.get("kernels", 0), export_s=export_s,
@@ -155,11 +155,11 @@ def check_prebuilt(path: Path) -> dict:
         got = m.run_flat("forward", ins)
         aotc_ms = median_ms(lambda: m.run_flat("forward", ins))
     abs_err, rel = errors(got, outs)
-    native = m.manifest["target"]["native"] or {}
-    return dict(case=f"prebuilt {path.name} (triton {native.get('triton')}, "
-                     f"{','.join(native.get('archs', []))})",
+    native = m.manifest.target.native
+    return dict(case=f"prebuilt {path.name} (triton {getattr(native, 'triton', None)}, "
+                     f"{','.join(getattr(native, 'archs', ()))})",
                 ok=rel <= 2e-3 or abs_err <= 2e-3, abs=abs_err, rel=rel,
-                kernels=m.manifest["entries"]["forward"]["stats"].get("kernels", 0),
+                kernels=m.manifest.entries["forward"].stats.get("kernels", 0),
                 export_s=float("nan"), load_s=load_s, eager_ms=float("nan"), aotc_ms=aotc_ms)
 
 

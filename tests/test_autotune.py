@@ -185,7 +185,7 @@ class Bench:
     def load(self, ks, text, cubin, meta):
         path = self.path / f"{ks.name}.py"
         path.write_text(text)
-        fn, j = import_kernel(path, ks.name), int(ks.name.rpartition("_c")[2])
+        fn, j = import_kernel(text, ks.name, str(path)), int(ks.name.rpartition("_c")[2])
 
         def launch(grid, *args):
             self.ran = j
@@ -221,11 +221,11 @@ def test_the_tuner_runs_every_candidate(name, tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "local_tuner",
                         lambda archs, sizes: (Bench(tmp_path, favour_last).tuner(), None))
     p = compile_function(fn, args, tmp_path / "a.aotc", target=TARGET, autotune=True)
-    native = fmt.read_manifest(p)["target"]["native"]
-    summary = native["autotune"]
-    assert summary["kernels"] == len(native["kernels"]) == summary["tuned"] == summary["changed"]
+    native = fmt.read_manifest(p).target.native
+    summary = native.autotune
+    assert summary["kernels"] == len(native.kernels) == summary["tuned"] == summary["changed"]
     assert summary["rejected"] == 0 and summary["device"] == "cpu" and summary["arch"] == "sm_90"
-    for k in native["kernels"]:
+    for k in native.kernels:
         spec = json.loads((p / fmt.triton_launch_file(k)).read_text())
         record = spec["autotune"]
         assert all("rejected" not in c for c in record["candidates"])
@@ -233,7 +233,7 @@ def test_the_tuner_runs_every_candidate(name, tmp_path, monkeypatch):
         assert spec["constexprs"]["XBLOCK"] == record["chosen"]["xblock"]
         assert spec["archs"]["sm_90"]["num_warps"] == record["chosen"]["num_warps"]
     assert_matches(aotc.load(p, device="cpu", interpret=True)(*args), fn(*args))
-    text = inspect_text(p, fmt.read_manifest(p), fusion=True)
+    text = inspect_text(p, fusion=True)
     assert f"autotune: {summary['tuned']} of {summary['kernels']} kernels timed on cpu" in text
     assert "(heuristic XBLOCK" in text
 
@@ -250,10 +250,10 @@ def test_dynamic_dims_are_tuned_at_their_example_sizes(tmp_path, monkeypatch):
     p = aotc.export(Net(), (torch.randn(6, 40),), tmp_path / "m.aotc", target=TARGET,
                     autotune=True, dynamic_shapes=({0: batch},))
     m = fmt.read_manifest(p)
-    assert m["options"]["autotune"] is True
-    summary = m["target"]["native"]["autotune"]
+    assert m.options["autotune"] is True
+    summary = m.target.native.autotune
     assert summary["sizes"] == {"batch": 6} and summary["changed"] == summary["kernels"] == 1
-    assert "at batch=6" in inspect_text(p, m)
+    assert "at batch=6" in inspect_text(p)
     model = aotc.load(p, device="cpu", interpret=True)
     for n in (1, 6, 17):
         x = torch.randn(n, 40)
@@ -347,17 +347,16 @@ def test_autotune_without_a_gpu_is_skipped_and_recorded(tmp_path, monkeypatch, c
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     fn, args = PATTERNS["softmax"]
     p = compile_function(fn, args, tmp_path / "a.aotc", target=TARGET, autotune=True)
-    native = fmt.read_manifest(p)["target"]["native"]
-    assert "no CUDA GPU" in native["autotune"]["skipped"]
+    native = fmt.read_manifest(p).target.native
+    assert "no CUDA GPU" in native.autotune["skipped"]
     warned = [ln for ln in capsys.readouterr().err.splitlines() if "--autotune" in ln]
     assert len(warned) == 1 and warned[0].startswith("aotc: warning: --autotune skipped: ")
     plain = compile_function(fn, args, tmp_path / "b.aotc", target=TARGET)
-    assert "autotune" not in fmt.read_manifest(plain)["target"]["native"]
-    for k in native["kernels"]:   # the heuristic's kernels, as without --autotune
+    assert fmt.read_manifest(plain).target.native.autotune is None
+    for k in native.kernels:   # the heuristic's kernels, as without --autotune
         for f in (fmt.triton_launch_file(k), fmt.triton_source_file(k)):
             assert (p / f).read_bytes() == (plain / f).read_bytes()
-    assert "autotune: skipped: this machine has no CUDA GPU" in inspect_text(
-        p, fmt.read_manifest(p))
+    assert "autotune: skipped: this machine has no CUDA GPU" in inspect_text(p)
 
 
 def test_autotune_with_a_gpu_of_another_arch_is_skipped(monkeypatch):

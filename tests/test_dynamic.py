@@ -64,11 +64,11 @@ def test_every_size_in_range_matches_eager(artifacts, name):
     ref, specs, (mod, fn), make = {**CASES, **HF}[name]
     model = build(mod, fn)
     m = aotc.load(artifacts[name])
-    ranges = m.entries["forward"].spec["symbols"]
+    ranges = m.entries["forward"].spec.symbols
     for b, s in SIZES:
-        b = min(max(b, ranges["batch"]["min"]), ranges["batch"]["max"])
+        b = min(max(b, ranges["batch"].min), ranges["batch"].max)
         if "seq" in ranges:
-            s = min(max(s, ranges["seq"]["min"]), ranges["seq"]["max"])
+            s = min(max(s, ranges["seq"].min), ranges["seq"].max)
         inputs = make(b, s)
         with torch.no_grad():
             want = flat(model(*inputs))
@@ -126,9 +126,9 @@ def test_slices_along_a_dynamic_dim(tmp_path):
 def test_manifest_records_symbols_and_symbolic_shapes(artifacts):
     m = aotc.load(artifacts["transformer"])
     spec = m.entries["forward"].spec
-    assert spec["inputs"][0]["shape"] == ["batch", "seq", 128]
-    assert spec["symbols"]["batch"]["min"] == 1 and spec["symbols"]["batch"]["max"] == 8
-    assert spec["symbols"]["seq"] == {"min": 2, "max": 128, "example": 16}
+    assert spec.to_json()["inputs"][0]["shape"] == ["batch", "seq", 128]
+    assert spec.symbols["batch"].min == 1 and spec.symbols["batch"].max == 8
+    assert spec.symbols["seq"].to_json() == {"min": 2, "max": 128, "example": 16}
     assert "batch" in m.signature() and "seq" in m.signature()
 
 

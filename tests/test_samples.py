@@ -67,8 +67,8 @@ def test_random_inputs_satisfy_guards_and_match_eager(exported, name):
     assert [tuple(t.shape) for t in inputs] == [tuple(t.shape) for t in ex.inputs]
     assert [t.dtype for t in inputs] == [t.dtype for t in ex.inputs]
     for t, spec in zip(inputs, m.inputs):
-        if spec["values"] is not None:
-            lo, hi = spec["values"]
+        if spec.values is not None:
+            lo, hi = spec.values
             assert lo <= int(t.min()) and int(t.max()) <= hi
     assert_matches(m(*inputs), eager(ex.model, inputs))
 
@@ -112,8 +112,8 @@ def test_cli_subprocess_export_matches_eager(cli_mlp_artifact):
     for seed in (0, 1):
         inputs = sample.inputs(seed)
         assert_matches(m(*inputs), eager(model, inputs))
-    assert m.manifest["model"]["source"] == sample.ref
-    assert m.manifest["model"]["name"] == "Net"
+    assert m.manifest.model["source"] == sample.ref
+    assert m.manifest.model["name"] == "Net"
 
 
 @pytest.mark.parametrize("name", ["transformer", "bert"])
@@ -130,7 +130,7 @@ def test_cli_export_in_process_matches_eager(name, tmp_path):
     inputs = sample.inputs(7)
     assert_matches(m(*inputs), eager(model, inputs))
     if name == "bert":   # the declared range is recorded, not the observed min/max
-        assert m.inputs[0]["values"] == [0, 999]
+        assert m.inputs[0].values == (0, 999)
 
 
 def test_cli_export_reproducible_across_processes(cli_mlp_artifact, tmp_path, monkeypatch):

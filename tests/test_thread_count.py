@@ -10,7 +10,7 @@ import aotc
 
 
 def _max_threads(m) -> int:
-    fn = m.library.aotc_max_threads
+    fn = m.library.cdll.aotc_max_threads
     fn.restype = ctypes.c_int
     return fn()
 

@@ -173,26 +173,26 @@ def test_backward_frees_saved_tensors_after_their_last_use(exported):
     path, model, args = exported["transformer"]
     m = aotc.load(path)
     fn, plan = m.entries["backward"].function, m.entries["backward"].plan
-    early = [s for step in plan["steps"] if step["kind"] == "free" for s in step["slots"]
-             if s in plan["inputs"]]
-    assert len(early) > len(plan["inputs"]) // 2
+    early = [s for step in plan.steps if step.kind.value == "free" for s in step.slots
+             if s in plan.inputs]
+    assert len(early) > len(plan.inputs) // 2
     dels = " ".join(ln for ln in fn.source.splitlines() if ln.strip().startswith("del "))
     assert all(f"v{s}" in dels.replace(",", " ").split() for s in early)
     torch.manual_seed(0)
     out = flat(m(*args))[0]
     saved = list(out.grad_fn.saved_tensors)
-    tangents = [torch.ones(i["shape"], dtype=getattr(torch, i["dtype"]))
-                for i in m.entries["backward"].spec["inputs"][len(saved):]]
+    tangents = [torch.ones(i.shape, dtype=getattr(torch, i.dtype))
+                for i in m.entries["backward"].spec.inputs[len(saved):]]
     inputs = saved + tangents
     res = fn(inputs, {})
-    assert inputs == [] and len(res) == len(m.entries["backward"].spec["outputs"])
+    assert inputs == [] and len(res) == len(m.entries["backward"].spec.outputs)
 
 
 def test_inspect_shows_both_graphs_and_saved_tensors(exported):
     from aotc.cli.report import inspect_text
     from aotc.runtime import format as fmt
     path, _, _ = exported["mlp"]
-    text = inspect_text(Path(path), fmt.read_manifest(path))
+    text = inspect_text(path)
     assert "\nforward(" in text and "\nbackward(" in text
     assert "saved for backward:" in text
 
@@ -215,20 +215,20 @@ def test_backward_skips_input_gradients_nobody_wants(exported, name):
     gradients: the MLP drops a matmul, the ConvNet's first convolution_backward computes no
     input gradient (output_mask). The parameters' gradients are bitwise those of the full
     backward, which still runs when an input requires grad."""
-    import json
     from aotc.runtime.plan import without_outputs
     path, _, args = exported[name]
     m = aotc.load(path)
     assert m.params_only is not None
-    plan = json.loads((path / "plans/backward.json").read_text())
+    plan = m.entries["backward"].plan
     state = len(m.param_list) + len(m.buffer_names)
-    pruned = without_outputs(plan, {i for i in range(state, len(plan["outputs"]))})
-    ops = lambda p: [s.get("op") for s in p["steps"] if s["kind"] == "extern"]  # noqa: E731
+    pruned = without_outputs(plan, {i for i in range(state, len(plan.outputs))})
+    ops = lambda p: [s.op for s in p.steps if s.kind.value == "extern"]  # noqa: E731
     if name == "mlp":
         assert ops(pruned).count("aten::mm.default") == ops(plan).count("aten::mm.default") - 1
     else:
-        first = [s for s in pruned["steps"] if s.get("op") == "aten::convolution_backward.default"]
-        assert any(s["args"][10][0] is False and s["out"][0] is None for s in first)
+        first = [s for s in pruned.steps
+                 if getattr(s, "op", None) == "aten::convolution_backward.default"]
+        assert any(s.args[10][0] is False and s.out[0] is None for s in first)
     calls = []
     m.params_only.fn = (lambda fn: lambda *a: calls.append(1) or fn(*a))(m.params_only.fn)
 

@@ -78,8 +78,8 @@ def interpreted_accesses_stay_in_bounds(monkeypatch):
             check(p, None, "store"), plain_store(self, p, v, *a))[1])
     kernel = interpret.InterpretedKernels.kernel
 
-    def checked_kernel(self, name):
-        launch = kernel(self, name)
+    def checked_kernel(self, name, *signature):
+        launch = kernel(self, name, *signature)
 
         def run(grid, *args):
             storages = [a.untyped_storage() for a in args if isinstance(a, torch.Tensor)]
@@ -441,7 +441,7 @@ def test_in_kernel_store_then_read_has_a_barrier(tmp_path):
     ks = kernel_source(k, {b.name: b for b in (x, a, r)}, {"buf1", "buf2"})
     assert "tl.debug_barrier()" in ks.text
     (tmp_path / "kernel0.py").write_text(module_text(ks))
-    fn = import_kernel(tmp_path / "kernel0.py", "kernel0")
+    fn = import_kernel(module_text(ks), "kernel0", "kernel0.py")
     xs, outa, outr = torch.randn(16, 64), torch.empty(16, 64), torch.empty(16)
     fn[tuple(int(g) for g in ks.grid)](xs, outa, outr, **ks.constexprs)
     torch.testing.assert_close(outr, xs.exp().sum(-1))
@@ -567,14 +567,17 @@ def test_arch_choice():
 
 def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     import ctypes
+    from dataclasses import replace
+    from types import SimpleNamespace
+
     from aotc.runtime.cuda import CudaLauncher, pack
-    meta = {"num_warps": 4, "shared": 0, "params": [
-        {"name": "buf0", "type": "*fp32"}, {"name": "buf1", "type": "*fp32"},
-        {"name": "s_n", "type": "i64"}, {"name": "global_scratch", "type": "scratch",
-                                          "bytes": 0, "align": 1},
-        {"name": "profile_scratch", "type": "scratch", "bytes": 0, "align": 1}]}
+    from aotc.runtime.schema.launch import Build, Param
+    meta = Build(cubin="k.cubin", symbol="k", shared=0, num_warps=4, num_ctas=1, params=(
+        Param(name="buf0", type="*fp32"), Param(name="buf1", type="*fp32"),
+        Param(name="s_n", type="i64"), Param(name="global_scratch", type="scratch"),
+        Param(name="profile_scratch", type="scratch")))
     owner = type("Owner", (), {"device": torch.device("cpu")})()
-    launcher = CudaLauncher("k", None, None, meta, {"inputs": ["buf0"]}, owner)
+    launcher = CudaLauncher("k", None, None, meta, SimpleNamespace(inputs=("buf0",)), owner)
     assert launcher.threads == 128
     base = torch.zeros(64)
     misaligned, out = base[1:33], torch.empty(32)
@@ -585,14 +588,14 @@ def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     assert values[1:] == [out.data_ptr(), 32, 0, 0]          # output as is, size, no scratch
     packed, params = pack(values)
     assert [ctypes.c_int64.from_address(params[i]).value for i in range(5)] == values
-    CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i32"}]),
-                 {"inputs": []}, owner)      # 32-bit sizes: the low half of their slot
+    CudaLauncher("k", None, None, replace(meta, params=(Param(name="n", type="i32"),)),
+                 SimpleNamespace(inputs=()), owner)   # 32-bit sizes: the low half of their slot
     launcher.div16, launcher.aligned = ("fn16", "module16", 256), [2]   # s_n divisible by 16
     assert launcher.function_for(values[:2] + [32] + values[3:]) == ("fn16", 256)
     assert launcher.function_for(values[:2] + [40] + values[3:]) == (None, 0)
     with pytest.raises(aotc.TargetError, match="i16"):
-        CudaLauncher("k", None, None, dict(meta, params=[{"name": "n", "type": "i16"}]),
-                     {"inputs": []}, owner)
+        CudaLauncher("k", None, None, replace(meta, params=(Param(name="n", type="i16"),)),
+                     SimpleNamespace(inputs=()), owner)
 
 
 def test_ptx_parameter_count():

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from aotc.codegen.cpp.build import build_library, compiler, compiler_version, resolve_isa
 from aotc.codegen.cpp.kernel import kernel_source
+from aotc.runtime.dtypes import dtype_name
 
 PRELUDE = "\n".join((Path(__file__).parent / name).read_text()
                     for name in ("prelude.h", "vecmath.h"))
@@ -22,17 +23,42 @@ __all__ = ["generate", "resolve_isa", "compiler_description"]
 def generate(groups: list, isa: str):
     """Kernels of one or more graphs, given as (kernels, buffers, stored) groups, into one
     library: (source text, library bytes, {kernel name: (buffers read, written, sizes)})."""
-    bodies, signatures = [], {}
+    bodies, signatures, entries = [], {}, []
     for kernels, buffers, stored in groups:
         for k in kernels:
             src, ins, outs, sizes = kernel_source(k, buffers, stored)
             bodies.append(src)
             signatures[k.name] = (ins, outs, sizes)
+            dtypes = ",".join(dtype_name(buffers[n].dtype) for n in (*ins, *outs))
+            entries.append((k.name, _prototype(src, k.name), len(ins) + len(outs), len(sizes),
+                            dtypes))
+    table = THREADS_UNIT + kernel_table(entries)
     header = f"// aotc generated kernels: {len(bodies)} kernels, built for -march={isa}\n"
-    source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + THREADS_UNIT
+    source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
-             for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [THREADS_UNIT]
+             for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [table]
     return source, build_library(units, isa), signatures
+
+
+def _prototype(src: str, name: str) -> str:
+    line = next(ln for ln in src.splitlines() if ln.startswith(f'extern "C" int {name}('))
+    return line.rstrip().removesuffix("{").rstrip() + ";"
+
+
+def kernel_table(entries: list) -> str:
+    """The library's table of kernels, the only way the runtime finds them
+    (runtime/native.py): name, address, pointer and size argument counts, pointer dtypes."""
+    lines = ["#include <cstdint>",
+             "struct aotc_kernel_entry { const char* name; void* fn; int nargs; int nsizes; "
+             "const char* types; };"]
+    lines += [proto for _, proto, *_ in entries]
+    rows = [f'    {{"{name}", (void*)&{name}, {nargs}, {nsizes}, "{types}"}},'
+            for name, _, nargs, nsizes, types in entries]
+    lines += ["static const aotc_kernel_entry aotc_kernels[] = {", *rows,
+              '    {nullptr, nullptr, 0, 0, nullptr}', "};",
+              'extern "C" const aotc_kernel_entry* aotc_kernel_table(int* n) {',
+              f"    *n = {len(entries)};", "    return aotc_kernels;", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def compiler_description() -> str:

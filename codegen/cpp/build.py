@@ -9,14 +9,29 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import ctypes
+import functools
+import signal
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
 from aotc.errors import LoweringError, UsageError
 from aotc.runtime.cpu import LEVELS, best_level, host_arch
+from aotc.runtime.staging import Staging
+
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl   # resolved here, not in the forked child
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """In a compiler's child process, before exec: be killed when the thread that started it
+    ends (the export's worker thread, which outlives every compile it runs), so a killed
+    export leaves no compiler running; if the parent died before this ran, exit at once."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
          "-fno-semantic-interposition")
@@ -33,7 +48,8 @@ def compiler() -> str:
 
 @lru_cache(maxsize=4)
 def compiler_version(cxx: str) -> str:
-    out = subprocess.run([cxx, "--version"], capture_output=True, text=True)
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                         preexec_fn=functools.partial(die_with_parent, os.getpid()))
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
@@ -63,7 +79,7 @@ def build_library(units: list[str], isa: str) -> bytes:
     cached = cache_dir() / f"{key}.so"
     if cached.is_file():
         return cached.read_bytes()
-    with tempfile.TemporaryDirectory(prefix="aotc-cc-") as tmp:
+    with Staging("aotc-cc-") as tmp:
         objs = []
         for i, src in enumerate(units):
             (Path(tmp) / f"u{i}.cpp").write_text(src)
@@ -71,13 +87,15 @@ def build_library(units: list[str], isa: str) -> bytes:
 
         def cc(i):
             return subprocess.run([cxx, *flags, "-c", f"u{i}.cpp", "-o", objs[i].name],
-                                  cwd=tmp, capture_output=True, text=True)
+                                  cwd=tmp, capture_output=True, text=True,
+                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             results = list(pool.map(cc, range(len(units))))
         link = None
         if all(r.returncode == 0 for r in results):
             link = subprocess.run([cxx, *flags, "-shared", *[o.name for o in objs], "-o",
-                                   "lib.so"], cwd=tmp, capture_output=True, text=True)
+                                   "lib.so"], cwd=tmp, capture_output=True, text=True,
+                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
         failed = next((r for r in [*results, link] if r is None or r.returncode != 0), None)
         if failed is not None:
             err = (failed.stderr if failed is not None else "")[-3000:]

@@ -137,8 +137,9 @@ class CppHandler:
             self.inner.add(symbol)
         return symbol
 
-    def indirect(self, value: CVal, size):
-        """A runtime index: wrapped if negative, checked against `size` (flags aotc_err).
+    def indirect(self, value: CVal, size, wraps=True, op="aten::index.Tensor"):
+        """A runtime index: wrapped if negative where `wraps`, checked against `size` (flags
+        aotc_err; a negative index is out of range where it does not wrap, as in eager).
         Computed before the inner loops when it does not vary in them, so they still
         vectorize (an embedding row gathered contiguously)."""
         inv = value.inv and self.hoist
@@ -147,7 +148,7 @@ class CppHandler:
         n = cexpr(sympy.sympify(size))
         (self.pre if inv else self.lines).extend([
             f"int64_t {name} = static_cast<int64_t>({value.expr});",
-            f"if ({name} < 0) {name} += {n};",
+            *([f"if ({name} < 0) {name} += {n};"] if wraps else []),
             f"if ({name} < 0 || {name} >= {n}) {{ __atomic_store_n(&aotc_err, 1, "
             f"__ATOMIC_RELAXED); {name} = 0; }}"])
         symbol = sympy.Symbol(name, integer=True)

@@ -95,9 +95,13 @@ def embedding(g, metas, weight, indices, padding_idx=-1, scale_grad=False, spars
     lw, li = weight.loader, indices.loader
 
     def fn(h, idx):
-        row = h.indirect(li(h, tuple(idx[:nidx])), weight.shape[0])
+        row = h.indirect(li(h, tuple(idx[:nidx])), weight.shape[0], wraps=False,
+                         op="aten::embedding.default")
         return lw(h, (row, idx[nidx]))
     return g.pointwise(shape, dtype, fn, "embedding")
+
+
+SELECT, GATHER = "aten::index_select.default", "aten::gather.default"
 
 
 @register(aten.index_select.default)
@@ -109,10 +113,10 @@ def index_select(g, metas, x, dim, index):
         from aotc.codegen.ir import sym as zero_index
         first = tuple(zero_index(0) for _ in index.shape)
         return g.pointwise(shape, x.dtype, lambda h, idx: (
-            h.indirect(li(h, first), 1), lx(h, ()))[1], "index_select")
+            h.indirect(li(h, first), 1, wraps=False, op=SELECT), lx(h, ()))[1], "index_select")
 
     def fn(h, idx):
-        j = h.indirect(li(h, (idx[dim],)), x.shape[dim])
+        j = h.indirect(li(h, (idx[dim],)), x.shape[dim], wraps=False, op=SELECT)
         return lx(h, tuple(j if d == dim else v for d, v in enumerate(idx)))
     return g.pointwise(shape, x.dtype, fn, "index_select")
 
@@ -123,10 +127,10 @@ def gather(g, metas, x, dim, index, sparse_grad=False):
     lx, li = x.loader, index.loader
     if not x.shape:   # 0-d source: every index must be 0
         return g.pointwise(out_shape(metas), x.dtype, lambda h, idx: (
-            h.indirect(li(h, idx), 1), lx(h, ()))[1], "gather")
+            h.indirect(li(h, idx), 1, wraps=False, op=GATHER), lx(h, ()))[1], "gather")
 
     def fn(h, idx):
-        j = h.indirect(li(h, idx), x.shape[dim])
+        j = h.indirect(li(h, idx), x.shape[dim], wraps=False, op=GATHER)
         return lx(h, tuple(j if d == dim else v for d, v in enumerate(idx)))
     return g.pointwise(out_shape(metas), x.dtype, fn, "gather")
 

@@ -20,7 +20,6 @@ import importlib.util
 import os
 import re
 import sys
-import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from aotc.errors import LoweringError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.interpret import interpreter_env
+from aotc.runtime.staging import Staging
 
 NUM_STAGES = 1                 # pointwise and reduction kernels: no software pipelining
 SCRATCH = ("global_scratch", "profile_scratch")   # appended by Triton >= 3.3, in this order
@@ -68,7 +68,7 @@ def arch_number(arch: str) -> int:
 def load_module(name: str, text: str):
     """Import a kernel source as a module (its `@triton.jit` functions compile, never
     interpret, whatever TRITON_INTERPRET says)."""
-    with tempfile.TemporaryDirectory(prefix="aotc-triton-") as tmp, interpreter_env(False):
+    with Staging("aotc-triton-") as tmp, interpreter_env(False):
         path = Path(tmp) / f"{name}.py"
         path.write_text(text)
         spec = importlib.util.spec_from_file_location(f"aotc_kernel_{name}", path)

@@ -199,9 +199,10 @@ class TritonHandler:
     def bounded_index(self, expr, size):
         return expr   # index ranges here come from the block's masks
 
-    def indirect(self, value: TVal, size):
-        """A runtime index: wrapped if negative, checked against `size`; an index out of range
-        stores this kernel's error code into `aotc_err` and reads element 0 instead."""
+    def indirect(self, value: TVal, size, wraps=True, op="aten::index.Tensor"):
+        """A runtime index: wrapped if negative where `wraps`, checked against `size`; an index
+        out of range stores this kernel's error code into `aotc_err` and reads element 0
+        instead (a negative index is out of range where it does not wrap, as in eager)."""
         self.w.uses_err = True
         n = texpr(sympy.sympify(size))
         k = self.w.fresh()
@@ -209,7 +210,8 @@ class TritonHandler:
         mask, axes = self.mask_for(value.axes)
         active = f" & {mask}" if mask else ""
         self.lines += [f"{name} = {value.expr}",
-                       f"{name} = tl.where({name} < 0, {name} + {n}, {name})",
+                       *([f"{name} = tl.where({name} < 0, {name} + {n}, {name})"] if wraps
+                         else []),
                        f"{bad} = (({name} < 0) | ({name} >= {n})){active}",
                        f"tl.store({self.pointer('aotc_err', 0, axes)}, {self.w.error_code}, {bad})",
                        f"{name} = tl.where({bad}, 0, {name})"

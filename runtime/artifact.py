@@ -1,0 +1,230 @@
+"""Opening an artifact directory: every byte used is read once, from inside it, and verified.
+
+`Artifact(path)` opens the directory once and reads each file relative to that descriptor,
+refusing symlinks at every step and anything that is not a regular file, so no path in a
+manifest can reach outside the artifact. The manifest is parsed from the bytes whose self-hash
+was checked, with the typed schema (runtime/schema); a signature, when the caller requires
+one, is checked over those same bytes (runtime/signing.py). Every listed file is then checked
+against its size and sha256, from the bytes the runtime goes on to use: small files are read
+into memory and served from there, weights are memory-mapped privately from the descriptor
+that was hashed. Swapping a file on disk after this changes nothing that was loaded. Files the
+manifest does not list are never opened.
+"""
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import stat
+from pathlib import Path
+
+from aotc.errors import ArtifactError, UsageError
+from aotc.runtime import format as fmt
+from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
+from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
+
+MAX_MANIFEST = 64 << 20
+MAPPED = 1 << 20          # files at least this large are memory-mapped, not read
+
+
+class Artifact:
+    """An artifact directory opened for reading (see the module doc)."""
+
+    def __init__(self, path, *, verify_hashes: bool = True, trusted_keys=None,
+                 signature_policy: bool = True):
+        """`signature_policy=False`: require no signature whatever AOTC_TRUSTED_KEYS says (for
+        `aotc sign`, which adds one)."""
+        self.root = Path(path)
+        self.verify_hashes = verify_hashes
+        self.dirfd = _open_root(self.root)
+        try:
+            self.manifest_bytes = self._read_file(fmt.MANIFEST, None)
+            raw = fmt.parse_manifest_bytes(self.manifest_bytes, self.where(fmt.MANIFEST))
+            self.version = raw["format_version"]
+            self.manifest = parse_manifest(load_json_obj(migrate_manifest(raw), fmt.MANIFEST))
+            from aotc.runtime.signing import check_signature
+            self.signer = check_signature(self, trusted_keys) if signature_policy else None
+            if self.signer is not None and not verify_hashes:
+                raise UsageError("a required signature means nothing without the hash checks",
+                                 where="aotc.load(verify_hashes=False)", expected="True",
+                                 found=False, fix="leave verify_hashes on with trusted keys")
+            self._cache: dict[str, object] = {}
+            self._verify_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def where(self, rel: str) -> str:
+        return str(self.root / rel)
+
+    def close(self) -> None:
+        if getattr(self, "dirfd", -1) >= 0:
+            os.close(self.dirfd)
+            self.dirfd = -1
+
+    def __del__(self):
+        self.close()
+
+    # ---------------------------------------------------------------------------- reading
+    def listed(self, rel: str) -> bool:
+        return rel in self.manifest.files
+
+    def read(self, rel: str) -> bytes:
+        """A listed file's bytes, as verified (kept from the check at open, or read and
+        verified now)."""
+        data = self._cache.get(rel)
+        if isinstance(data, bytes):
+            return data
+        if isinstance(data, mmap.mmap):
+            return data[:]
+        return self._load(rel)[0]
+
+    def mapped(self, rel: str):
+        """A listed file as a private (copy-on-write) mapping of the bytes that were hashed
+        (a file below MAPPED bytes: the bytes read at the check)."""
+        data = self._cache.get(rel)
+        if data is not None:
+            return data
+        return self._load(rel, mapped=True)[0]
+
+    def plan(self, entry: str):
+        spec = self.manifest.entries[entry]
+        raw = migrate_plan(load_json_obj(self.read(spec.plan), spec.plan).value, self.version)
+        return parse_plan(load_json_obj(raw, spec.plan), entry, set(spec.symbols), spec)
+
+    def launch(self, kernel: str, symbols):
+        rel = fmt.triton_launch_file(kernel)
+        return parse_launch(load_json_obj(self.read(rel), rel), kernel, symbols)
+
+    # ---------------------------------------------------------------------------- checking
+    def _verify_all(self) -> None:
+        for rel in sorted(self.manifest.files):
+            data, _ = self._load(rel, mapped=self.manifest.files[rel].size >= MAPPED)
+            self._cache[rel] = data
+
+    def _load(self, rel: str, mapped: bool = False):
+        """(bytes or mmap, size) of listed file `rel`, checked against the file table."""
+        entry = self.manifest.files.get(rel)
+        if entry is None:
+            raise ArtifactError(f"the artifact reads {rel}, which its manifest does not list",
+                                where=self.where(rel), expected="a file listed in the manifest",
+                                found="an unlisted file", fix="re-export the model")
+        fd = self._open(rel)
+        try:
+            size = os.fstat(fd).st_size
+            if size != entry.size:
+                raise ArtifactError(f"artifact file {rel} has the wrong size (truncated or "
+                                    "modified)", where=self.where(rel),
+                                    expected=f"{entry.size} bytes", found=f"{size} bytes",
+                                    fix="re-export or re-copy the artifact")
+            if mapped and size:
+                data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
+                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            else:
+                data = _read_fd(fd, size)
+        finally:
+            os.close(fd)
+        if self.verify_hashes:
+            digest = _sha256(data)
+            if digest != entry.sha256:
+                raise ArtifactError(f"artifact file {rel} is damaged (sha256 mismatch)",
+                                    where=self.where(rel), expected=entry.sha256, found=digest,
+                                    fix="re-export or re-copy the artifact")
+        return data, size
+
+    def _read_file(self, rel: str, limit: int | None, optional: bool = False) -> bytes | None:
+        """An unlisted file of the format (the manifest, signatures.json), size-bounded;
+        None for a missing `optional` one."""
+        if optional:
+            try:
+                os.stat(rel, dir_fd=self.dirfd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+        fd = self._open(rel)
+        try:
+            size = os.fstat(fd).st_size
+            if size > (limit or MAX_MANIFEST):
+                raise ArtifactError(f"{rel} is larger than aotc reads", where=self.where(rel),
+                                    expected=f"at most {limit or MAX_MANIFEST} bytes",
+                                    found=f"{size} bytes", fix="re-export the model")
+            return _read_fd(fd, size)
+        finally:
+            os.close(fd)
+
+    def _open(self, rel: str) -> int:
+        """A descriptor of regular file `rel` inside the artifact, reached without following
+        any symlink."""
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") for p in parts) or rel.startswith("/"):
+            raise ArtifactError(f"path {rel!r} leaves the artifact", where=self.where(rel),
+                                expected="a relative path inside the artifact", found=rel,
+                                fix="re-export the model")
+        cur, owned = self.dirfd, []
+        try:
+            for part in parts[:-1]:
+                cur = self._openat(part, cur, rel, os.O_DIRECTORY)
+                owned.append(cur)
+            fd = self._openat(parts[-1], cur, rel, os.O_NONBLOCK)
+        finally:
+            for d in owned:
+                os.close(d)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise ArtifactError(f"artifact file {rel} is not a regular file",
+                                where=self.where(rel), expected="a regular file",
+                                found=stat.filemode(mode), fix="re-export the model")
+        return fd
+
+    def _openat(self, name: str, dirfd: int, rel: str, flags: int) -> int:
+        try:
+            return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | flags,
+                           dir_fd=dirfd)
+        except FileNotFoundError:
+            raise ArtifactError(f"artifact file {rel} is missing", where=self.where(rel),
+                                expected="the file the manifest lists", found="no such file",
+                                fix="re-export the model or copy the whole artifact "
+                                    "directory") from None
+        except OSError as e:   # ELOOP: a symlink; ENOTDIR: a file where a folder should be
+            raise ArtifactError(f"artifact file {rel} cannot be opened inside the artifact "
+                                f"({os.strerror(e.errno)})", where=self.where(rel),
+                                expected="a regular file, no symlinks on the way",
+                                found=os.strerror(e.errno), fix="re-export the model; never "
+                                "place links in an artifact") from None
+
+
+def _open_root(root: Path) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        exists = root.exists()
+        raise ArtifactError(f"no artifact directory at {root}", where=str(root),
+                            expected="a directory written by `aotc export`",
+                            found="a file" if exists else "nothing",
+                            fix="check the path, or export the model first with `aotc export`") \
+            from None
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _sha256(data) -> str:
+    h = hashlib.sha256()
+    view = memoryview(data)
+    for i in range(0, len(view), 1 << 24):
+        h.update(view[i:i + (1 << 24)])
+    return h.hexdigest()
+
+
+def load_json_obj(data, file: str):
+    """A JSON document (bytes, or an already parsed object) as a schema cursor."""
+    from aotc.runtime.schema.fields import At
+    return load_json(data, file) if isinstance(data, (bytes, bytearray)) else At.root(file, data)

@@ -1,0 +1,78 @@
+"""Out-of-range indices: the GuardError a kernel's index check turns into.
+
+Kernels that index with runtime values (embedding rows, gather, index_select, advanced
+indexing) check each index against the size it indexes; negative indices wrap only for the ops
+that wrap in eager PyTorch (aten.index), and are refused elsewhere, as eager refuses them. A
+failed check is reported here, on the cold path: the plan step's `checks` say which kernel
+argument held the index, the size and the op; the argument is traced back through views to
+the model input it came from, and the first offending value is named with its position.
+"""
+from __future__ import annotations
+
+import torch
+
+from aotc.errors import GuardError
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.types import SlotKind, StepKind
+
+
+def input_origin(plan, slot: int) -> int | None:
+    """The position among the plan's inputs of the input `slot` views (or is), else None."""
+    views = {s.out[0]: s.args[0].slot for s in plan.steps
+             if s.kind is StepKind.VIEW and s.out and s.out[0] is not None
+             and s.args and hasattr(s.args[0], "slot")}
+    seen = 0
+    while slot in views and seen < 64:
+        slot, seen = views[slot], seen + 1
+    if plan.slots[slot].kind is SlotKind.INPUT and slot in plan.inputs:
+        return plan.inputs.index(slot)
+    return None
+
+
+def first_bad(t: torch.Tensor, lo: int, hi: int) -> tuple[int, tuple] | None:
+    """(value, position) of the first element of `t` outside [lo, hi], or None."""
+    t = t.detach().to("cpu")
+    if t.is_floating_point() or t.dtype == torch.bool:
+        return None
+    bad = (t < lo) | (t > hi)
+    if not bool(bad.any()):
+        return None
+    pos = tuple(int(i) for i in bad.nonzero()[0])
+    return int(t[pos]), pos
+
+
+def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
+    """The error for kernel step `step` having met an out-of-range index. `tensors`: kernel
+    argument position -> the tensor passed there (where still at hand); `inputs`: the plan's
+    inputs, to search when an argument came from one."""
+    names = {i: plan.slots[s].name for i, s in enumerate(plan.inputs)}
+    for check in step.checks:
+        size = ex.evaluate(check.size, symbols) if not isinstance(check.size, int) else check.size
+        lo, hi = (-size if check.wraps else 0), size - 1
+        origin = None if check.arg is None else input_origin(plan, step.args[check.arg])
+        candidates = []
+        if check.arg in tensors:
+            candidates.append(tensors[check.arg])
+        if origin is not None and inputs is not None and origin < len(inputs):
+            candidates.append(inputs[origin])
+        for t in candidates:
+            found = first_bad(t, lo, hi) if isinstance(t, torch.Tensor) else None
+            if found is None:
+                continue
+            value, pos = found
+            where = (f"input {names[origin]!r} (#{origin})" if origin is not None
+                     else f"an index computed inside the model ({check.op})")
+            return GuardError(
+                f"{where} holds index {value} at position {list(pos)}, outside [{lo}, {hi}]",
+                where=where, expected=f"indices in [{lo}, {hi}] ({check.op} over {size} rows"
+                + (", negatives counted from the end)" if check.wraps else ")"),
+                found=f"{value} at {list(pos)}",
+                fix=f"pass indices in [{lo}, {hi}]" + ("" if origin is None else
+                                                      f" in {names[origin]!r} (e.g. token ids "
+                                                      f"below the vocabulary size {size})"))
+    ops = sorted({c.op for c in step.checks}) or ["an indexing op"]
+    return GuardError(f"an index is out of range in {', '.join(ops)} (kernel {step.name})",
+                      where=f"kernel {step.name}", expected="indices within the indexed dim",
+                      found="an index out of range",
+                      fix="check the values of integer index inputs (e.g. token ids below the "
+                          "vocabulary size)")

@@ -1,0 +1,112 @@
+"""A plan checked as a program: what each step reads is bound, what it binds is new.
+
+Walking the steps in order with the set of bound slots (inputs and weights at the start): a step
+reads only bound slots; an extern, view or kernel step binds value slots not bound before; a
+kernel reads and writes tensors, and the storage it takes over (`reuse`) was donated by a free
+step; a free step drops bound values or inputs; the outputs are bound at the end. So a parsed
+plan runs without a name error, and no step reads a slot that a free step dropped.
+"""
+from __future__ import annotations
+
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.types import SlotKind, StepKind
+
+
+def check_flow(plan, doc: At) -> None:
+    slots = plan.slots
+    steps_at = doc.get("steps")
+    bound = {i for i, s in enumerate(slots) if s.kind is SlotKind.WEIGHT}
+    inputs_at = doc.get("inputs")
+    for i in plan.inputs:
+        inputs_at.check(slots[i].kind is SlotKind.INPUT and i not in bound,
+                        "input slots, each listed once", f"lists slot {i} ({slots[i].kind.value})")
+        bound.add(i)
+    declared = {i for i, s in enumerate(slots) if s.kind is SlotKind.INPUT}
+    inputs_at.check(declared == set(plan.inputs), "every input slot listed",
+                    "misses an input slot")
+    donated: set[int] = set()
+    for idx, step in enumerate(plan.steps):
+        at = steps_at.child(idx, step)
+        _check_step(step, slots, bound, donated, at)
+    outs_at = doc.get("outputs")
+    for o in plan.outputs:
+        if o.slot is not None:
+            outs_at.check(o.slot in bound, "outputs bound at the end of the plan",
+                          f"names slot {o.slot}, which is not bound there")
+
+
+def _check_step(step, slots, bound: set, donated: set, at: At) -> None:
+    for r in step.reads():
+        at.check(r in bound, f"slot {r} bound before this step",
+                 f"reads slot {r}, which is not bound here (never bound, or freed)")
+    if step.kind is StepKind.FREE:
+        for s in (*step.slots, *step.donate):
+            at.check(s in bound and slots[s].kind is not SlotKind.WEIGHT,
+                     "bound input or value slots", f"frees slot {s}, which it may not")
+            bound.discard(s)
+        donated |= set(step.donate)
+        bound |= set(step.donate)     # donated storage stays bound until a kernel takes it
+        return
+    outs = [o for o in step.out if o is not None]
+    for o in outs:
+        at.check(slots[o].kind is SlotKind.VALUE and o not in bound,
+                 "new value slots for what the step binds", f"binds slot {o} again")
+    if step.kind is StepKind.KERNEL:
+        _check_kernel(step, slots, bound, donated, at)
+    bound |= set(outs)
+
+
+def _check_kernel(step, slots, bound: set, donated: set, at: At) -> None:
+    for s in (*step.args, *step.out):
+        at.check(slots[s].is_tensor, "tensor slots", f"passes slot {s}, which is no tensor")
+    at.check(bool(step.out), "a kernel that writes at least one slot", "writes nothing")
+    for out, donor in step.reuse:
+        at.check(out in step.out and donor in donated and donor in bound,
+                 "storage donated by an earlier free step", f"reuses slot {donor}")
+        donated.discard(donor)
+        bound.discard(donor)
+    for c in step.checks:
+        at.check(c.arg is None or c.arg < len(step.args),
+                 f"an argument position below {len(step.args)}",
+                 f"checks argument {c.arg}")
+    if step.launch is not None:
+        at.check(step.launch.spec == f"kernels/{step.name}.json",
+                 f"the launch spec kernels/{step.name}.json", "names another file")
+        for g in step.launch.grid:
+            at.check(ex.names(g) <= set(step.sizes) | _shape_names(slots, step),
+                     "a grid over the kernel's size symbols", "uses another symbol")
+
+
+def _shape_names(slots, step) -> set[str]:
+    names: set[str] = set()
+    for s in (*step.args, *step.out):
+        for d in (*slots[s].shape, *slots[s].stride):
+            if not isinstance(d, int):
+                names |= ex.names(d)
+    return names
+
+
+def check_against_entry(plan, spec, doc: At) -> None:
+    """The plan takes the inputs and returns the outputs the manifest's entry declares."""
+    ins, outs = doc.get("inputs"), doc.get("outputs")
+    ins.check(len(plan.inputs) == len(spec.inputs),
+              f"{len(spec.inputs)} inputs (as the manifest's entry declares)",
+              f"lists {len(plan.inputs)}")
+    for slot, want in zip(plan.inputs, spec.inputs):
+        s = plan.slots[slot]
+        ins.check(s.dtype == want.dtype and len(s.shape) == len(want.shape),
+                  f"input {want.name!r} as {want.dtype} of rank {len(want.shape)}",
+                  f"binds slot {slot} as {s.dtype} of rank {len(s.shape)}")
+        for got, dim in zip(s.shape, want.shape):
+            if isinstance(dim, int) or isinstance(got, int):
+                ins.check(got == dim, f"input {want.name!r} with the manifest's sizes",
+                          f"binds slot {slot} with other sizes")
+    outs.check(len(plan.outputs) == len(spec.outputs),
+               f"{len(spec.outputs)} outputs (as the manifest's entry declares)",
+               f"lists {len(plan.outputs)}")
+    for o, meta in zip(plan.outputs, spec.outputs):
+        if o.slot is not None and meta is not None:
+            outs.check(plan.slots[o.slot].dtype == meta.dtype,
+                       f"outputs of the manifest's dtypes ({meta.dtype})",
+                       f"returns slot {o.slot} as {plan.slots[o.slot].dtype}")

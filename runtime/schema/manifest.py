@@ -1,0 +1,351 @@
+"""manifest.json, typed: producers, target, entry points with guards, weights, files.
+
+`parse_manifest(doc)` checks every field (types, ranges, names, paths, expressions over the
+declared symbols) and returns a frozen `Manifest`; `Manifest.to_json` is what codegen writes.
+The file table is the artifact's boundary: a file is read only if it is listed here, under a
+path of the safe form (relative, no `..`, no hidden or odd names), and only through the
+artifact reader (runtime/artifact.py), which checks its size and hash as it reads it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.trees import parse_tree
+from aotc.runtime.schema.types import (DTYPE_SET, HEX64, WEIGHT_NAME, Device, size_json)
+
+PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+ARCH = re.compile(r"sm_[0-9]{2,3}a?\Z")
+ISAS = frozenset({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "armv8-a"})
+MAX_FILE = 1 << 44
+MAX_DIM = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {"sha256": self.sha256, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Symbol:
+    name: str
+    min: int
+    max: int
+    example: int
+
+    def to_json(self) -> dict:
+        return {"example": self.example, "max": self.max, "min": self.min}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Input:
+    name: str
+    dtype: str
+    shape: tuple                     # int | expr node per dim
+    values: tuple | None = None      # (lo, hi) an integer input's recorded range
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype, "name": self.name, "shape": size_json(self.shape),
+                "values": list(self.values) if self.values is not None else None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorMeta:
+    dtype: str
+    shape: tuple
+    stride: tuple
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype, "shape": size_json(self.shape),
+                "stride": size_json(self.stride)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntrySpec:
+    name: str
+    plan: str
+    inputs: tuple
+    symbols: dict                    # name -> Symbol
+    relations: tuple                 # expr nodes (boolean)
+    outputs: tuple                   # TensorMeta | None per flat output
+    output_tree: dict
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        return {n: (s.min, s.max) for n, s in self.symbols.items()}
+
+    def to_json(self) -> dict:
+        return {"plan": self.plan, "inputs": [i.to_json() for i in self.inputs],
+                "symbols": {n: s.to_json() for n, s in self.symbols.items()},
+                "relations": [ex.text(r) for r in self.relations],
+                "outputs": [o.to_json() if o is not None else None for o in self.outputs],
+                "output_tree": self.output_tree, "stats": self.stats}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CppNative:
+    isa: str
+    compiler: str
+    library: str
+    source: str
+    table: bool = False              # the library exports aotc_kernel_table (format >= 5)
+
+    def to_json(self) -> dict:
+        return {"compiler": self.compiler, "isa": self.isa, "library": self.library,
+                "source": self.source, "table": self.table}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TritonNative:
+    triton: str
+    archs: tuple
+    kernels: tuple
+    autotune: dict | None = None
+
+    def to_json(self) -> dict:
+        out = {"archs": list(self.archs), "kernels": list(self.kernels), "kind": "triton",
+               "triton": self.triton}
+        if self.autotune is not None:
+            out["autotune"] = self.autotune
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    device: Device
+    archs: tuple = ()
+    portable: bool = False
+    native: CppNative | TritonNative | None = None
+
+    def to_json(self) -> dict:
+        return {"archs": list(self.archs), "device": self.device.value,
+                "native": self.native.to_json() if self.native is not None else None,
+                "portable": self.portable}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Weights:
+    count: int
+    bytes: int
+    aliases: dict                    # alias -> stored name
+    transposed: tuple = ()
+
+    def to_json(self) -> dict:
+        return {"aliases": self.aliases, "bytes": self.bytes, "count": self.count,
+                "transposed": list(self.transposed)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Training:
+    params: tuple
+    buffers: tuple
+    mutated: tuple
+    num_outputs: int
+    needs_grad: tuple
+    num_fwd_outputs: int
+
+    def to_json(self) -> dict:
+        return {"buffers": list(self.buffers), "mutated": list(self.mutated),
+                "needs_grad": list(self.needs_grad), "num_fwd_outputs": self.num_fwd_outputs,
+                "num_outputs": self.num_outputs, "params": list(self.params)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest:
+    format_version: int
+    producer: dict
+    model: dict
+    target: Target
+    options: dict
+    entries: dict                    # name -> EntrySpec
+    weights: Weights
+    training: Training | None = None
+    files: dict = field(default_factory=dict)   # path -> FileEntry
+
+    def to_json(self) -> dict:
+        """Everything but the self-hash (runtime/format.py adds it when writing)."""
+        out = {"format_version": self.format_version, "producer": self.producer,
+               "model": self.model, "target": self.target.to_json(), "options": self.options,
+               "entries": {n: e.to_json() for n, e in self.entries.items()},
+               "weights": self.weights.to_json(),
+               "files": {p: f.to_json() for p, f in sorted(self.files.items())}}
+        if self.training is not None:
+            out["training"] = self.training.to_json()
+        return out
+
+
+# ----------------------------------------------------------------------------------- parse
+def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
+    """`complete`: the file table is filled in, and must list every file the artifact needs
+    (False while codegen builds the manifest, before the files are written)."""
+    doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
+                      "weights", "files", "manifest_sha256"), optional=("training",))
+    entries = {name: _entry(a, name) for name, a in doc.get("entries").items(16)}
+    doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
+    training = _training(doc.get("training")) if doc.has("training") else None
+    doc.get("producer").obj(required=("aotc", "torch", "python", "platform"),
+                            optional=("triton", "compiler"))
+    m = Manifest(format_version=doc.get("format_version").int(1, 1 << 16),
+                 producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
+                 target=_target(doc.get("target")), options=_scalars(doc.get("options")),
+                 entries=entries, weights=_weights(doc.get("weights")), training=training,
+                 files=_files(doc.get("files")))
+    if complete:
+        _check_listed(m, doc.get("files"))
+    return m
+
+
+def _check_listed(m: Manifest, files: At) -> None:
+    """The files the format requires of this artifact are in its file table."""
+    need = [e.plan for e in m.entries.values()]
+    native = m.target.native
+    if isinstance(native, CppNative):
+        need += [native.library, native.source]
+    elif isinstance(native, TritonNative):
+        need += [f"kernels/{k}.{ext}" for k in native.kernels for ext in ("json", "py")]
+    if m.weights.count:
+        need.append("weights.safetensors")
+    for rel in need:
+        files.check(rel in m.files, f"{rel} listed (the artifact needs it)",
+                    f"does not list {rel}")
+
+
+def display(a: At) -> dict:
+    """An object shown by `aotc inspect` only (statistics, autotuning records)."""
+    a.check(isinstance(a.value, dict), "an object", "is not an object")
+    return a.value
+
+
+def _strings(a: At) -> dict:
+    return {k: v.text(256) for k, v in a.items(32)}
+
+
+def _scalars(a: At) -> dict:
+    out = {}
+    for k, v in a.items(64):
+        v.check(bool(ex.NAME_RE.match(k)), "option names", "is not a name")
+        v.check(v.value is None or isinstance(v.value, (bool, int, float, str)),
+                "a scalar option value")
+        out[k] = v.text(256) if isinstance(v.value, str) else v.value
+    return out
+
+
+def _model(a: At) -> dict:
+    a.obj(required=("name", "source"))
+    return {k: None if a.get(k).is_null() else a.get(k).str(pattern=WEIGHT_NAME, max_len=4096)
+            for k in ("name", "source")}
+
+
+def _files(a: At) -> dict:
+    out = {}
+    for path, entry in a.items(1 << 16):
+        entry.check(bool(PATH.match(path)) and ".." not in path.split("/"),
+                    "a relative path inside the artifact (letters, digits, _ . -; no ..)",
+                    f"names the path {path[:200]!r}")
+        entry.obj(required=("sha256", "size"))
+        out[path] = FileEntry(size=entry.get("size").int(0, MAX_FILE),
+                              sha256=entry.get("sha256").str(pattern=HEX64))
+    return out
+
+
+def _target(a: At) -> Target:
+    a.obj(required=("device", "archs", "portable", "native"))
+    device = a.get("device").enum(Device)
+    archs = tuple(x.str(pattern=ARCH) for x in a.get("archs").list(16))
+    n = a.get("native")
+    native = None
+    if not n.is_null():
+        if n.has("kind"):
+            n.obj(required=("kind", "triton", "archs", "kernels"), optional=("autotune",))
+            n.get("kind").str(choices={"triton"})
+            at = n.get("autotune", None)
+            native = TritonNative(triton=n.get("triton").text(64),
+                                  archs=tuple(x.str(pattern=ARCH) for x in n.get("archs").list(16)),
+                                  kernels=tuple(k.ident() for k in n.get("kernels").list(1 << 16)),
+                                  autotune=None if at.is_null() else display(at))
+        else:
+            n.obj(required=("isa", "compiler", "library", "source"), optional=("table",))
+            native = CppNative(isa=n.get("isa").str(choices=ISAS),
+                               compiler=n.get("compiler").text(512),
+                               library=n.get("library").str(choices={"kernels/kernels.so"}),
+                               source=n.get("source").str(choices={"kernels/kernels.cpp"}),
+                               table=n.get("table", False).bool())
+    return Target(device=device, archs=archs, portable=a.get("portable").bool(), native=native)
+
+
+def _weights(a: At) -> Weights:
+    a.obj(required=("count", "bytes", "aliases"), optional=("transposed",))
+    aliases = {k: v.str(pattern=WEIGHT_NAME, max_len=1024)
+               for k, v in a.get("aliases").items(1 << 20)}
+    return Weights(count=a.get("count").int(0, 1 << 24), bytes=a.get("bytes").int(0, MAX_FILE),
+                   aliases=aliases,
+                   transposed=tuple(x.str(pattern=WEIGHT_NAME, max_len=1024)
+                                    for x in a.get("transposed", []).list()))
+
+
+def _training(a: At) -> Training:
+    a.obj(required=("params", "buffers", "mutated", "num_outputs", "needs_grad"),
+          optional=("num_fwd_outputs",))
+    names = lambda k: tuple(x.str(pattern=WEIGHT_NAME, max_len=1024)   # noqa: E731
+                            for x in a.get(k).list(1 << 20))
+    return Training(params=names("params"), buffers=names("buffers"), mutated=names("mutated"),
+                    num_outputs=a.get("num_outputs").int(0, 1 << 20),
+                    needs_grad=tuple(x.bool() for x in a.get("needs_grad").list(1 << 20)),
+                    num_fwd_outputs=a.get("num_fwd_outputs", 0).int(0, 1 << 20))
+
+
+def _entry(a: At, name: str) -> EntrySpec:
+    a.check(bool(ENTRY.match(name)), "an entry name (lowercase identifier)", "is not a name")
+    a.obj(required=("plan", "inputs", "symbols", "relations", "outputs", "output_tree"),
+          optional=("stats",))
+    a.get("plan").str(choices={f"plans/{name}.json"})
+    symbols = {n: _symbol(s, n) for n, s in a.get("symbols").items(256)}
+    inputs = tuple(_input(i, symbols) for i in a.get("inputs").list(4096))
+    outputs = tuple(None if o.is_null() else _meta(o, symbols)
+                    for o in a.get("outputs").list(1 << 16))
+    return EntrySpec(name=name, plan=f"plans/{name}.json", inputs=inputs, symbols=symbols,
+                     relations=tuple(r.expr(symbols, boolean=True)
+                                     for r in a.get("relations").list(256)),
+                     outputs=outputs, output_tree=parse_tree(a.get("output_tree"), len(outputs)),
+                     stats=display(a.get("stats", {})))
+
+
+def _symbol(a: At, name: str) -> Symbol:
+    a.check(bool(ex.NAME_RE.match(name)) and name not in ("min", "max", "and", "or", "not"),
+            "a symbol name (an ASCII identifier)", "is not a name")
+    a.obj(required=("min", "max"), optional=("example",))
+    lo, hi = a.get("min").int(0, MAX_DIM), a.get("max").int(0, MAX_DIM)
+    a.check(lo <= hi, "min <= max", f"has min {lo} > max {hi}")
+    example = a.get("example", lo).int(lo, hi)
+    return Symbol(name=name, min=lo, max=hi, example=example)
+
+
+def _input(a: At, symbols: dict) -> Input:
+    a.obj(required=("name", "dtype", "shape"), optional=("values",))
+    values = a.get("values", None)
+    if not values.is_null():
+        lo, hi = (v.int(-ex.MAX_INT - 1, ex.MAX_INT) for v in values.list(2, 2))
+        values.check(lo <= hi, "[lo, hi] with lo <= hi")
+        values = (lo, hi)
+    else:
+        values = None
+    return Input(name=a.get("name").str(pattern=WEIGHT_NAME, max_len=256),
+                 dtype=a.get("dtype").str(choices=DTYPE_SET),
+                 shape=tuple(d.size(symbols, MAX_DIM) for d in a.get("shape").list(16)),
+                 values=values)
+
+
+def _meta(a: At, symbols: dict) -> TensorMeta:
+    a.obj(required=("dtype", "shape", "stride"))
+    shape = tuple(d.size(symbols, MAX_DIM) for d in a.get("shape").list(16))
+    stride = tuple(d.size(symbols, MAX_DIM) for d in a.get("stride").list(16))
+    a.check(len(stride) == len(shape), "one stride per dim")
+    return TensorMeta(dtype=a.get("dtype").str(choices=DTYPE_SET), shape=shape, stride=stride)

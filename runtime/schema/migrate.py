@@ -1,0 +1,49 @@
+"""Migrations: documents of older format versions rewritten into the current form before they
+are parsed (runtime/format.py's changelog says what each version added).
+
+Versions 1-4 differ from 5 in what 5 made explicit or added, never in meaning:
+  * slots may lack `contiguous` (a dense row-major layout was assumed where it was missing);
+    it is computed from the slot's own shape and strides;
+  * slots may carry `local` (a kernel-internal buffer, informational; 5 drops it);
+  * a C++ kernel library has no kernel table (kernels are found by their aotc names).
+"""
+from __future__ import annotations
+
+CURRENT = 5
+
+
+def migrate_manifest(raw: dict, version: int | None = None) -> dict:
+    version = raw.get("format_version") if version is None else version
+    if not isinstance(version, int) or version >= CURRENT:
+        return raw
+    out = dict(raw)
+    native = (out.get("target") or {}).get("native")
+    if isinstance(native, dict) and "kind" not in native:
+        out["target"] = dict(out["target"], native=dict(native, table=False))
+    return out
+
+
+def migrate_plan(raw, version: int) -> dict:
+    if version >= CURRENT or not isinstance(raw, dict) or not isinstance(raw.get("slots"), list):
+        return raw
+    slots = []
+    for s in raw["slots"]:
+        if isinstance(s, dict):
+            s = {k: v for k, v in s.items() if k != "local"}
+            if "shape" in s and "contiguous" not in s:
+                s["contiguous"] = _dense(s.get("shape"), s.get("stride"))
+        slots.append(s)
+    return dict(raw, slots=slots)
+
+
+def _dense(shape, stride) -> bool:
+    if not isinstance(shape, list) or not isinstance(stride, list) or len(shape) != len(stride):
+        return False
+    expect = 1
+    for size, st in reversed(list(zip(shape, stride))):
+        if not isinstance(size, int) or not isinstance(st, int):
+            return False
+        if size != 1 and st != expect:
+            return False
+        expect *= size
+    return True

@@ -1,0 +1,413 @@
+"""The launch plan of one entry point (plans/<entry>.json), typed.
+
+A plan lists slots (one per value: an input, a weight or an intermediate, with its symbolic
+shape, strides and dtype) and ordered steps (a generated kernel, an extern ATen call, an ATen
+view, or a free). `parse_plan` checks every field and then the plan as a program: every slot a
+step reads is bound earlier and not yet freed, outputs are bound at the end, kernels read and
+write tensors, extern ops come from the fixed table (ops.py). Codegen writes plans through
+`Plan.to_json`; nothing else produces or edits them.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.ops import is_extern_op
+from aotc.runtime.schema.types import (DTYPE_SET, LAYOUT_SET, MEMORY_FORMAT_SET, SlotKind,
+                                       StepKind, WEIGHT_NAME, size_json)
+
+MAX_SLOTS = 1 << 20
+KERNEL_NAME = re.compile(r"(?:forward_|backward_|prefill_|decode_)?kernel[0-9]{1,7}\Z")
+OP_NAME = re.compile(r"aten::[a-z_][a-z0-9_]{0,80}\.[A-Za-z_][A-Za-z0-9_]{0,40}\Z")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slot:
+    id: int
+    kind: SlotKind
+    dtype: str | None = None            # None: not a tensor (an int or None an op returned)
+    shape: tuple = ()                   # int | expr node per dim
+    stride: tuple = ()
+    contiguous: bool = True
+    producer: StepKind | None = None    # the kind of step that binds it (values only)
+    base: int | None = None             # the slot whose storage a view aliases
+    weight: str | None = None           # WEIGHT: its name in the weights file
+    name: str | None = None             # INPUT: the model's argument name
+    layout: str | None = None           # WEIGHT: "transposed" (stored as [K, N])
+    memory_format: str | None = None    # WEIGHT: "channels_last" (converted at load)
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.dtype is not None
+
+    def to_json(self) -> dict:
+        out = {"id": self.id, "kind": self.kind.value}
+        if self.is_tensor:
+            out.update(dtype=self.dtype, shape=size_json(self.shape),
+                       stride=size_json(self.stride), contiguous=self.contiguous)
+        for key in ("base", "weight", "name", "layout", "memory_format"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.producer is not None:
+            out["producer"] = self.producer.value
+        return out
+
+
+# ------------------------------------------------------------------------------- arguments
+@dataclass(frozen=True, slots=True)
+class SlotRef:
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class SymArg:
+    expr: object        # an expr node
+
+
+@dataclass(frozen=True, slots=True)
+class Tagged:
+    """A torch enum or special float: tag in TAGS, value its name ("float32", "inf")."""
+    tag: str
+    value: str
+
+
+TAGS = {"dtype": DTYPE_SET, "layout": LAYOUT_SET, "memory_format": MEMORY_FORMAT_SET,
+        "device": frozenset({"cpu", "cuda"}), "float": frozenset({"inf", "-inf", "nan"})}
+
+
+def arg_json(a):
+    if isinstance(a, tuple):
+        return [arg_json(x) for x in a]
+    if isinstance(a, SlotRef):
+        return {"slot": a.slot}
+    if isinstance(a, SymArg):
+        return {"sym": ex.text(a.expr)}
+    if isinstance(a, Tagged):
+        return {a.tag: a.value}
+    return a
+
+
+def slot_refs(a) -> list[int]:
+    """The slots an argument (or a tuple of them) refers to."""
+    if isinstance(a, tuple):
+        return [s for x in a for s in slot_refs(x)]
+    return [a.slot] if isinstance(a, SlotRef) else []
+
+
+# ----------------------------------------------------------------------------------- steps
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallStep:
+    """An ATen call: EXTERN (into new storage) or VIEW (aliasing its first argument)."""
+    kind: StepKind
+    op: str
+    args: tuple
+    kwargs: tuple                      # ((name, arg), ...)
+    out: tuple                         # slot | None per result
+    single: bool = True                # the op returns one value (not a tuple)
+
+    def reads(self) -> list[int]:
+        return slot_refs(self.args) + slot_refs(tuple(v for _, v in self.kwargs))
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind.value, "op": self.op, "args": arg_json(self.args),
+                "kwargs": {k: arg_json(v) for k, v in self.kwargs}, "out": list(self.out),
+                "single": self.single}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Launch:
+    """How a Triton kernel (CUDA artifact) is launched: grid over the size symbols, its launch
+    spec file, the error code it stores for an index out of range."""
+    grid: tuple                        # three expr nodes
+    spec: str
+    error_code: int | None = None
+
+    def to_json(self) -> dict:
+        return {"grid": [ex.text(g) for g in self.grid], "spec": self.spec,
+                "error_code": self.error_code}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexCheck:
+    """An index a kernel reads at run time: which argument holds it, the size it indexes,
+    whether negative indices wrap (aten.index) or are refused (embedding, gather)."""
+    arg: int | None                    # position in the kernel's args (None: computed inside)
+    size: object                       # expr node
+    wraps: bool
+    op: str                            # the ATen op that indexes, for the error message
+
+    def to_json(self) -> dict:
+        return {"arg": self.arg, "size": size_json((self.size,))[0], "wraps": self.wraps,
+                "op": self.op}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelStep:
+    kind: StepKind = StepKind.KERNEL
+    name: str
+    args: tuple                        # slots read
+    out: tuple                         # slots written
+    sizes: tuple = ()                  # size symbols passed after the pointers
+    reuse: tuple = ()                  # ((out slot, donor slot), ...): storage taken over
+    launch: Launch | None = None
+    checks: tuple = ()                 # IndexCheck, ...
+    fused: tuple = ()                  # display only: ({"buffers": [...], "ops": [...]}, ...)
+    reasons: tuple = ()                # display only: fusion decisions
+
+    def reads(self) -> list[int]:
+        return list(self.args)
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind.value, "name": self.name, "args": list(self.args),
+               "out": list(self.out), "sizes": list(self.sizes),
+               "fused": [dict(f) for f in self.fused], "reasons": list(self.reasons)}
+        if self.reuse:
+            out["reuse"] = {str(o): d for o, d in self.reuse}
+        if self.launch is not None:
+            out["launch"] = self.launch.to_json()
+        if self.checks:
+            out["checks"] = [c.to_json() for c in self.checks]
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreeStep:
+    kind: StepKind = StepKind.FREE
+    slots: tuple                       # dropped
+    donate: tuple = ()                 # dead, but kept bound for a later kernel's `reuse`
+
+    def reads(self) -> list[int]:
+        return []
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind.value, "slots": list(self.slots)}
+        if self.donate:
+            out["donate"] = list(self.donate)
+        return out
+
+
+Step = CallStep | KernelStep | FreeStep
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A plan output: a slot, or a constant the model returned (None, a number)."""
+    slot: int | None = None
+    const: object = None
+
+    def to_json(self) -> dict:
+        return {"slot": self.slot} if self.slot is not None else {"const": self.const}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    entry: str
+    slots: tuple
+    inputs: tuple
+    steps: tuple
+    outputs: tuple
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def symbols(self) -> set[str]:
+        """Size symbols any slot's shape or stride uses."""
+        out: set[str] = set()
+        for s in self.slots:
+            for d in (*s.shape, *s.stride):
+                if not isinstance(d, int):
+                    out |= ex.names(d)
+        return out
+
+    def to_json(self) -> dict:
+        return {"entry": self.entry, "slots": [s.to_json() for s in self.slots],
+                "inputs": list(self.inputs), "steps": [s.to_json() for s in self.steps],
+                "outputs": [o.to_json() for o in self.outputs], "stats": self.stats}
+
+
+# ----------------------------------------------------------------------------------- parse
+def parse_plan(doc: At, entry: str, symbols, spec=None) -> Plan:
+    """A plan from its JSON, checked field by field and as a program (see the module doc),
+    and, given the manifest's EntrySpec, against the inputs and outputs it declares."""
+    doc.obj(required=("entry", "slots", "inputs", "steps", "outputs"), optional=("stats",))
+    doc.get("entry").check(doc.get("entry").value == entry, f"the entry name {entry!r}",
+                           "names another entry")
+    slots = tuple(_slot(a, i, symbols) for i, a in enumerate(doc.get("slots").list(MAX_SLOTS)))
+    n = len(slots)
+    inputs = doc.ints_of("inputs", n - 1)
+    steps = tuple(_step(a, n, symbols) for a in doc.get("steps").list())
+    outputs = tuple(_output(a, n) for a in doc.get("outputs").list())
+    from aotc.runtime.schema.manifest import display
+    plan = Plan(entry=entry, slots=slots, inputs=inputs, steps=steps, outputs=outputs,
+                stats=display(doc.get("stats", {})))
+    from aotc.runtime.schema.flow import check_flow, check_against_entry
+    check_flow(plan, doc)
+    if spec is not None:
+        check_against_entry(plan, spec, doc)
+    return plan
+
+
+_SLOT_KEYS = ("id", "kind", "dtype", "shape", "stride", "contiguous", "producer", "base",
+              "weight", "name", "layout", "memory_format")
+
+
+_SLOT_KEY_SET = frozenset(_SLOT_KEYS)
+_KINDS = {k.value: k for k in SlotKind}
+_PRODUCERS = {k.value: k for k in StepKind}
+
+
+def _slot(a: At, i: int, symbols) -> Slot:
+    v = a.keys_within(("id", "kind"), _SLOT_KEY_SET).value
+    if v["id"] != i:
+        a.get("id").fail(f"slot id {i} (its position)", problem="is out of order")
+    kind = _KINDS.get(v["kind"]) or a.get("kind").enum(SlotKind)
+    fields = {}
+    if "dtype" in v:
+        shape = a.sizes_of("shape", symbols)
+        stride = a.sizes_of("stride", symbols)
+        if len(stride) != len(shape):
+            a.get("stride").fail(f"{len(shape)} strides (one per dim)",
+                                 problem="has the wrong length")
+        fields.update(dtype=a.str_of("dtype", DTYPE_SET), shape=shape, stride=stride,
+                      contiguous=a.bool_of("contiguous"))
+    else:
+        for k in ("shape", "stride", "contiguous"):
+            a.check(k not in v, "a non-tensor slot without shape", f"has {k} but no dtype")
+    if "producer" in v:
+        fields["producer"] = _PRODUCERS.get(v["producer"]) or a.get("producer").enum(StepKind)
+    if "base" in v:
+        fields["base"] = a.int_of("base", 0, MAX_SLOTS)
+    if kind is SlotKind.WEIGHT:
+        fields["weight"] = a.get("weight").str(pattern=WEIGHT_NAME, max_len=1024)
+        if "layout" in v:
+            fields["layout"] = a.str_of("layout", {"transposed"})
+        if "memory_format" in v:
+            fields["memory_format"] = a.str_of("memory_format", {"channels_last"})
+    elif kind is SlotKind.INPUT:
+        fields["name"] = a.get("name").str(pattern=WEIGHT_NAME, max_len=256)
+    for k in ("weight", "layout", "memory_format", "name"):
+        if k in v and k not in fields:
+            a.fail(f"no {k} on a {kind.value} slot", problem=f"has a {k}")
+    a.check(kind is not SlotKind.WEIGHT or "dtype" in v, "a weight slot with a dtype",
+            "is no tensor")
+    return Slot(id=i, kind=kind, **fields)
+
+
+def _arg(a: At, n: int, symbols, depth: int = 0):
+    v = a.value
+    t = type(v)
+    if (t is int and -ex.MAX_INT - 1 <= v <= ex.MAX_INT) or t is bool or v is None:
+        return v
+    if t is dict and len(v) == 1 and type(v.get("slot")) is int and 0 <= v["slot"] < n:
+        return SlotRef(v["slot"])
+    if isinstance(v, list):
+        a.check(depth < 4, "arguments nested at most 4 lists deep", "is nested too deeply")
+        return tuple(_arg(x, n, symbols, depth + 1) for x in a.list(1 << 16))
+    if isinstance(v, dict):
+        a.obj(optional=("slot", "sym", *TAGS))
+        a.check(len(v) == 1, "one tag: slot, sym, dtype, layout, memory_format, device, float")
+        (tag, _), = v.items()
+        if tag == "slot":
+            return SlotRef(a.get("slot").int(0, n - 1))
+        if tag == "sym":
+            return SymArg(a.get("sym").expr(symbols))
+        return Tagged(tag, a.get(tag).str(choices=TAGS[tag]))
+    if isinstance(v, str):
+        return a.str(max_len=256)
+    if isinstance(v, float):
+        a.check(math.isfinite(v), "a finite number (inf and nan are tagged)")
+        return v
+    if v is None or isinstance(v, (bool, int)):
+        return a.int(-ex.MAX_INT - 1, ex.MAX_INT) if type(v) is int else v
+    a.fail("an argument: a number, a string, a list or a tagged value")
+
+
+_CALL_KEYS = frozenset(("kind", "op", "args", "kwargs", "out", "single"))
+_FREE_KEYS = frozenset(("kind", "slots", "donate"))
+
+
+def _step(a: At, n: int, symbols) -> Step:
+    v = a.value
+    kind = _PRODUCERS.get(v.get("kind")) if type(v) is dict else None
+    if kind is None:
+        kind = a.get("kind").enum(StepKind)
+    if kind is StepKind.FREE:
+        a.keys_within(("kind", "slots"), _FREE_KEYS)
+        return FreeStep(slots=a.ints_of("slots", n - 1), donate=a.ints_of("donate", n - 1, []))
+    if kind is StepKind.KERNEL:
+        return _kernel_step(a, n, symbols)
+    a.keys_within(("kind", "op", "args", "kwargs", "out"), _CALL_KEYS)
+    op = v["op"]
+    if not (type(op) is str and is_extern_op(op)):
+        a.get("op").str(pattern=OP_NAME, max_len=128)
+        a.get("op").fail("an ATen op aotc's codegen emits (the runtime's op table)",
+                         problem="is not an op aotc calls")
+    kw = a.get("kwargs")
+    kwargs = tuple((k, _arg(x, n, symbols)) for k, x in kw.items(64))
+    for k, x in kw.items(64):
+        x.check(bool(ex.NAME_RE.match(k)), "an argument name (an identifier)", "is not a name")
+    args = a.get("args")
+    args.list(64)
+    return CallStep(kind=kind, op=op,
+                    args=tuple(_arg(args.child(i, x), n, symbols)
+                               for i, x in enumerate(args.value)),
+                    kwargs=kwargs, out=a.ints_of("out", n - 1, nullable=True),
+                    single=a.bool_of("single") if "single" in v else True)
+
+
+def _kernel_step(a: At, n: int, symbols) -> KernelStep:
+    a.obj(required=("kind", "name", "args", "out"),
+          optional=("sizes", "reuse", "launch", "checks", "fused", "reasons"))
+    sizes = tuple(s.ident() for s in a.get("sizes", []).list(64))
+    for s in a.get("sizes", []).list(64):
+        s.check(symbols is None or s.value in symbols, f"a declared symbol {sorted(symbols)}",
+                "is not a declared size symbol")
+    reuse = tuple((_slot_key(d, k, n), d.int(0, n - 1))
+                  for k, d in a.get("reuse", {}).items(1 << 12))
+    launch = None
+    if a.has("launch"):
+        la = a.get("launch").obj(required=("grid", "spec"), optional=("error_code",))
+        grid = la.get("grid").list(3, 3)
+        code = la.get("error_code", None)
+        launch = Launch(grid=tuple(g.expr(symbols) for g in grid),
+                        spec=la.get("spec").str(max_len=256),
+                        error_code=None if code.is_null() else code.int(1, 1 << 30))
+    checks = tuple(_check(c, symbols) for c in a.get("checks", []).list(64))
+    fused = a.get("fused", [])
+    reasons = a.get("reasons", [])
+    return KernelStep(name=a.get("name").str(pattern=KERNEL_NAME, max_len=64),
+                      args=a.ints_of("args", n - 1), out=a.ints_of("out", n - 1),
+                      sizes=sizes, reuse=reuse,
+                      launch=launch, checks=checks,
+                      fused=tuple(f.obj(optional=("buffers", "ops")).value
+                                  for f in fused.list()),
+                      reasons=tuple(r.text() for r in reasons.list()))
+
+
+def _slot_key(at: At, key: str, n: int) -> int:
+    at.check(key.isdigit() and len(key) < 8 and int(key) < n, f"a slot number below {n}",
+             "is not a slot")
+    return int(key)
+
+
+def _check(c: At, symbols) -> IndexCheck:
+    c.obj(required=("arg", "size", "wraps", "op"))
+    arg = c.get("arg")
+    return IndexCheck(arg=None if arg.is_null() else arg.int(0, 4096),
+                      size=c.get("size").size(symbols),
+                      wraps=c.get("wraps").bool(), op=c.get("op").str(pattern=OP_NAME))
+
+
+def _output(a: At, n: int) -> Output:
+    a.obj(optional=("slot", "const"))
+    a.check(a.has("slot") != a.has("const"), "either a slot or a constant")
+    if a.has("slot"):
+        return Output(slot=a.get("slot").int(0, n - 1))
+    c = a.get("const")
+    c.check(c.value is None or isinstance(c.value, (bool, int, float, str)),
+            "a constant: null, a boolean, a number or a string")
+    if isinstance(c.value, str):
+        c.text(256)
+    return Output(const=c.value)

@@ -1,0 +1,90 @@
+"""Helpers for the hostile-artifact corpus: edit an artifact as a hostile producer would (and
+recompute every sha256 the manifest holds, since they are unkeyed), then try to load and run it.
+
+Payloads try to create a marker file; a test passes only if loading raises the typed error it
+names and the marker never appears.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+import aotc
+from aotc.errors import AotcError
+from aotc.runtime import format as fmt
+
+
+def payloads(marker: Path) -> list[str]:
+    m = str(marker)
+    return [f"__import__('os').system('touch {m}')",
+            f"open({m!r}, 'w')",
+            f"ｅｘｅｃ(\"open({m!r}, 'w')\")",          # fullwidth: NFKC-normalises to exec
+            f"x); __import__('os').system('touch {m}'); (",
+            f"exec\n__import__('os').system('touch {m}')"]
+
+
+def copy_artifact(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def rehash(path: Path) -> None:
+    """Recompute the manifest's file table and self-hash from what is on disk (files that are
+    listed and still regular files), as a hostile producer can."""
+    manifest = json.loads((path / fmt.MANIFEST).read_bytes())
+    for rel in list(manifest["files"]):
+        p = path / rel
+        if p.is_file() and not p.is_symlink():
+            data = p.read_bytes()
+            manifest["files"][rel] = {"sha256": hashlib.sha256(data).hexdigest(),
+                                      "size": len(data)}
+    write_manifest(path, manifest)
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    manifest = {k: v for k, v in manifest.items() if k != fmt.SELF_HASH_KEY}
+    manifest[fmt.SELF_HASH_KEY] = hashlib.sha256(fmt.dumps(manifest)).hexdigest()
+    (path / fmt.MANIFEST).write_bytes(fmt.dumps(manifest))
+
+
+def edit_json(path: Path, rel: str, fn) -> None:
+    """Apply `fn` to the JSON of file `rel` (in place), write it back, re-hash the artifact."""
+    doc = json.loads((path / rel).read_bytes())
+    out = fn(doc)
+    doc = doc if out is None else out
+    if rel == fmt.MANIFEST:
+        write_manifest(path, doc)
+        return
+    (path / rel).write_bytes(json.dumps(doc).encode())
+    rehash(path)
+
+
+def load_and_run(path: Path, **kwargs):
+    """Load the artifact and call it on inputs of the recorded shapes; returns the outputs."""
+    m = aotc.load(path, **kwargs)
+    inputs = m.random_inputs()
+    return m(*inputs)
+
+
+def assert_refused(path: Path, marker: Path, error=AotcError, **kwargs) -> AotcError:
+    """Loading (and calling) `path` raises `error`, and the payload's marker never appears."""
+    try:
+        load_and_run(path, **kwargs)
+    except error as e:
+        assert not marker.exists(), "a payload ran"
+        assert str(e), "an error without a message"
+        return e
+    except Exception as e:   # noqa: BLE001 - an untyped error is the failure we look for
+        raise AssertionError(f"untyped {type(e).__name__}: {e}") from e
+    finally:
+        assert not marker.exists(), "a payload ran"
+    raise AssertionError("the hostile artifact loaded and ran")
+
+
+def tensor_file(tensors: dict[str, torch.Tensor]) -> bytes:
+    from safetensors.torch import save
+    return save(tensors)
