@@ -18,7 +18,16 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
     model, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
     step = progress or (lambda msg: None)
     step("capturing and decomposing" + (" (forward and backward)" if opts.train else ""))
-    if opts.train:
+    if opts.decode:
+        if dynamic_shapes is not None:
+            from aotc.errors import UsageError
+            raise UsageError("a generator's dims are fixed by aotc", where="--decode",
+                             expected="no dynamic_shapes (the prompt length is dynamic)",
+                             found="dynamic_shapes", fix="leave dynamic_shapes out")
+        from aotc.exporter.generate import export_generator
+        program = export_generator(model, example_inputs, opts, source=source,
+                                   value_ranges=value_ranges)
+    elif opts.train:
         if dynamic_shapes is not None:
             from aotc.errors import UsageError
             raise UsageError("training artifacts have static shapes", where="--train",

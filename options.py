@@ -38,8 +38,22 @@ class ExportOptions:
     train: bool = _opt(False, "Export a training artifact: forward and precomputed backward, "
                               "loaded as an nn.Module whose parameters train with any optimizer.")
     name: str | None = _opt(None, "Model name recorded in the manifest (default: the class name).")
+    decode: bool = _opt(False, "Export a generator: a decoder with a static KV cache, as a "
+                               "prefill entry (the prompt, of dynamic length) and a decode entry "
+                               "(one token a step) sharing weights and the cache (aotc/nn.py); "
+                               "the example input is a prompt of token ids [batch, T].")
+    max_cache_len: int = _opt(2048, "Generators: the KV cache's length (the prompt and the "
+                                    "tokens generated after it, together).")
 
     def __post_init__(self):
+        if self.decode and self.train:
+            raise UsageError("--decode and --train cannot be combined", where="--decode",
+                             expected="one of them", found="both",
+                             fix="export the generator and the training step separately")
+        if not 2 <= self.max_cache_len <= 1 << 20:
+            raise UsageError(f"--max-cache-len {self.max_cache_len} is out of range",
+                             where="--max-cache-len", expected="2..1048576",
+                             found=self.max_cache_len, fix="choose a cache length in range")
         if self.autotune and self.target.strip().lower().partition(":")[0] == "cpu":
             raise UsageError("--autotune times Triton kernels on a GPU; target cpu has none",
                              where="--autotune", expected="a cuda target, e.g. --target cuda",

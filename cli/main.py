@@ -248,6 +248,38 @@ def sign(ctx, artifact, key):
     _run_guarded(ctx, body)
 
 
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--prompt-len", default=128, show_default=True, type=click.IntRange(1),
+              help="Tokens in the random prompt.")
+@click.option("--new-tokens", default=128, show_default=True, type=click.IntRange(2),
+              help="Tokens to generate after it.")
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(1),
+              help="Timed runs after a first, cold one.")
+@click.option("--device", default=None, help="Device to run on (default: the target's).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the prompt.")
+@_trust_option
+@click.pass_context
+def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_keys):
+    """Greedy generation with a generator artifact (--decode) on random token ids: prints
+    tokens/s, prefill latency, load time."""
+    def body():
+        import aotc
+        from aotc.cli.generate import generate_report
+        from aotc.errors import UsageError
+        m = aotc.load
+        from aotc.runtime import format as fmt
+        if fmt.read_manifest(artifact).generation is None:
+            raise UsageError(f"{artifact} is not a generator", where=str(artifact),
+                             expected="an artifact exported with --decode",
+                             found="no prefill/decode entries", fix="use `aotc run`")
+        click.echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,
+                                   runs=runs, seed=seed, device=device,
+                                   trusted_keys=trusted_keys))
+
+    _run_guarded(ctx, body)
+
+
 from aotc.cli.bench import bench  # noqa: E402
 main.add_command(bench)
 

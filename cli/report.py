@@ -161,6 +161,8 @@ def inspect_text(art, *, fusion: bool = False) -> str:
         out.append(f"\ntraining: {len(tr.params)} parameters, {len(tr.buffers)} buffers "
                    f"({len(tr.mutated)} updated by forward); saved for backward: "
                    f"{saved['count']} tensors, {_bytes(saved['bytes'])} per step")
+    if m.generation is not None:
+        out += _generation_lines(m)
     w = m.weights
     out.append(f"\nweights: {w.count} tensors, {_bytes(w.bytes)}"
                + (f" ({len(w.aliases)} tied)" if w.aliases else ""))
@@ -173,6 +175,21 @@ def inspect_text(art, *, fusion: bool = False) -> str:
             for rel, info in sorted(m.files.items())]
     out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m.options.items())))
     return "\n".join(out)
+
+
+def _generation_lines(m) -> list[str]:
+    g = m.generation
+    total = sum(s.nbytes for s in m.state)
+    lines = [f"\ngenerator: {g.prefill} (a prompt of 1..{g.max_cache_len - 1} tokens) then "
+             f"{g.decode} (one token a step); batch {g.batch}, vocab {g.vocab}, cache "
+             f"{g.max_cache_len} tokens",
+             f"state: {len(m.state)} tensors, {_bytes(total)} (allocated on the device at load, "
+             f"zeros; updated in place by the plans; position in {g.position!r})"]
+    shown = m.state[:4]
+    lines += [f"  {s.name}: {s.dtype}[{_dims(s.shape)}]" for s in shown]
+    if len(m.state) > len(shown):
+        lines.append(f"  ... {len(m.state) - len(shown)} more")
+    return lines
 
 
 def _signature_line(art) -> str:
@@ -238,6 +255,8 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
                           expected="samples/ in the artifact", found="none",
                           fix="re-export without --no-record-samples")
     inputs, expected = samples
+    if getattr(module, "generation", None) is not None:
+        return _verify_generation(module, inputs[0], expected[0])
     got = module.run_flat("forward", inputs)
     lines = []
     for i, (g, w) in enumerate(zip(got, expected)):
@@ -251,3 +270,21 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
         lines.append(f"output #{i}: ok  ({str(w.dtype).removeprefix('torch.')}{list(w.shape)}, "
                      f"max abs diff {diff:.3g})")
     return "\n".join(lines + [f"verified {len(expected)} outputs against the export-time run"])
+
+
+def _verify_generation(module, prompt: torch.Tensor, want: torch.Tensor) -> str:
+    """A generator's greedy tokens for the recorded prompt against eager's at export."""
+    got = module.generate(prompt, want.shape[1] - prompt.shape[1]).cpu()
+    module.reset()
+    want = want.cpu()
+    if not torch.equal(got, want):
+        differ = (got != want).any(0).nonzero()
+        first = int(differ[0]) - prompt.shape[1]
+        raise VerifyError(f"generated token {first} differs from the one eager PyTorch chose "
+                          "at export", where=f"new token {first}",
+                          expected=want[:, prompt.shape[1]:].tolist(),
+                          found=got[:, prompt.shape[1]:].tolist(),
+                          fix="greedy ties can flip in low precision: compare the logits, or "
+                              "run on the device the artifact was exported for")
+    n = want.shape[1] - prompt.shape[1]
+    return f"verified {n} greedy tokens (batch {want.shape[0]}) against the export-time run"

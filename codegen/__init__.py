@@ -25,6 +25,7 @@ from aotc.codegen.ir import ComputedBuffer, declared_minima
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
+from aotc.codegen.state import reinplace
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
@@ -103,18 +104,22 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.training is not None:
         manifest["training"] = {k: v for k, v in program.training.items()
                                 if k != "backward_inputs"}
+    if program.state is not None:
+        manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
+        manifest["generation"] = program.generation
     return fmt.write_artifact(dest, files, build_manifest(manifest))
 
 
 def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
     """Each entry (forward, and backward for training) lowered and scheduled: name ->
     (lowered graph, steps, fusion decisions, kernels)."""
-    graphs = {"forward": program.graph}
-    if program.backward is not None:
-        graphs["backward"] = program.backward
+    graphs = program.entry_graphs()
+    if program.state is not None:    # generators: cache writes in place (codegen/state.py)
+        graphs = {name: reinplace(g) for name, g in graphs.items()}
     # inference only: training graphs read weights as Parameters at each call, so they keep
     # them as they are
-    inference, cpu = codegen and len(graphs) == 1, codegen and target.device == "cpu"
+    inference = codegen and program.training is None
+    cpu = codegen and target.device == "cpu"
     parts = {}
     for name, graph in graphs.items():
         lowered, steps, decisions = lower_and_schedule(
@@ -140,11 +145,22 @@ def _stored_weights(program: Program, parts: dict, target: Target, codegen: bool
     in CPU inference, matmul weights are stored as W^T where the CPU BLAS runs the product
     faster that way (codegen/layouts.py; their plan slots say so)."""
     weights, aliases = _dedup_weights(program.weights)
-    if not (codegen and target.device == "cpu" and list(parts) == ["forward"]):
+    if not (codegen and target.device == "cpu" and program.training is None):
         return weights, aliases, []
-    lowered, steps, _, _ = parts["forward"]
-    transposed = transposed_matmul_weights(lowered.slots, steps, lowered.outputs, bindings,
-                                           weights, aliases)
+    args = {name: (lowered.slots, steps, lowered.outputs)
+            for name, (lowered, steps, _, _) in parts.items()}
+    read = {name: {s["weight"] for s in a[0] if s.get("weight")} for name, a in args.items()}
+    able = {name: set(transposed_matmul_weights(*a, bindings, weights, aliases, apply=False,
+                                                profit=False)) for name, a in args.items()}
+    # a weight is stored one way: transposed where it pays in the plan that matters (a
+    # generator's decode: one row per sequence), and only if every plan reading it can
+    # take it so
+    judge = (program.generation or {}).get("decode") or next(iter(args))
+    pays = set(transposed_matmul_weights(*args[judge], bindings, weights, aliases,
+                                         apply=False))
+    allowed = {n for n in pays if all(n in able[p] for p in args if n in read[p])}
+    transposed = sorted({n for a in args.values() for n in transposed_matmul_weights(
+        *a, bindings, weights, aliases, allowed=allowed, profit=False)})
     for name in transposed:
         weights[name] = weights[name].t().contiguous()
     return weights, aliases, transposed
@@ -184,6 +200,9 @@ def _plan(name, lowered, steps, decisions, kernels, signatures, bindings) -> dic
 
 def _entries(program: Program, plans: dict) -> dict:
     """Manifest entry points: inputs and guards, outputs and their structure, plan stats."""
+    if program.entries is not None:
+        return {name: _entry(e["graph"], name, e["inputs"], e["symbols"], e["output_tree"],
+                             plans[name]) for name, e in program.entries.items()}
     values = program.graph["values"]
     outputs = [values[o["slot"]] if "slot" in o else None for o in program.graph["outputs"]]
     out = {"forward": {"plan": fmt.plan_file("forward"), "inputs": program.inputs,
@@ -202,6 +221,12 @@ def _entries(program: Program, plans: dict) -> dict:
                            "relations": [], "outputs": bouts, "output_tree": tree,
                            "stats": plans["backward"]["stats"]}
     return out
+
+
+def _entry(graph: dict, name: str, inputs, symbols, tree, plan) -> dict:
+    outputs = [graph["values"][o["slot"]] if "slot" in o else None for o in graph["outputs"]]
+    return {"plan": fmt.plan_file(name), "inputs": inputs, "symbols": symbols, "relations": [],
+            "outputs": outputs, "output_tree": tree, "stats": plan["stats"]}
 
 
 def _buffers(slots: list) -> dict:

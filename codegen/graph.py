@@ -20,9 +20,8 @@ from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Poi
                              ReductionType, contiguous_strides, index_vars, size_texts, sym)
 from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
 from aotc.codegen.lowering import LOWERINGS
-from aotc.codegen.plan import is_view
+from aotc.codegen.plan import is_view, torch_op
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
-from aotc.runtime.executor import resolve_op
 from aotc.runtime.plan import SlotKind, StepKind
 
 aten = torch.ops.aten
@@ -112,12 +111,17 @@ class GraphLowering:
     def run(self) -> LoweredGraph:
         for inp in self.graph["inputs"]:
             self._bind_input(inp)
-        for node in self.graph["nodes"]:
-            self._lower_node(node)
+        nodes = self.graph["nodes"]
+        for node in nodes:
+            if not node.get("writeback"):
+                self._lower_node(node)
         outs = []
         for o in self.graph["outputs"]:
             outs.append({"slot": self.materialize(self.env[o["slot"]])} if "slot" in o else o)
         self.out.outputs = outs
+        for node in nodes:   # state write-backs (codegen/state.py): after every read of it
+            if node.get("writeback"):
+                self._lower_node(node)
         return self.out
 
     def _count_users(self) -> dict[int, int]:
@@ -161,6 +165,8 @@ class GraphLowering:
         slot = self.out.slots[sid]
         if inp["kind"] == "weight":
             slot.update(kind=SlotKind.WEIGHT.value, weight=inp["name"])
+        elif inp["kind"] == "state":
+            slot.update(kind=SlotKind.STATE.value, state=inp["name"])
         else:
             slot.update(kind=SlotKind.INPUT.value, name=inp["name"])
             self.out.inputs.append(sid)
@@ -175,7 +181,7 @@ class GraphLowering:
 
     # ----------------------------------------------------------------------------- one node
     def _lower_node(self, node: dict) -> None:
-        op = resolve_op(node["op"])
+        op = torch_op(node["op"])
         fn = LOWERINGS.get(op) if self.codegen else None
         result = None
         self.current_op, self.current_node = op, node

@@ -35,12 +35,17 @@ RIGHT_OPERAND = {"aten::mm.default": 1, "aten::addmm.default": 2}
 
 
 def transposed_matmul_weights(slots: list, steps: list, outputs: list, rows_at: dict,
-                              weights: dict, aliases: dict) -> list[str]:
+                              weights: dict, aliases: dict, *, allowed=None,
+                              apply: bool = True, profit: bool = True) -> list[str]:
     """Mark the weights worth storing transposed (see the module docstring): their slots get
     `layout: transposed` and strides [1, N], the permute's result slot becomes contiguous.
     `rows_at`: size symbol -> the value M is judged at (declared maxima); `weights`: name ->
     tensor (shapes only); `aliases`: tied names (left alone: another name shares the storage).
-    Returns the names chosen, for the caller to store transposed."""
+    Returns the names chosen, for the caller to store transposed. With several plans over the
+    same weights (a generator's entries), the caller asks each plan first (`apply=False`) and
+    then applies the names every plan reading them chose (`allowed`); `profit=False` asks
+    only whether the layout can be taken (the weight's one reader is a transpose feeding
+    matmuls), not whether it pays at this plan's sizes."""
     readers: dict[int, list] = {}
     for step in steps:
         for sid in _reads(step):
@@ -56,17 +61,19 @@ def transposed_matmul_weights(slots: list, steps: list, outputs: list, rows_at: 
         w, out = step["args"][0]["slot"], step["out"][0]
         name = slots[w].get("weight")
         if name is None or name in tied or readers.get(w) != [step] or \
-                slots[w].get("memory_format") or weights[name].dim() != 2:
+                slots[w].get("memory_format") or weights[name].dim() != 2 or \
+                (allowed is not None and name not in allowed):
             continue
         users = readers.get(out, [])
         rows = [_rows(u, out, slots, rows_at) for u in users]
         if not users or any(r is None for r in rows):
             continue
         n, k = weights[name].shape
-        if not (max(rows) <= SMALL_M or n * k <= SMALL_WEIGHT):
+        if profit and not (max(rows) <= SMALL_M or n * k <= SMALL_WEIGHT):
             continue
-        slots[w].update(layout="transposed", stride=[1, n], contiguous=False)
-        slots[out].update(stride=[n, 1], contiguous=True)
+        if apply:
+            slots[w].update(layout="transposed", stride=[1, n], contiguous=False)
+            slots[out].update(stride=[n, 1], contiguous=True)
         chosen.append(name)
     return chosen
 

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 from collections import Counter
 
+import torch
+
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.plan import SlotKind, StepKind, slots_in, step_uses  # noqa: F401 - re-exported
+
+
+def torch_op(qualname: str):
+    """'aten::addmm.default' -> torch.ops.aten.addmm.default (aotc's own ops too, registered
+    by aotc.nn). Codegen reads graphs its exporter wrote; runtime/executor.py resolves plan
+    ops only from its fixed tables."""
+    import aotc.nn  # noqa: F401 - registers aotc::decode_attention
+    ns, rest = qualname.split("::")
+    name, overload = rest.rsplit(".", 1)
+    return getattr(getattr(getattr(torch.ops, ns), name), overload)
 
 
 def is_view(op) -> bool:

@@ -125,6 +125,8 @@ def drop_unread(steps: list, outputs: list) -> list:
             if not live & {b.name for b in step.buffers}:
                 continue
             live |= {name for name, _ in node_loads(step, len(node_prefix(step)))[0]}
+        elif isinstance(step, Kernel):
+            live |= step.reads
         else:
             live |= {f"buf{s}" for s in step_uses(step)}
         kept.append(step)
@@ -141,6 +143,9 @@ def schedule(steps: list) -> tuple[list, list]:
     out, decisions, run = [], [], []
     count = 0
     for step in steps:
+        if isinstance(step, Kernel):    # written by hand (codegen/triton/decode_attention.py)
+            step.name = f"kernel{count}"
+            count += 1
         if not isinstance(step, ComputedBuffer):
             run = []
             out.append(step)

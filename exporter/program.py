@@ -45,6 +45,22 @@ class Program:
     options: dict = field(default_factory=dict)
     backward: dict | None = None     # training: the backward graph ...
     training: dict | None = None     # ... and how forward/backward values map to the module
+    # generators (exporter/generate.py): entries other than forward, each {"graph", "inputs",
+    # "symbols", "output_tree"}; the state they update {name: {"dtype", "shape"}}; and how
+    # they are driven (manifest "generation")
+    entries: dict | None = None
+    state: dict | None = None
+    generation: dict | None = None
+
+    def entry_graphs(self) -> dict[str, dict]:
+        """The graph of each entry point, by name: forward (and backward) or the generator's
+        entries."""
+        if self.entries is not None:
+            return {name: e["graph"] for name, e in self.entries.items()}
+        graphs = {"forward": self.graph}
+        if self.backward is not None:
+            graphs["backward"] = self.backward
+        return graphs
 
     def metadata(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

@@ -42,6 +42,10 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
     try:
         dev = resolve_device(artifact.manifest, device, interpret)
+        if artifact.manifest.generation is not None:
+            from aotc.runtime.generate import GenerativeModule
+            return GenerativeModule(artifact, dev, check_guards=check_guards,
+                                    cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache)
         if artifact.manifest.training is not None:
             from aotc.runtime.training import TrainableModule
             return TrainableModule(artifact, dev, check_guards=check_guards,

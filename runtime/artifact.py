@@ -21,6 +21,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
+from aotc.runtime.schema.flow import check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
 
 MAX_MANIFEST = 64 << 20
@@ -90,7 +91,10 @@ class Artifact:
     def plan(self, entry: str):
         spec = self.manifest.entries[entry]
         raw = migrate_plan(load_json_obj(self.read(spec.plan), spec.plan).value, self.version)
-        return parse_plan(load_json_obj(raw, spec.plan), entry, set(spec.symbols), spec)
+        doc = load_json_obj(raw, spec.plan)
+        plan = parse_plan(doc, entry, set(spec.symbols), spec)
+        check_states(plan, {s.name: s for s in self.manifest.state}, doc)
+        return plan
 
     def launch(self, kernel: str, symbols):
         rel = fmt.triton_launch_file(kernel)

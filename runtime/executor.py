@@ -81,7 +81,10 @@ def _weight(slot, weights: dict) -> torch.Tensor:
 def resolve_op(qualname: str):
     """'aten::addmm.default' -> torch.ops.aten.addmm.default. The name comes from the fixed
     op table (runtime/schema/ops.py), checked when the plan was parsed."""
-    _, rest = qualname.split("::")
+    ns, rest = qualname.split("::")
+    if ns == "aotc":     # aotc's own ops, implemented by the runtime (runtime/aotc_ops.py)
+        from aotc.runtime.aotc_ops import OPS
+        return OPS[qualname][0]
     name, overload = rest.rsplit(".", 1)
     try:
         return getattr(getattr(torch.ops.aten, name), overload)
@@ -96,10 +99,12 @@ class PlanFunction:
     """A plan compiled to a Python function `fn(inputs, symbols) -> tuple of outputs`."""
 
     def __init__(self, plan, weights: dict[str, torch.Tensor], device: torch.device,
-                 library=None, *, static_weights: bool = True):
+                 library=None, *, static_weights: bool = True, state: dict | None = None):
         """`static_weights`: weights never move, so their data pointers are taken once, at
-        load (inference); training parameters are read at each call."""
+        load (inference); training parameters are read at each call. `state`: a generator's
+        persistent tensors by name (the plan updates them in place)."""
         self.plan, self.library, self.static_weights = plan, library, static_weights
+        self.state = state or {}
         self.device = device
         self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
@@ -163,6 +168,12 @@ class _Emitter:
                 self.names[i] = self.fn.bind(_weight(s, self.weights), "w")
                 if self.fn.static_weights:
                     self.folded.add(i)
+            elif s.kind is SlotKind.STATE:   # bound, never folded: its values change
+                if s.state not in self.fn.state:
+                    raise ArtifactError(f"the plan uses state {s.state!r}, which the module "
+                                        "lacks", where=s.state, expected="a state of the "
+                                        "manifest", found="nothing", fix="re-export the model")
+                self.names[i] = self.fn.bind(self.fn.state[s.state], "st")
             else:
                 self.names[i] = f"v{i}"
         lines = [f"def plan_{plan.entry}(inputs, symbols):"]
@@ -291,7 +302,7 @@ class _Emitter:
         if s.kind is SlotKind.WEIGHT and self.fn.static_weights:
             w = self.fn.namespace[name]
             return self.fn.bind(w if triton else w.data_ptr(), "p")
-        if s.kind is SlotKind.WEIGHT:
+        if s.kind in (SlotKind.WEIGHT, SlotKind.STATE):   # dense as allocated: as they are
             return ptr(name)
         if i in self.folded:   # a view of weights, taken at load: laid out once, here
             t = _layout(self.fn.namespace[name], s.stride, s.contiguous)

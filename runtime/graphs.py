@@ -55,10 +55,13 @@ class GraphedEntry:
     """Runs `entry.function` through CUDA graphs, one per set of input sizes."""
 
     def __init__(self, entry, device: torch.device, samples=None, *,
-                 max_graphs: int = MAX_GRAPHS):
+                 max_graphs: int = MAX_GRAPHS, state: list | None = None):
         """`samples`: a callable giving input sets (the artifact's recorded sample) that a
-        capture at their sizes is also checked on; read only at capture, not at load."""
+        capture at their sizes is also checked on; read only at capture, not at load.
+        `state`: a generator's persistent tensors, which the plan updates: restored after each
+        trial run of a capture, so the call that captures updates them once."""
         self.entry, self.device, self.samples = entry, device, samples
+        self.state = state or []
         self.dynamic = bool(entry.spec.symbols)
         self.max_graphs = max(1, max_graphs) if self.dynamic else 1
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()   # least recently used first
@@ -120,15 +123,20 @@ class GraphedEntry:
             self._evict()
         static_in = [torch.empty(a.shape, dtype=a.dtype, device=self.device).copy_(a)
                      for a in args]
+        snapshot = [t.clone() for t in self.state]
+        restore = lambda: [t.copy_(s) for t, s in zip(self.state, snapshot)]   # noqa: E731
         try:
             graph, out, flags = self._record(static_in, symbols, warmups=1 if self.dynamic else 2)
         except RuntimeError as e:   # something in the plan cannot be captured
+            restore()
             self._disable(f"capture failed: {str(e).splitlines()[0]}")
             return None
+        restore()
         g = _Captured(graph, static_in, out, flags)
         samples = [s for s in (self.samples() if self.samples else ())
                    if tuple(a.shape for a in s) == key]
-        reason = self._mismatch(g, [args, *samples], symbols)
+        reason = self._mismatch(g, [args, *samples], symbols, restore)
+        restore()
         if reason is not None:
             self._disable(reason)
             return None
@@ -149,11 +157,15 @@ class GraphedEntry:
             self.full = (f"{self.evicted} graphs evicted from a cache of {self.max_graphs}: "
                          "new sizes run without a graph")
 
-    def _mismatch(self, g: _Captured, inputs: list, symbols: dict) -> str | None:
-        """Why replays differ from plain runs of the same inputs, or None if they do not."""
+    def _mismatch(self, g: _Captured, inputs: list, symbols: dict,
+                  restore=lambda: None) -> str | None:
+        """Why replays differ from plain runs of the same inputs (from the same state), or None
+        if they do not."""
         for k, args in enumerate(inputs):
             with torch.no_grad():
+                restore()
                 want = self.entry.function(tuple(args), symbols)
+                restore()
                 got = self._replay(g, tuple(args))
             for i, (a, b) in enumerate(zip(got, want)):
                 if isinstance(a, torch.Tensor) and not _same(a, b):

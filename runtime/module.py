@@ -25,7 +25,7 @@ class Entry:
     """One entry point (`forward`, `backward`, ...): guards, compiled plan, output structure."""
 
     def __init__(self, name: str, spec, plan, weights: dict, device: torch.device,
-                 library=None, *, static_weights: bool = True):
+                 library=None, *, static_weights: bool = True, state: dict | None = None):
         self.name, self.spec = name, spec
         self.guards = Guards(spec.inputs, spec.symbols, spec.relations)
         self.plan = plan
@@ -37,7 +37,7 @@ class Entry:
                                          f"{sorted(self.guards.bound_symbols)}",
                                 found=unbound, fix="re-export the model")
         self.function = PlanFunction(plan, weights, device, library,
-                                     static_weights=static_weights)
+                                     static_weights=static_weights, state=state)
         self.tree = spec.output_tree
 
 
@@ -49,8 +49,10 @@ class CompiledModule:
         self.check_guards = check_guards
         self.weights = weights = load_weights(artifact, device)
         self.library = load_library_for(artifact, device)
+        self.state = {s.name: torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
+                      for s in self.manifest.state}
         self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
-                                    self.library)
+                                    self.library, state=self.state)
                         for name, spec in self.manifest.entries.items()}
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
 
@@ -66,8 +68,9 @@ class CompiledModule:
         if not graphs_wanted(self.device, wanted):
             return {}
         samples = lambda: [s[0]] if (s := self.recorded_samples()) else []   # noqa: E731
+        state = list(self.state.values())
         return {name: GraphedEntry(e, self.device, samples if name == "forward" else None,
-                                   max_graphs=cache)
+                                   max_graphs=cache, state=state)
                 for name, e in self.entries.items()}
 
     def graph_status(self) -> dict[str, str]:

@@ -158,8 +158,8 @@ def test_capture_at_the_recorded_sizes_checks_the_recorded_sample(dynamic_cpu):
     m, g = graphed(dynamic_cpu)
     checked = []
     mismatch = g._mismatch
-    g._mismatch = lambda cap, inputs, symbols: checked.append(len(inputs)) or mismatch(
-        cap, inputs, symbols)
+    g._mismatch = lambda cap, inputs, symbols, *rest: checked.append(len(inputs)) or mismatch(
+        cap, inputs, symbols, *rest)
     call(m, 3), call(m, 3), call(m, 4), call(m, 4)   # the sample was recorded at batch 4
     assert checked == [1, 2]
 

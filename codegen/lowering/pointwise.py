@@ -245,6 +245,8 @@ def to_copy(g, metas, x, **kwargs):
 
 def _constant(g, metas, value, origin: str):
     shape, dtype = out_shape(metas), out_dtype(metas)
+    if getattr(value, "free_symbols", None):   # a size: `pos.fill_(prompt_length)`
+        return g.pointwise(shape, dtype, lambda h, i: h.index_expr(value, dtype), origin)
     return g.pointwise(shape, dtype, lambda h, i: h.constant(value, dtype), origin)
 
 

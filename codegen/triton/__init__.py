@@ -55,7 +55,8 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
     files, specs, jobs = {}, {}, []
     for i, k in enumerate(kernels):
         config, record = tuned.get(k.name, (None, None))
-        ks = kernel_source(k, buffers, stored, first_code + i, config, hints)
+        ks = k.source() if hasattr(k, "source") else \
+            kernel_source(k, buffers, stored, first_code + i, config, hints)
         text = module_text(ks)
         specs[k.name] = launch_spec(ks)
         if record is not None:

@@ -16,7 +16,7 @@ from aotc.runtime.schema.types import SlotKind, StepKind
 def check_flow(plan, doc: At) -> None:
     slots = plan.slots
     steps_at = doc.get("steps")
-    bound = {i for i, s in enumerate(slots) if s.kind is SlotKind.WEIGHT}
+    bound = {i for i, s in enumerate(slots) if s.kind in (SlotKind.WEIGHT, SlotKind.STATE)}
     inputs_at = doc.get("inputs")
     for i in plan.inputs:
         inputs_at.check(slots[i].kind is SlotKind.INPUT and i not in bound,
@@ -42,7 +42,7 @@ def _check_step(step, slots, bound: set, donated: set, at: At) -> None:
                  f"reads slot {r}, which is not bound here (never bound, or freed)")
     if step.kind is StepKind.FREE:
         for s in (*step.slots, *step.donate):
-            at.check(s in bound and slots[s].kind is not SlotKind.WEIGHT,
+            at.check(s in bound and slots[s].kind not in (SlotKind.WEIGHT, SlotKind.STATE),
                      "bound input or value slots", f"frees slot {s}, which it may not")
             bound.discard(s)
         donated |= set(step.donate)
@@ -110,3 +110,15 @@ def check_against_entry(plan, spec, doc: At) -> None:
             outs.check(plan.slots[o.slot].dtype == meta.dtype,
                        f"outputs of the manifest's dtypes ({meta.dtype})",
                        f"returns slot {o.slot} as {plan.slots[o.slot].dtype}")
+
+
+def check_states(plan, states: dict, doc: At) -> None:
+    """Each state slot names a state of the manifest and has its dtype and shape."""
+    slots = doc.get("slots")
+    for s in plan.slots:
+        if s.state is None:
+            continue
+        spec = states.get(s.state)
+        slots.check(spec is not None and spec.dtype == s.dtype and spec.shape == s.shape,
+                    f"state slots matching the manifest's state (one named {s.state!r})",
+                    f"has slot {s.id} for state {s.state!r} as {s.dtype}{list(s.shape)}")

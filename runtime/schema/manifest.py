@@ -8,13 +8,15 @@ artifact reader (runtime/artifact.py), which checks its size and hash as it read
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.trees import parse_tree
-from aotc.runtime.schema.types import (DTYPE_SET, HEX64, WEIGHT_NAME, Device, size_json)
+from aotc.runtime.schema.types import (DTYPE_SET, HEX64, ITEMSIZE, WEIGHT_NAME, Device,
+                                       size_json)
 
 PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
@@ -159,6 +161,42 @@ class Training:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StateSpec:
+    """A persistent tensor of a generator (a KV cache, the position), allocated at load with
+    zeros and updated in place by its entries' plans."""
+    name: str
+    dtype: str
+    shape: tuple
+
+    @property
+    def nbytes(self) -> int:
+        n = ITEMSIZE[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype, "name": self.name, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Generation:
+    """How a generator's entries are driven: prefill a prompt of up to max_cache_len - 1
+    tokens, then decode one token a step; `position` names the state holding the next
+    position; batch is fixed at export."""
+    prefill: str
+    decode: str
+    position: str
+    max_cache_len: int
+    batch: int
+    vocab: int
+
+    def to_json(self) -> dict:
+        return {"batch": self.batch, "decode": self.decode, "max_cache_len": self.max_cache_len,
+                "position": self.position, "prefill": self.prefill, "vocab": self.vocab}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Manifest:
     format_version: int
     producer: dict
@@ -168,6 +206,8 @@ class Manifest:
     entries: dict                    # name -> EntrySpec
     weights: Weights
     training: Training | None = None
+    state: tuple = ()                            # StateSpec, ...
+    generation: Generation | None = None
     files: dict = field(default_factory=dict)   # path -> FileEntry
 
     def to_json(self) -> dict:
@@ -179,6 +219,10 @@ class Manifest:
                "files": {p: f.to_json() for p, f in sorted(self.files.items())}}
         if self.training is not None:
             out["training"] = self.training.to_json()
+        if self.state:
+            out["state"] = [st.to_json() for st in self.state]
+        if self.generation is not None:
+            out["generation"] = self.generation.to_json()
         return out
 
 
@@ -187,7 +231,8 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     """`complete`: the file table is filled in, and must list every file the artifact needs
     (False while codegen builds the manifest, before the files are written)."""
     doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
-                      "weights", "files", "manifest_sha256"), optional=("training",))
+                      "weights", "files", "manifest_sha256"),
+            optional=("training", "state", "generation"))
     entries = {name: _entry(a, name) for name, a in doc.get("entries").items(16)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
     training = _training(doc.get("training")) if doc.has("training") else None
@@ -197,7 +242,9 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
                  producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
                  target=_target(doc.get("target")), options=_scalars(doc.get("options")),
                  entries=entries, weights=_weights(doc.get("weights")), training=training,
-                 files=_files(doc.get("files")))
+                 state=_states(doc.get("state", [])), files=_files(doc.get("files")))
+    if doc.has("generation"):
+        m = dataclasses.replace(m, generation=_generation(doc.get("generation"), m))
     if complete:
         _check_listed(m, doc.get("files"))
     return m
@@ -289,6 +336,38 @@ def _weights(a: At) -> Weights:
                    aliases=aliases,
                    transposed=tuple(x.str(pattern=WEIGHT_NAME, max_len=1024)
                                     for x in a.get("transposed", []).list()))
+
+
+MAX_STATE_BYTES = 1 << 40
+
+
+def _states(a: At) -> tuple:
+    out, names, total = [], set(), 0
+    for st in a.list(1 << 16):
+        st.obj(required=("name", "dtype", "shape"))
+        spec = StateSpec(name=st.get("name").str(pattern=WEIGHT_NAME, max_len=1024),
+                         dtype=st.get("dtype").str(choices=DTYPE_SET),
+                         shape=tuple(d.int(0, MAX_DIM) for d in st.get("shape").list(16)))
+        st.check(spec.name not in names, "state names listed once", "repeats a name")
+        names.add(spec.name)
+        total += spec.nbytes
+        st.check(total <= MAX_STATE_BYTES, f"state of at most {MAX_STATE_BYTES} bytes in all",
+                 "is larger")
+        out.append(spec)
+    return tuple(out)
+
+
+def _generation(a: At, m: Manifest) -> Generation:
+    a.obj(required=("prefill", "decode", "position", "max_cache_len", "batch", "vocab"))
+    g = Generation(prefill=a.get("prefill").str(choices=set(m.entries)),
+                   decode=a.get("decode").str(choices=set(m.entries)),
+                   position=a.get("position").str(choices={s.name for s in m.state}),
+                   max_cache_len=a.int_of("max_cache_len", 2, 1 << 24),
+                   batch=a.int_of("batch", 1, 1 << 16), vocab=a.int_of("vocab", 1, 1 << 26))
+    pos = next(s for s in m.state if s.name == g.position)
+    a.get("position").check(pos.dtype == "int64" and pos.shape == (1,),
+                            "an int64 state of shape [1]", "names another kind of state")
+    return g
 
 
 def _training(a: At) -> Training:

@@ -17,5 +17,8 @@ def extern_ops() -> frozenset[str]:
     return frozenset(line.strip() for line in lines if line.strip() and line[0] != "#")
 
 
+AOTC_OPS = frozenset({"aotc::decode_attention.default"})   # runtime/aotc_ops.py
+
+
 def is_extern_op(name: str) -> bool:
-    return name in extern_ops()
+    return name in extern_ops() or name in AOTC_OPS

@@ -21,7 +21,7 @@ from aotc.runtime.schema.types import (DTYPE_SET, LAYOUT_SET, MEMORY_FORMAT_SET,
 
 MAX_SLOTS = 1 << 20
 KERNEL_NAME = re.compile(r"(?:forward_|backward_|prefill_|decode_)?kernel[0-9]{1,7}\Z")
-OP_NAME = re.compile(r"aten::[a-z_][a-z0-9_]{0,80}\.[A-Za-z_][A-Za-z0-9_]{0,40}\Z")
+OP_NAME = re.compile(r"(?:aten|aotc)::[a-z_][a-z0-9_]{0,80}\.[A-Za-z_][A-Za-z0-9_]{0,40}\Z")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +35,7 @@ class Slot:
     producer: StepKind | None = None    # the kind of step that binds it (values only)
     base: int | None = None             # the slot whose storage a view aliases
     weight: str | None = None           # WEIGHT: its name in the weights file
+    state: str | None = None            # STATE: its name in the manifest's state
     name: str | None = None             # INPUT: the model's argument name
     layout: str | None = None           # WEIGHT: "transposed" (stored as [K, N])
     memory_format: str | None = None    # WEIGHT: "channels_last" (converted at load)
@@ -48,7 +49,7 @@ class Slot:
         if self.is_tensor:
             out.update(dtype=self.dtype, shape=size_json(self.shape),
                        stride=size_json(self.stride), contiguous=self.contiguous)
-        for key in ("base", "weight", "name", "layout", "memory_format"):
+        for key in ("base", "weight", "state", "name", "layout", "memory_format"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.producer is not None:
@@ -250,7 +251,7 @@ def parse_plan(doc: At, entry: str, symbols, spec=None) -> Plan:
 
 
 _SLOT_KEYS = ("id", "kind", "dtype", "shape", "stride", "contiguous", "producer", "base",
-              "weight", "name", "layout", "memory_format")
+              "weight", "state", "name", "layout", "memory_format")
 
 
 _SLOT_KEY_SET = frozenset(_SLOT_KEYS)
@@ -287,11 +288,13 @@ def _slot(a: At, i: int, symbols) -> Slot:
             fields["memory_format"] = a.str_of("memory_format", {"channels_last"})
     elif kind is SlotKind.INPUT:
         fields["name"] = a.get("name").str(pattern=WEIGHT_NAME, max_len=256)
-    for k in ("weight", "layout", "memory_format", "name"):
+    elif kind is SlotKind.STATE:
+        fields["state"] = a.get("state").str(pattern=WEIGHT_NAME, max_len=1024)
+    for k in ("weight", "state", "layout", "memory_format", "name"):
         if k in v and k not in fields:
             a.fail(f"no {k} on a {kind.value} slot", problem=f"has a {k}")
-    a.check(kind is not SlotKind.WEIGHT or "dtype" in v, "a weight slot with a dtype",
-            "is no tensor")
+    a.check(kind not in (SlotKind.WEIGHT, SlotKind.STATE) or "dtype" in v,
+            f"a {kind.value} slot with a dtype", "is no tensor")
     return Slot(id=i, kind=kind, **fields)
 
 

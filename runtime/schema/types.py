@@ -21,6 +21,7 @@ class StepKind(str, Enum):
 class SlotKind(str, Enum):
     INPUT = "input"
     WEIGHT = "weight"
+    STATE = "state"     # a persistent tensor of the module that plans update (a KV cache)
     VALUE = "value"
 
 

@@ -1,0 +1,68 @@
+"""`aotc generate`: greedy generation on random token ids, timed (tokens/s, prefill latency).
+
+Each run resets the cache, prefills the prompt, then decodes one token per sequence per step
+(the argmax of the last logits fed back); medians over the runs after the first. The first run
+also gives the cold numbers: load, and load plus the first token.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_generation(m, prompt: torch.Tensor, new_tokens: int) -> dict:
+    """One generation: (prefill seconds, decode seconds for new_tokens - 1 steps, tokens)."""
+    m.reset()
+    _sync(m.device)
+    t0 = time.perf_counter()
+    logits = m.prefill(prompt)
+    tokens = [logits.argmax(-1, keepdim=True)]
+    _sync(m.device)
+    t1 = time.perf_counter()
+    for _ in range(new_tokens - 1):
+        tokens.append(m.decode(tokens[-1]).argmax(-1, keepdim=True))
+    _sync(m.device)
+    t2 = time.perf_counter()
+    return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "tokens": torch.cat(tokens, dim=1)}
+
+
+def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, seed: int,
+                    device=None, trusted_keys=()) -> str:
+    t0 = time.perf_counter()
+    m = load(path, device=device, trusted_keys=list(trusted_keys))
+    load_s = time.perf_counter() - t0
+    g = m.generation
+    from aotc.errors import UsageError
+    if prompt_len < 1 or prompt_len + new_tokens > g.max_cache_len or new_tokens < 2:
+        raise UsageError("the prompt and the new tokens do not fit the cache",
+                         where="--prompt-len/--new-tokens",
+                         expected=f"prompt >= 1, new tokens >= 2, together <= "
+                                  f"{g.max_cache_len}",
+                         found=f"{prompt_len} + {new_tokens}",
+                         fix="generate fewer tokens or use a shorter prompt")
+    lo, hi = m.inputs[0].values or (0, g.vocab - 1)
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(lo, hi + 1, (g.batch, prompt_len), generator=gen).to(m.device)
+    first = timed_generation(m, prompt, new_tokens)
+    cold_first_token = load_s + first["prefill_s"]
+    timed = [timed_generation(m, prompt, new_tokens) for _ in range(max(1, runs))]
+    prefill = statistics.median(r["prefill_s"] for r in timed)
+    decode = statistics.median(r["decode_s"] for r in timed)
+    steps = (new_tokens - 1) * g.batch
+    same = all(torch.equal(r["tokens"], first["tokens"]) for r in timed)
+    return "\n".join([
+        f"{m.signature()}  (cache {g.max_cache_len} tokens, batch {g.batch})",
+        f"generated {new_tokens} tokens after a {prompt_len}-token prompt"
+        + ("" if same else " (runs differ!)"),
+        f"first tokens: {first['tokens'][0, :12].tolist()}",
+        f"load {load_s * 1e3:.1f} ms, load + first token {cold_first_token * 1e3:.1f} ms",
+        f"prefill {prefill * 1e3:.2f} ms (median of {len(timed)})",
+        f"decode {steps / decode:.1f} tokens/s ({decode / (new_tokens - 1) * 1e3:.3f} ms a "
+        f"step, {g.batch} sequence{'s' if g.batch > 1 else ''})"])

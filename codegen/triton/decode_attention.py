@@ -1,0 +1,157 @@
+"""Decode attention for CUDA artifacts: a flash-decoding kernel pair, written by hand.
+
+`aotc::decode_attention(q [B, H, 1, D], k_cache, v_cache [B, Hkv, M, D], pos [1], scale)` reads
+keys 0..pos of a static cache. At one query token per sequence, decode is bound by memory:
+what matters is reading each valid key and value once, with the whole GPU, and nothing past
+the position. So the keys are split into chunks over a fixed grid (B * Hkv programs per chunk,
+enough chunks to fill the GPU at batch 1), each program computing, for the query heads that
+share its KV head, a partial softmax (max, sum) and weighted sum of its chunk; masked loads
+fetch nothing past the position, so short contexts cost little. A second kernel combines the
+chunks' partials. Like generated kernels, these call only Triton builtins and the prelude's
+helpers (codegen/triton/printer.py says why), so the interpreter runs them too. The grid and every size are static, so decode replays as one CUDA graph.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from aotc.codegen.scheduler import Kernel
+
+TARGET_PROGRAMS = 264          # about two programs per SM of an H100/H200
+BLOCK_N = 32
+
+
+@dataclass
+class HandKernel(Kernel):
+    """A kernel written by hand rather than from loop IR: it reads and writes whole buffers
+    (`ins`, `outs`: Buffers) and brings its own Triton source."""
+    ins: tuple = ()
+    outs: tuple = ()
+    make: object = None       # (name, ins, outs) -> KernelSource
+
+    @property
+    def writes(self) -> list:
+        return list(self.outs)
+
+    @property
+    def reads(self) -> set[str]:
+        return {b.name for b in self.ins}
+
+    def source(self):
+        return self.make(self.name, self.ins, self.outs)
+
+
+def plan_splits(batch: int, kv_heads: int, max_len: int) -> tuple[int, int]:
+    """(chunk, splits): chunks of BLOCK_N multiples that give about TARGET_PROGRAMS programs."""
+    want = max(1, math.ceil(TARGET_PROGRAMS / max(1, batch * kv_heads)))
+    chunk = max(BLOCK_N, math.ceil(max_len / want / BLOCK_N) * BLOCK_N)
+    return chunk, math.ceil(max_len / chunk)
+
+
+_SPLIT = '''
+@triton.jit
+def {name}({q}, {k}, {v}, {pos}, {mo}, {mm}, {ml}):
+    bh = tl.program_id(0)
+    s = tl.program_id(1)
+    b = bh // {hkv}
+    g = bh % {hkv}
+    n_valid = tl.load({pos}).to(tl.int32) + 1
+    heads = tl.arange(0, {gp})
+    hmask = heads < {group}
+    rows = b * {heads} + g * {group} + heads
+    dims = tl.arange(0, {d})
+    q = tl.load({q} + rows[:, None] * {d} + dims[None, :], mask=hmask[:, None], other=0.0)
+    m_i = tl.full([{gp}], float("-inf"), tl.float32)
+    l_i = tl.full([{gp}], 0.0, tl.float32)
+    acc = tl.full([{gp}, {d}], 0.0, tl.float32)
+    base = (b * {hkv} + g) * {m} * {d}
+    for n0 in range(0, {chunk}, {block}):
+        keys = s * {chunk} + n0 + tl.arange(0, {block})
+        kmask = (keys < n_valid) & (keys < {m})
+        kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
+                     other=0.0)
+        qk = tl.dot(q, tl.trans(kt)).to(tl.float32) * {scale}
+        qk = tl.where(kmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_ref)
+        p = tl.exp(qk - m_ref[:, None])
+        l_i = l_i * alpha + tl.reduce(p, 1, aotc_add)
+        vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
+                     other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt).to(tl.float32)
+        m_i = m_new
+    part = rows * {splits} + s
+    tl.store({mo} + part[:, None] * {d} + dims[None, :], acc, mask=hmask[:, None])
+    tl.store({mm} + part, m_i, mask=hmask)
+    tl.store({ml} + part, l_i, mask=hmask)
+'''
+
+_COMBINE = '''
+@triton.jit
+def {name}({mo}, {mm}, {ml}, {o}):
+    row = tl.program_id(0)
+    parts = tl.arange(0, {sp})
+    pmask = parts < {splits}
+    m = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"))
+    l = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0)
+    w = tl.exp(m - tl.reduce(m, 0, aotc_maximum))
+    dims = tl.arange(0, {d})
+    acc = tl.load({mo} + (row * {splits} + parts[:, None]) * {d} + dims[None, :],
+                  mask=pmask[:, None], other=0.0)
+    out = tl.reduce(acc * w[:, None], 0, aotc_add) / tl.reduce(w * l, 0, aotc_add)
+    tl.store({o} + row * {d} + dims, out.to({o}.dtype.element_ty))
+'''
+
+
+def _source(kind: str, name: str, ins, outs, **sizes):
+    from aotc.codegen.triton.build import KernelSource
+    from aotc.codegen.triton.printer import POINTER
+    params = [b.name for b in (*ins, *outs)]
+    if kind == "split":
+        q, k, v, pos = (b.name for b in ins)
+        mo, mm, ml = (b.name for b in outs)
+        text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **sizes)
+        grid = [str(sizes["batch"] * sizes["hkv"]), str(sizes["splits"]), "1"]
+    else:
+        mo, mm, ml = (b.name for b in ins)
+        (o,) = (b.name for b in outs)
+        text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, o=o, **sizes)
+        grid = [str(sizes["batch"] * sizes["heads"]), "1", "1"]
+    signature = {p: POINTER[b.dtype] for p, b in zip(params, (*ins, *outs))}
+    return KernelSource(name=name, text=text.lstrip("\n"), ins=[b.name for b in ins],
+                        outs=[b.name for b in outs], sizes=[], signature=signature,
+                        constexprs={}, grid=grid, num_warps=4, error_code=None)
+
+
+def decode_attention_kernels(q, k, v, pos, partials, out, scale: float) -> list[HandKernel]:
+    """The split and combine kernels for Buffers q [B, H, 1, D], caches [B, Hkv, M, D], pos,
+    partial buffers (o [B*H*splits, D], m and l [B*H*splits], float32) and the output."""
+    batch, heads, _, d = (int(x) for x in q.shape)
+    hkv, m = int(k.shape[1]), int(k.shape[2])
+    chunk, splits = plan_splits(batch, hkv, m)
+    group = heads // hkv
+    sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, _pow2(group)),
+                 d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=_pow2(splits),
+                 scale=repr(float(scale)))
+    mo, mm, ml = partials
+    split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos), outs=(mo, mm, ml),
+                       make=lambda n, i, o: _source("split", n, i, o, **sizes))
+    combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml), outs=(out,),
+                         make=lambda n, i, o: _source("combine", n, i, o, **sizes))
+    for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys"),
+                     (combine, f"combine {splits} chunks")):
+        hk.reasons.append(f"decode attention ({what}, {group} query heads per KV head)")
+    return [split, combine]
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def partial_shapes(q, k) -> list[tuple]:
+    batch, heads, _, d = (int(x) for x in q.shape)
+    _, splits = plan_splits(batch, int(k.shape[1]), int(k.shape[2]))
+    rows = batch * heads * splits
+    return [(rows, d), (rows,), (rows,)]
+

@@ -1,0 +1,150 @@
+"""Capture of a decoder as a generator: two entries over one set of weights and one state.
+
+    prefill(input_ids [B, T]) -> logits [B, vocab]   writes the cache at 0..T-1, position := T
+    decode(input_ids [B, 1])  -> logits [B, vocab]   writes the cache at position, position += 1
+
+Both steps wrap the same `Generator` (the decoder with its `aotc.nn.KVCache`s, and the position
+as an int64 buffer), so their captured graphs name the same weights and the same state; the
+state buffers are what the graphs mutate (torch.export's buffer mutations). Prompt length is a
+dynamic dim of prefill; decode has static shapes. A decoder is either one that follows aotc's
+convention (`setup_caches` and `forward(input_ids, input_pos)`, aotc/nn.py) or a transformers
+`*ForCausalLM`, adapted by `HFDecoder` (exporter/hf_decoder.py).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from aotc.errors import ExportError, UsageError
+from aotc.nn import KVCache, set_mode
+
+PREFIX = "m.g."           # what capture's wrappers put before the generator's own names
+
+
+class Generator(torch.nn.Module):
+    """The decoder, its caches, and the position of the next token (state)."""
+
+    def __init__(self, decoder: torch.nn.Module, max_cache_len: int):
+        super().__init__()
+        self.decoder = decoder
+        self.max_cache_len = max_cache_len
+        device = next(iter(decoder.parameters())).device
+        self.register_buffer("pos", torch.zeros(1, dtype=torch.int64, device=device),
+                             persistent=False)
+
+
+class PrefillStep(torch.nn.Module):
+    def __init__(self, g: Generator):
+        super().__init__()
+        self.g = g
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        positions = torch.arange(t, device=input_ids.device)
+        logits = self.g.decoder(input_ids, positions)
+        self.g.pos.fill_(t)
+        return logits[:, -1]
+
+
+class DecodeStep(torch.nn.Module):
+    def __init__(self, g: Generator):
+        super().__init__()
+        self.g = g
+
+    def forward(self, input_ids):
+        logits = self.g.decoder(input_ids, self.g.pos)
+        self.g.pos.add_(1)
+        return logits[:, -1]
+
+
+def adapt(model: torch.nn.Module, batch: int, max_cache_len: int) -> torch.nn.Module:
+    """The decoder as `forward(input_ids, input_pos) -> logits [B, T, vocab]` with its caches
+    set up for `batch` sequences of up to `max_cache_len` tokens."""
+    if callable(getattr(model, "setup_caches", None)):
+        params = list(inspect.signature(model.forward).parameters)
+        if len(params) < 2:
+            raise ExportError("the decoder's forward takes no positions", where="forward",
+                              expected="forward(input_ids, input_pos)", found=params,
+                              fix="follow the convention of aotc/nn.py (samples/llama.py)")
+        model.setup_caches(batch, max_cache_len)
+        if not [m for m in model.modules() if isinstance(m, KVCache)]:
+            raise ExportError("setup_caches created no aotc.nn.KVCache", where="setup_caches",
+                              expected="one KVCache per attention layer", found="none",
+                              fix="keep each attention layer's cache in an aotc.nn.KVCache")
+        return model
+    from aotc.exporter.hf_decoder import HFDecoder, is_hf_causal_lm
+    if is_hf_causal_lm(model):
+        return HFDecoder(model, batch, max_cache_len)
+    raise UsageError(f"{type(model).__name__} cannot be exported for decoding",
+                     where="decode=True", expected="a transformers *ForCausalLM, or a decoder "
+                     "with setup_caches() and forward(input_ids, input_pos)",
+                     found=type(model).__name__,
+                     fix="follow the convention of aotc/nn.py (samples/llama.py is an example)")
+
+
+def eager_generate(g: Generator, input_ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy tokens of the generator run eagerly (caches in eager mode): [B, prompt + new]."""
+    set_mode(g, "eager")
+    reset_state(g)
+    with torch.no_grad():
+        logits = PrefillStep(g)(input_ids)
+        out = [input_ids]
+        for _ in range(new_tokens):
+            token = logits.argmax(-1, keepdim=True)
+            out.append(token)
+            if len(out) - 1 == new_tokens:
+                break
+            logits = DecodeStep(g)(token)
+    reset_state(g)
+    return torch.cat(out, dim=1)
+
+
+def reset_state(g: Generator) -> None:
+    for name, buf in state_buffers(g).items():
+        buf.zero_()
+
+
+def state_buffers(g: Generator) -> dict[str, torch.Tensor]:
+    """The generator's state, by the names its captured graphs give it (without PREFIX)."""
+    out = {"pos": g.pos}
+    for name, m in g.named_modules():
+        if isinstance(m, KVCache):
+            out[f"{name}.k"] = m.k
+            out[f"{name}.v"] = m.v
+    return out
+
+
+def export_generator(model: torch.nn.Module, example_inputs: tuple, options, *,
+                     source=None, value_ranges=None):
+    """Capture `model` as a generator Program (prefill and decode entries, shared weights and
+    state). `example_inputs` is one prompt of token ids [batch, T] (T >= 2: prompt length is
+    a dynamic dim)."""
+    from aotc.exporter import _check_inputs, _source_file
+    from aotc.exporter.genprogram import build_program
+    args = _check_inputs(example_inputs)
+    if len(args) != 1 or args[0].dtype != torch.int64 or args[0].dim() != 2:
+        raise UsageError("a generator takes one input: token ids [batch, prompt]",
+                         where="example inputs", expected="one int64 tensor [batch, T]",
+                         found=[f"{a.dtype}{list(a.shape)}" for a in args],
+                         fix="pass the prompt's token ids, e.g. --example-input 1x128:int64:0..31999")
+    ids, max_len = args[0], options.max_cache_len
+    if not 2 <= ids.shape[1] < max_len:
+        raise UsageError(f"the example prompt has {ids.shape[1]} tokens", where="example input",
+                         expected=f"2 <= prompt < max_cache_len ({max_len})",
+                         found=ids.shape[1], fix="give a prompt of at least 2 tokens, shorter "
+                                                 "than --max-cache-len")
+    model.eval()
+    g = Generator(adapt(model, ids.shape[0], max_len), max_len)
+    src = source.rpartition(":")[0] if source else None
+    from pathlib import Path
+    src_file = Path(src) if src else _source_file(model)
+    try:
+        samples = eager_generate(g, ids, min(16, max_len - ids.shape[1]))
+        return build_program(g, ids, options, src_file=src_file, source=source,
+                             value_ranges=value_ranges, samples=samples)
+    finally:
+        set_mode(g, "eager")
+        reset_state(g)
+        if hasattr(g.decoder, "release"):
+            g.decoder.release()

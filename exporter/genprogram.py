@@ -1,0 +1,83 @@
+"""A generator's two captured entries as one Program (exporter/generate.py drives this).
+
+Each entry is captured by torch.export on its own step module and decomposed as a forward is;
+the weights they read are stored once under the decoder's own names, and the buffers they
+update (the caches and the position) become the Program's state, which the graphs read as
+inputs and write back with `copy_` (codegen/state.py turns the cache writes into in-place
+updates of just the new positions).
+"""
+from __future__ import annotations
+
+import torch
+
+from aotc.exporter.capture import capture
+from aotc.exporter.decomp import decompose
+from aotc.exporter.outputs import FlatOutputs
+from aotc.exporter.program import Program, graph_to_json
+from aotc.nn import set_mode
+from aotc.runtime.dtypes import dtype_name
+
+PROMPT = "prompt"
+
+
+def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_ranges,
+                  samples: torch.Tensor) -> Program:
+    from aotc.exporter.generate import DecodeStep, PrefillStep, reset_state, state_buffers
+    from aotc.exporter.hf_decoder import HFDecoder
+    states = {f"g.{n}": t for n, t in state_buffers(g).items()}
+    strip = "g.decoder.model." if isinstance(g.decoder, HFDecoder) else "g.decoder."
+    values = (value_ranges or [None])[0]
+    entries, weights = {}, {}
+    batch, max_len = ids.shape[0], g.max_cache_len
+    for name, step, example, dyn in (
+            ("prefill", PrefillStep(g), ids, {1: torch.export.Dim(PROMPT, min=1,
+                                                                  max=max_len - 1)}),
+            ("decode", DecodeStep(g), ids[:, :1], None)):
+        set_mode(g, name)
+        reset_state(g)
+        entry, w = _capture_entry(step, example, dyn, options, src_file, states, strip, values)
+        entries[name] = entry
+        weights.update(w)
+    set_mode(g, "eager")
+    state = {n.removeprefix("g."): {"dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+             for n, t in states.items()}
+    vocab = int(entries["decode"]["output_meta"]["shape"][-1])
+    generation = {"prefill": "prefill", "decode": "decode", "position": "pos",
+                  "max_cache_len": max_len, "batch": batch, "vocab": vocab}
+    first = entries["prefill"]
+    return Program(name=options.name or type(g.decoder).__name__, graph=first["graph"],
+                   weights=weights, inputs=first["inputs"], output_tree=first["output_tree"],
+                   symbols=first["symbols"], samples=((ids,), (samples,))
+                   if options.record_samples else None, source=source,
+                   options=options.to_json(), entries=entries, state=state,
+                   generation=generation)
+
+
+def _capture_entry(step, example, dyn, options, src_file, states, strip, values):
+    """One entry: its Program entry dict and the weights it reads (by stored name)."""
+    from aotc.exporter import _flatten_inputs, name_symbols
+    ep = capture(FlatOutputs(step, [()]), (example,), strict=options.strict, source=src_file,
+                 dynamic_shapes=((dyn,),) if dyn is not None else None)
+    flat, placeholders, weights = _flatten_inputs(ep, (example,), ["input_ids"])
+    namer, symbols = name_symbols(ep, (dyn,) if dyn else None, (example,))
+    if dyn is not None:
+        flat = [n.meta["val"] for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    renamed, stored = [], {}
+    for ph in placeholders:
+        if ph["kind"] == "weight" and ph["name"] in states:
+            renamed.append({"kind": "state", "name": ph["name"].removeprefix("g.")})
+        elif ph["kind"] == "weight":
+            new = ph["name"].removeprefix(strip)
+            stored[new] = weights[ph["name"]]
+            renamed.append({"kind": "weight", "name": new})
+        else:
+            renamed.append(ph)
+    graph = graph_to_json(decompose(ep.graph_module, flat, symbolic=dyn is not None),
+                          renamed, namer)
+    user = next(i for i in graph["inputs"] if i["kind"] == "input")
+    shape = graph["values"][user["value"]]["shape"]
+    inputs = [{"name": "input_ids", "dtype": "int64", "shape": shape,
+               "values": list(values) if values else [0, int(example.max())]}]
+    out_meta = graph["values"][graph["outputs"][0]["slot"]]
+    return ({"graph": graph, "inputs": inputs, "symbols": symbols, "output_meta": out_meta,
+             "output_tree": {"kind": "tensor", "index": 0}}, stored)

@@ -1,0 +1,98 @@
+"""Building blocks for decoders that aotc exports as generators (`aotc export --decode`).
+
+`KVCache` is a static key/value cache for one attention layer: two buffers [batch, kv_heads,
+max_cache_len, head_dim], written in place at the positions of the tokens a call processes
+(`update`) and read by attention (`attend`). Eagerly it is an ordinary module: `update`
+writes the given positions and returns the whole cache, `attend` masks out keys after each
+query's position, so a model built on it runs and generates as is. When aotc exports a
+generator it sets each cache's `mode` for the entry it captures:
+
+  * "prefill" (positions 0..T-1): the new keys and values are written to the first T slots and
+    attention runs causally over them alone (no read of the cache);
+  * "decode" (one token at a position kept in the artifact's state): the key and value are
+    written at that position and attention reads only the keys up to it, through
+    `aotc::decode_attention` (a flash-decoding kernel on GPUs, ATen's attention over the valid
+    prefix on CPUs), never the unused rest of the cache.
+
+The convention for plain-torch decoders (samples/llama.py follows it): the model's attention
+layers keep their caches in `KVCache` modules and call `update` and `attend`;
+`model.setup_caches(batch_size, max_cache_len)` creates them; `model(input_ids, input_pos)`
+takes token ids [batch, T] and their positions [T] (int64) and returns logits [batch, T, vocab].
+transformers decoders need nothing of this: aotc adapts them (exporter/generate.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+MODES = ("eager", "prefill", "decode")
+
+
+@torch.library.custom_op("aotc::decode_attention", mutates_args=())
+def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                     position: torch.Tensor, scale: float) -> torch.Tensor:
+    """One query token per sequence attending keys 0..position of the caches.
+    query [B, H, 1, D]; caches [B, Hkv, M, D] (H a multiple of Hkv); position [1] int64."""
+    keys = torch.arange(key_cache.shape[2], device=key_cache.device)
+    mask = (keys <= position.reshape(1)).reshape(1, 1, 1, -1)
+    return F.scaled_dot_product_attention(query, key_cache, value_cache, attn_mask=mask,
+                                          scale=scale,
+                                          enable_gqa=query.shape[1] != key_cache.shape[1])
+
+
+@decode_attention.register_fake
+def _decode_attention_fake(query, key_cache, value_cache, position, scale):
+    return torch.empty_like(query)
+
+
+class KVCache(torch.nn.Module):
+    """A static KV cache of one attention layer (see the module doc)."""
+
+    def __init__(self, batch_size: int, kv_heads: int, max_cache_len: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device=None):
+        super().__init__()
+        shape = (batch_size, kv_heads, max_cache_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.mode = "eager"
+
+    @property
+    def max_cache_len(self) -> int:
+        return self.k.shape[2]
+
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """Write keys/values [B, Hkv, T, D] at `input_pos` [T]; the keys and values attention
+        reads: the new ones in prefill mode, the whole cache otherwise."""
+        if self.mode == "prefill":
+            t = k.shape[2]
+            self.k[:, :, :t].copy_(k)
+            self.v[:, :, :t].copy_(v)
+            return k, v
+        self.k.index_copy_(2, input_pos, k)
+        self.v.index_copy_(2, input_pos, v)
+        return self.k, self.v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               input_pos: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        """Attention of queries [B, H, T, D] at `input_pos` over what `update` returned."""
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        gqa = q.shape[1] != k.shape[1]
+        if self.mode == "prefill":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
+                                                  enable_gqa=gqa)
+        if self.mode == "decode":
+            return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale)
+        keys = torch.arange(k.shape[2], device=k.device)
+        mask = (keys[None, :] <= input_pos[:, None])[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                              enable_gqa=gqa)
+
+
+def set_mode(model: torch.nn.Module, mode: str) -> list[KVCache]:
+    """Set every KVCache of `model` to `mode`; the caches."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    caches = [m for m in model.modules() if isinstance(m, KVCache)]
+    for c in caches:
+        c.mode = mode
+    return caches

@@ -1,0 +1,30 @@
+"""Ops of aotc's own that plans may call (`aotc::<name>.<overload>`), implemented here by the
+runtime: a fixed table, like the ATen ops of runtime/schema/extern_ops.txt.
+
+`aotc::decode_attention.default(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache,
+position [1] int64, scale)`: one query token per sequence attending the cache's keys
+0..position (aotc/nn.py). On a CPU it reads the position (no device to wait for) and runs
+ATen's attention over the valid prefix only; elsewhere it masks the rest of the cache, so no
+value is read back from the device (CUDA artifacts launch a flash-decoding kernel instead,
+codegen/triton/decode_attention.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def decode_attention(query, key_cache, value_cache, position, scale):
+    gqa = query.shape[1] != key_cache.shape[1]
+    if query.device.type == "cpu":
+        n = int(position.reshape(-1)[0]) + 1
+        return F.scaled_dot_product_attention(query, key_cache[:, :, :n],
+                                              value_cache[:, :, :n], scale=scale,
+                                              enable_gqa=gqa)
+    keys = torch.arange(key_cache.shape[2], device=key_cache.device)
+    mask = (keys <= position.reshape(1)).reshape(1, 1, 1, -1)
+    return F.scaled_dot_product_attention(query, key_cache, value_cache, attn_mask=mask,
+                                          scale=scale, enable_gqa=gqa)
+
+
+OPS = {"aotc::decode_attention.default": (decode_attention, 5)}   # name: (function, arity)

@@ -1,0 +1,117 @@
+"""Generators at run time: a loaded artifact with prefill and decode entries and a KV cache.
+
+The state (the caches and the position of the next token) lives on the module's device,
+allocated with zeros at load; the entries' plans update it in place. The module keeps the
+position on the host too, so a call that would write past the cache is a GuardError before
+anything runs, and greedy generation needs no read of the device until it returns:
+
+    m = aotc.load("llm.aotc")
+    tokens = m.generate(input_ids, max_new_tokens=64)   # [batch, prompt + 64], greedy
+    logits = m.prefill(input_ids); logits = m.decode(next_ids)   # one step at a time
+    m.reset()                                             # an empty cache, position 0
+
+On a GPU, decode (static shapes) replays one CUDA graph per step and prefill one per prompt
+length it has seen twice (runtime/graphs.py); their captures leave the state as one call would.
+A module holds one sequence batch's state: calls that use it are serialised by a lock.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from aotc.errors import GuardError, UsageError
+from aotc.runtime.module import CompiledModule
+
+
+class GenerativeModule(CompiledModule):
+    def __init__(self, artifact, device, **kwargs):
+        super().__init__(artifact, device, **kwargs)
+        self.generation = self.manifest.generation
+        self.position = 0
+        self.lock = threading.RLock()
+
+    @property
+    def max_cache_len(self) -> int:
+        return self.generation.max_cache_len
+
+    def __call__(self, *args):
+        raise UsageError("a generator has no forward: call generate, prefill or decode",
+                         where="CompiledModule.__call__", expected="m.generate(input_ids, "
+                         "max_new_tokens=N)", found="m(...)",
+                         fix="use m.generate(...), or m.prefill(...) then m.decode(...)")
+
+    def reset(self) -> None:
+        """Empty the cache: every state tensor zeroed, position 0."""
+        with self.lock:
+            for t in self.state.values():
+                t.zero_()
+            self.position = 0
+
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Run a prompt [batch, T] from position 0 (the cache is overwritten): logits of its
+        last token [batch, vocab]; the position becomes T."""
+        with self.lock:
+            out = self.run_flat(self.generation.prefill, (input_ids,))[0]
+            self.position = input_ids.shape[1]
+            return out
+
+    def decode(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """One token per sequence [batch, 1] at the current position: logits [batch, vocab]."""
+        with self.lock:
+            if self.position == 0:
+                raise GuardError("decode before prefill: the cache holds no prompt",
+                                 where="decode", expected="a prefill first",
+                                 found="position 0", fix="call m.prefill(prompt) first")
+            if self.position >= self.max_cache_len:
+                raise GuardError(f"the cache is full: position {self.position}",
+                                 where="decode", expected=f"position < max_cache_len "
+                                 f"({self.max_cache_len})", found=self.position,
+                                 fix="reset() and start again, or re-export with a larger "
+                                     "--max-cache-len")
+            out = self.run_flat(self.generation.decode, (input_ids,))[0]
+            self.position += 1
+            return out
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                 eos_token_id: int | None = None) -> torch.Tensor:
+        """Greedy generation: [batch, prompt + max_new_tokens] token ids (prompt first). With
+        `eos_token_id`, stops once every sequence has produced it (later tokens repeat it)."""
+        t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) else 0
+        if max_new_tokens < 1 or t + max_new_tokens > self.max_cache_len:
+            raise GuardError(f"{t} prompt tokens and {max_new_tokens} new ones do not fit the "
+                             "cache", where="generate", expected=f"1 <= max_new_tokens and "
+                             f"prompt + max_new_tokens <= {self.max_cache_len}",
+                             found=t + max_new_tokens,
+                             fix="generate fewer tokens, or re-export with a larger "
+                                 "--max-cache-len")
+        with self.lock:
+            logits = self.prefill(input_ids)
+            tokens = [input_ids]
+            done = None
+            for i in range(max_new_tokens):
+                nxt = logits.argmax(-1, keepdim=True)
+                if done is not None:
+                    nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
+                tokens.append(nxt)
+                if eos_token_id is not None:
+                    done = nxt == eos_token_id if done is None else done | (nxt == eos_token_id)
+                    if i % 16 == 15 and bool(done.all()):   # a read of the device, now and then
+                        break
+                if i + 1 < max_new_tokens:
+                    logits = self.decode(nxt)
+            out = torch.cat(tokens, dim=1)
+            if out.shape[1] < t + max_new_tokens:
+                pad = out[:, -1:].expand(-1, t + max_new_tokens - out.shape[1])
+                out = torch.cat([out, pad], dim=1)
+            return out
+
+    def signature(self, entry: str | None = None) -> str:
+        return super().signature(entry or self.generation.prefill)
+
+    @property
+    def inputs(self) -> list:
+        return list(self.entries[self.generation.prefill].spec.inputs)
+
+    def random_inputs(self, entry: str | None = None, **kwargs) -> tuple:
+        return super().random_inputs(entry or self.generation.prefill, **kwargs)

@@ -1,0 +1,234 @@
+"""Generators (`--decode`): prefill and decode entries over a static KV cache. Greedy tokens
+must equal eager generation token for token (transformers' own generate with a static cache
+for transformers models; the model's eager KVCache path for the plain-torch sample), on the CPU
+and through the Triton kernels of a CUDA artifact; the state is guarded, reset and never
+aliased by outputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import ArtifactError, GuardError, UsageError
+from aotc.runtime import format as fmt
+from conftest import SAMPLES_DIR, import_file, run_aotc
+from hostile import copy_artifact, edit_json
+
+CACHE = 96
+
+
+def _llama_sample(**overrides):
+    torch.manual_seed(0)
+    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                     hidden=128, vocab=500, **overrides).eval()
+
+
+def _hf(family: str):
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    small = dict(vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, max_position_embeddings=256)
+    make = {"llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, **small)),
+            "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(num_key_value_heads=2, **small)),
+            "gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(num_key_value_heads=1,
+                                                                head_dim=16, **small)),
+            "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(
+                num_key_value_heads=2, sliding_window=None, **small)),
+            "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(num_key_value_heads=2,
+                                                             pad_token_id=0, **small)),
+            "phi": lambda: tf.PhiForCausalLM(tf.PhiConfig(**small)),
+            "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=500, n_embd=64, n_layer=2,
+                                                             n_head=4, n_positions=256))}
+    m = make[family]().eval()
+    m.generation_config.eos_token_id = None
+    return m
+
+
+def _hf_reference(m, ids, n):
+    with torch.no_grad():
+        return m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                          do_sample=False, cache_implementation="static", pad_token_id=0)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    model = _llama_sample()
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    path = aotc.export(model, (ids,), tmp_path_factory.mktemp("g") / "llama.aotc", decode=True,
+                       max_cache_len=CACHE)
+    return model, ids, path
+
+
+def _eager_tokens(model, ids, n):
+    from aotc.exporter.generate import Generator, adapt, eager_generate
+    return eager_generate(Generator(adapt(model, ids.shape[0], CACHE), CACHE), ids, n)
+
+
+def test_sample_generates_what_it_generates_eagerly(sample):
+    model, ids, path = sample
+    m = aotc.load(path)
+    want = _eager_tokens(_llama_sample(), ids, 64)
+    got = m.generate(ids, 64)
+    assert got.dtype == torch.int64 and got.shape == (2, 9 + 64)
+    assert torch.equal(got, want)
+    m.reset()
+    assert torch.equal(m.generate(ids, 64), want)           # reset: the same again
+    other = torch.randint(0, 500, (2, 20))                   # prefill overwrites the cache
+    assert torch.equal(m.generate(other, 30), _eager_tokens(_llama_sample(), other, 30))
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_transformers_decoders_match_generate_with_a_static_cache(tmp_path, family):
+    m = _hf(family)
+    ids = torch.randint(1, 500, (2, 7), generator=torch.Generator().manual_seed(2))
+    want = _hf_reference(m, ids, 64)
+    path = aotc.export(m, (ids,), tmp_path / "m.aotc", decode=True, max_cache_len=CACHE)
+    assert m.config._attn_implementation != "aotc"          # the model is left as it was
+    got = aotc.load(path).generate(ids, 64)
+    assert torch.equal(got, want), (got[:, 7:], want[:, 7:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2", "gemma", "mistral", "phi", "phi3"])
+def test_more_transformers_decoders(tmp_path, family):
+    test_transformers_decoders_match_generate_with_a_static_cache(tmp_path, family)
+
+
+@pytest.mark.slow
+def test_a_cuda_generator_runs_through_the_triton_interpreter(tmp_path):
+    pytest.importorskip("triton")
+    m = _hf("llama")
+    ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))
+    want = _hf_reference(m, ids, 40)
+    path = aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True, max_cache_len=64,
+                       target="cuda:sm_90")
+    plan = [s for s in aotc.runtime.format.read_manifest(path).entries]
+    assert plan == ["decode", "prefill"]
+    got = aotc.load(path, device="cpu", interpret=True).generate(ids, 40)
+    assert torch.equal(got, want)     # 46 positions: keys in both chunks of 32
+
+
+@pytest.mark.parametrize("batch,heads,kv_heads,max_len,pos", [
+    (1, 4, 2, 96, 70), (2, 4, 4, 64, 0), (2, 8, 2, 200, 199), (1, 2, 1, 40, 33)])
+def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv_heads, max_len,
+                                                                pos):
+    """The CUDA decode-attention kernels (split over chunks, then combined), run by Triton's
+    interpreter, against ATen's attention over the valid prefix; positions past `pos` hold
+    garbage that must not be read."""
+    pytest.importorskip("triton")
+    from aotc.codegen.ir import Buffer, contiguous_strides, sym
+    from aotc.codegen.triton import module_text
+    from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
+    from aotc.runtime.interpret import import_kernel
+    g = torch.Generator().manual_seed(pos)
+    d = 16
+    q = torch.randn(batch, heads, 1, d, generator=g)
+    k, v = (torch.randn(batch, kv_heads, max_len, d, generator=g) for _ in range(2))
+    k[:, :, pos + 1:] = float("nan")
+    v[:, :, pos + 1:] = float("nan")
+    position = torch.tensor([pos])
+    buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
+                              stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
+    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
+    parts = [torch.empty(s) for s in partial_shapes(qb, kb)]
+    pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
+    out = torch.empty_like(q)
+    split, combine = decode_attention_kernels(qb, kb, vb, pb, pbufs, buf(7, out), 0.25)
+    for hk, name, args in ((split, "kernel0", (q, k, v, position, *parts)),
+                           (combine, "kernel1", (*parts, out))):
+        hk.name = name
+        ks = hk.source()
+        fn = import_kernel(module_text(ks), name, f"{name}.py")
+        fn[tuple(int(x) for x in ks.grid)](*args)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k[:, :, :pos + 1], v[:, :, :pos + 1], scale=0.25, enable_gqa=heads != kv_heads)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_positions_past_the_cache_are_guard_errors(sample):
+    _, ids, path = sample
+    m = aotc.load(path)
+    with pytest.raises(GuardError, match="decode before prefill"):
+        m.decode(ids[:, :1])
+    with pytest.raises(GuardError, match="prompt"):
+        m.prefill(torch.zeros(2, CACHE, dtype=torch.int64))   # a prompt must leave a slot
+    with pytest.raises(GuardError, match="do not fit the cache"):
+        m.generate(ids, CACHE)
+    m.prefill(torch.zeros(2, CACHE - 2, dtype=torch.int64))
+    m.decode(ids[:, :1])
+    m.decode(ids[:, :1])
+    with pytest.raises(GuardError, match="cache is full"):
+        m.decode(ids[:, :1])
+    with pytest.raises(GuardError, match="dim 0"):             # batch is fixed at export
+        m.prefill(ids[:1])
+    with pytest.raises(UsageError, match="generate"):
+        m(ids)
+
+
+def test_outputs_never_alias_the_state(sample):
+    _, ids, path = sample
+    m = aotc.load(path)
+    first = m.prefill(ids)
+    kept = first.clone()
+    for _ in range(3):
+        m.decode(first.argmax(-1, keepdim=True))
+    assert torch.equal(first, kept)
+    state = {id(t.untyped_storage()) for t in m.state.values()}
+    assert id(first.untyped_storage()) not in state
+
+
+def test_cache_writes_are_in_place(sample):
+    """Decode writes one position of each cache (index_put_), not a copy of the cache."""
+    _, _, path = sample
+    plan = aotc.load(path).entries["decode"].plan
+    ops = [s.op for s in plan.steps if s.kind.value == "extern"]
+    assert ops.count("aten::index_put_.default") == 4         # k and v of 2 layers
+    assert ops.count("aten::copy_.default") == 1              # the position
+    assert "aotc::decode_attention.default" in ops
+
+
+def test_manifest_describes_the_state_and_inspect_shows_it(sample):
+    _, _, path = sample
+    man = fmt.read_manifest(path)
+    assert man.generation.max_cache_len == CACHE and man.generation.batch == 2
+    names = {s.name: s for s in man.state}
+    assert names["pos"].shape == (1,) and names["pos"].dtype == "int64"
+    caches = [s for s in man.state if s.name.endswith(".k")]
+    assert len(caches) == 2 and caches[0].shape == (2, 2, CACHE, 16)
+    proc = run_aotc("inspect", path)
+    assert "generator: prefill" in proc.stdout and "state: 5 tensors" in proc.stdout
+
+
+def test_cli_generate_and_verify(sample):
+    _, _, path = sample
+    proc = run_aotc("generate", path, "--prompt-len", "8", "--new-tokens", "16", "--runs", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens/s" in proc.stdout and "prefill" in proc.stdout
+    proc = run_aotc("verify", path)
+    assert proc.returncode == 0 and "verified 16 greedy tokens" in proc.stdout, proc.stderr
+
+
+def test_cli_export_decode(tmp_path):
+    out = tmp_path / "s.aotc"
+    proc = run_aotc("export", f"{SAMPLES_DIR / 'llama.py'}:Net", "-i", "1x8:int64:0..31999",
+                    "--decode", "--max-cache-len", "32", "--init-args",
+                    '{"layers": 1, "dim": 64, "heads": 2, "kv_heads": 1, "hidden": 64}',
+                    "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert run_aotc("generate", out, "--prompt-len", "4", "--new-tokens", "4",
+                    "--runs", "1").returncode == 0
+    assert run_aotc("generate", out, "--prompt-len", "30", "--new-tokens", "4").returncode == 2
+
+
+def test_state_slots_must_match_the_manifest(sample, tmp_path):
+    _, _, path = sample
+    art = copy_artifact(path, tmp_path / "a.aotc")
+    edit_json(art, fmt.MANIFEST, lambda m: m["state"][1].update(shape=[2, 2, 8, 16]))
+    with pytest.raises(ArtifactError, match="state"):
+        aotc.load(art)
+
+
+def test_a_model_without_the_convention_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="cannot be exported for decoding"):
+        aotc.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4, dtype=torch.int64),),
+                    tmp_path / "x.aotc", decode=True)
