@@ -63,8 +63,9 @@ def _accepts(t, a, slots) -> bool:
         if isinstance(a, tuple):
             return all(_accepts(elem, x, slots) for x in a)
         return elem.kind() in ("IntType", "SymIntType") and _is_int(a, slots)  # int[2] = 3
-    if kind == "TensorType":
-        return isinstance(a, SlotRef) and slots[a.slot].is_tensor
+    if kind == "TensorType":   # ATen wraps a number given for a tensor (add.Tensor(x, 1e-5))
+        return (isinstance(a, SlotRef) and slots[a.slot].is_tensor) or \
+            type(a) in (int, float, bool) or (isinstance(a, Tagged) and a.tag == "float")
     if kind in ("IntType", "SymIntType"):
         return _is_int(a, slots)
     if kind == "BoolType":

@@ -31,7 +31,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -59,6 +59,12 @@ CHANGELOG = {
                       "holding an index, the size it indexes, whether negatives wrap); the "
                       "optional signatures.json beside the manifest (Ed25519 over its bytes). "
                       "Versions 1-4 are migrated when read (runtime/schema/migrate.py)"),
+    6: ("2026-12-01", "generators: plans may hold slots of kind 'state' (a persistent tensor of "
+                      "the module, named in the manifest's 'state': name, dtype, shape, "
+                      "allocated with zeros at load and updated in place by the plans) and call "
+                      "aotc's own op aotc::decode_attention; the manifest's 'generation' names "
+                      "the prefill and decode entries, the position state, the cache length, "
+                      "batch and vocab; a reader of version 5 refuses them"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
