@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One bounded GPU run (< 10 minutes): correctness checks of CUDA artifacts (scripts/gpu_check.py
+# on a few models), then the generation benchmark (benchmarks/generate.py) in bf16.
+#
+#   COMMIT=<sha> scripts/gpu_generate.sh OUT
+#
+# Settings: CHECK_MODELS, CHECK_S (seconds for the checks; 0 skips them), GEN_MODELS,
+# GEN_BATCHES, GEN_PROMPTS, GEN_S. Run from the repository root; the repository need not be
+# installed (it is made importable as `aotc` through a symlink).
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_generate.sh OUT}
+mkdir -p "$OUT" /tmp/aotc-root
+ln -sfn "$PWD" /tmp/aotc-root/aotc
+export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1
+python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
+if [[ ${CHECK_S:-200} != 0 ]]; then
+    timeout -k 5 "${CHECK_S:-200}" python3 scripts/gpu_check.py \
+        --models "${CHECK_MODELS:-mlp,transformer,gpt2}" --dtypes fp32,bf16 > "$OUT/check.txt" 2>&1
+    echo "check rc=$?"; tail -n 25 "$OUT/check.txt"
+fi
+timeout -k 5 "${GEN_S:-330}" python3 -m benchmarks.generate --device cuda --dtype bf16 \
+    --models "${GEN_MODELS:-llama-1b}" --batches "${GEN_BATCHES:-1}" \
+    --prompts "${GEN_PROMPTS:-128,1024}" --steps 128 --repeats 3 --commit "${COMMIT:-}" \
+    --out "$OUT/generate" > "$OUT/generate.log" 2>&1
+echo "generate rc=$?"
+tail -n 30 "$OUT/generate.log"
