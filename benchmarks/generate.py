@@ -180,7 +180,8 @@ def main(argv=None) -> None:
     rev, modified = commit()
     meta = {"benchmark": "generation", "command": " ".join(["python -m benchmarks.generate",
                                                               *sys.argv[1:]]),
-            "commit": rev or args.commit, "modified": modified, "device": args.device,
+            "commit": args.commit or rev, "modified": [] if args.commit else modified,
+            "device": args.device,
             "dtype": args.dtype, "torch": torch.__version__, "copy_rate_gb_s": rate / 1e9,
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}
     text = table(rows)

@@ -140,7 +140,8 @@ def export_generator(model: torch.nn.Module, example_inputs: tuple, options, *,
     from pathlib import Path
     src_file = Path(src) if src else _source_file(model)
     try:
-        samples = eager_generate(g, ids, min(16, max_len - ids.shape[1]))
+        samples = eager_generate(g, ids, min(16, max_len - ids.shape[1])) \
+            if options.record_samples else None
         return build_program(g, ids, options, src_file=src_file, source=source,
                              value_ranges=value_ranges, samples=samples)
     finally:
