@@ -71,4 +71,4 @@ def operand(a, shape, dtype):
     return lambda h, idx: h.constant(a, dtype)
 
 
-from aotc.codegen.lowering import pointwise, reductions, views, misc, decode  # noqa: E402,F401
+from aotc.codegen.lowering import pointwise, reductions, views, misc, decode, matvec  # noqa: E402,F401

@@ -318,8 +318,12 @@ def addmm(g, metas, bias, x, w, beta=1, alpha=1):
     """bias + x @ w as an `mm` extern and a lazy bias add, which the kernel reading the
     product (GELU, a residual add and layer norm, the split into heads) does on the way: the
     GEMM skips its bias pre-fill (ATen's addmm copies the bias into the output first)."""
-    if beta != 1 or alpha != 1 or not is_tensor(bias) or len(bias.shape) != 1:
+    if beta != 1 or alpha != 1 or not is_tensor(bias):
         return None
+    from aotc.codegen.lowering.matvec import addmm_one_row
+    one_row = addmm_one_row(g, metas, bias, x, w)   # a GPU product of one row: a reduction
+    if one_row is not None or len(bias.shape) != 1:
+        return one_row
     shape, dtype = out_shape(metas), out_dtype(metas)
     if bias.dtype != dtype or x.dtype != dtype or dtype not in (torch.float32, torch.float64):
         return None   # half precision: the product would round before the bias is added
