@@ -45,6 +45,23 @@ def _decode_attention_fake(query, key_cache, value_cache, position, scale):
     return torch.empty_like(query)
 
 
+@torch.library.custom_op("aotc::decode_attention_write", mutates_args=("key_cache",
+                                                                       "value_cache"))
+def decode_attention_write(query: torch.Tensor, key_cache: torch.Tensor,
+                           value_cache: torch.Tensor, position: torch.Tensor, key: torch.Tensor,
+                           value: torch.Tensor, scale: float) -> torch.Tensor:
+    """`decode_attention` after writing key/value [B, Hkv, 1, D] at `position` of the caches:
+    codegen fuses a decode step's cache writes into its attention (codegen/state.py)."""
+    key_cache.index_copy_(2, position.reshape(1), key)
+    value_cache.index_copy_(2, position.reshape(1), value)
+    return decode_attention(query, key_cache, value_cache, position, scale)
+
+
+@decode_attention_write.register_fake
+def _decode_attention_write_fake(query, key_cache, value_cache, position, key, value, scale):
+    return torch.empty_like(query)
+
+
 class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc)."""
 

@@ -25,7 +25,7 @@ from aotc.codegen.ir import ComputedBuffer, declared_minima
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
-from aotc.codegen.state import reinplace
+from aotc.codegen.state import fuse_cache_writes, reinplace
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
@@ -115,7 +115,7 @@ def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
     (lowered graph, steps, fusion decisions, kernels)."""
     graphs = program.entry_graphs()
     if program.state is not None:    # generators: cache writes in place (codegen/state.py)
-        graphs = {name: reinplace(g) for name, g in graphs.items()}
+        graphs = {name: fuse_cache_writes(reinplace(g)) for name, g in graphs.items()}
     # inference only: training graphs read weights as Parameters at each call, so they keep
     # them as they are
     inference = codegen and program.training is None

@@ -115,3 +115,45 @@ def _renamed(n: dict, renames: dict) -> dict:
         return n
     return dict(n, args=_renamed_arg(n["args"], renames),
                 kwargs={k: _renamed_arg(v, renames) for k, v in n["kwargs"].items()})
+
+
+DECODE = "aotc::decode_attention.default"
+DECODE_WRITE = "aotc::decode_attention_write.default"
+
+
+def fuse_cache_writes(graph: dict) -> dict:
+    """A decode step's in-place cache writes (`index_put_(cache, [.., .., pos], kv)`) folded
+    into the attention that reads them (`aotc::decode_attention_write`): one kernel writes the
+    new key and value and attends, instead of two index launches and the attention. Only where
+    the written caches are read by that attention alone and index the same position."""
+    graph = copy.deepcopy(graph)
+    nodes = graph["nodes"]
+    producer = {o: k for k, n in enumerate(nodes) for o in n["out"]}
+    users = _users(nodes)
+    drop: set[int] = set()
+    for n in nodes:
+        if n["op"] != DECODE:
+            continue
+        q, kx, vx, pos, scale = n["args"]
+        writes = [_cache_write(nodes, producer, users, x, pos) for x in (kx, vx)]
+        if None in writes:
+            continue
+        (ki, kc, knew), (vi, vc, vnew) = writes
+        drop |= {ki, vi}
+        n.update(op=DECODE_WRITE, args=[q, kc, vc, pos, knew, vnew, scale])
+    graph["nodes"] = [n for k, n in enumerate(nodes) if k not in drop]
+    return graph
+
+
+def _cache_write(nodes, producer, users, x, pos):
+    """(node index, cache, new value) if `x` is `index_put_(cache, [None, None, pos], v)` read
+    only here, else None."""
+    refs = _refs(x)
+    k = producer.get(refs[0]) if refs else None
+    if k is None or nodes[k]["op"] != "aten::index_put_.default":
+        return None
+    cache, index, value = nodes[k]["args"][:3]
+    if index[:2] != [None, None] or len(index) != 3 or index[2] != pos \
+            or len(users.get(refs[0], [])) != 1:
+        return None
+    return k, cache, value

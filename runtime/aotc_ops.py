@@ -27,4 +27,13 @@ def decode_attention(query, key_cache, value_cache, position, scale):
                                           scale=scale, enable_gqa=gqa)
 
 
-OPS = {"aotc::decode_attention.default": (decode_attention, 5)}   # name: (function, arity)
+def decode_attention_write(query, key_cache, value_cache, position, key, value, scale):
+    """Write key/value [B, Hkv, 1, D] at `position` of the caches, then attend."""
+    index = position.reshape(1)
+    key_cache.index_copy_(2, index, key)
+    value_cache.index_copy_(2, index, value)
+    return decode_attention(query, key_cache, value_cache, position, scale)
+
+
+OPS = {"aotc::decode_attention.default": (decode_attention, 5),   # name: (function, arity)
+       "aotc::decode_attention_write.default": (decode_attention_write, 7)}

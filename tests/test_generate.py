@@ -108,13 +108,15 @@ def test_a_cuda_generator_runs_through_the_triton_interpreter(tmp_path):
     assert torch.equal(got, want)     # 46 positions: keys in both chunks of 32
 
 
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
 @pytest.mark.parametrize("batch,heads,kv_heads,max_len,pos", [
     (1, 4, 2, 96, 70), (2, 4, 4, 64, 0), (2, 8, 2, 200, 199), (1, 2, 1, 40, 33)])
 def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv_heads, max_len,
-                                                                pos):
+                                                                pos, write):
     """The CUDA decode-attention kernels (split over chunks, then combined), run by Triton's
     interpreter, against ATen's attention over the valid prefix; positions past `pos` hold
-    garbage that must not be read."""
+    garbage that must not be read. With `write`, the split kernel first writes this step's key
+    and value at `pos` (the cache held garbage there) and attends with them."""
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
@@ -124,6 +126,11 @@ def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv
     d = 16
     q = torch.randn(batch, heads, 1, d, generator=g)
     k, v = (torch.randn(batch, kv_heads, max_len, d, generator=g) for _ in range(2))
+    new = [torch.randn(batch, kv_heads, 1, d, generator=g) for _ in range(2)]
+    want_k, want_v = k.clone(), v.clone()
+    if write:
+        want_k[:, :, pos], want_v[:, :, pos] = new[0][:, :, 0], new[1][:, :, 0]
+        k[:, :, pos] = v[:, :, pos] = float("nan")
     k[:, :, pos + 1:] = float("nan")
     v[:, :, pos + 1:] = float("nan")
     position = torch.tensor([pos])
@@ -133,16 +140,22 @@ def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv
     parts = [torch.empty(s) for s in partial_shapes(qb, kb)]
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
     out = torch.empty_like(q)
-    split, combine = decode_attention_kernels(qb, kb, vb, pb, pbufs, buf(7, out), 0.25)
-    for hk, name, args in ((split, "kernel0", (q, k, v, position, *parts)),
+    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(new)) if write else ()
+    split, combine = decode_attention_kernels(qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs)
+    extra = tuple(new) if write else ()
+    for hk, name, args in ((split, "kernel0", (q, k, v, position, *extra, *parts)),
                            (combine, "kernel1", (*parts, out))):
         hk.name = name
         ks = hk.source()
         fn = import_kernel(module_text(ks), name, f"{name}.py")
         fn[tuple(int(x) for x in ks.grid)](*args)
     want = torch.nn.functional.scaled_dot_product_attention(
-        q, k[:, :, :pos + 1], v[:, :, :pos + 1], scale=0.25, enable_gqa=heads != kv_heads)
+        q, want_k[:, :, :pos + 1], want_v[:, :, :pos + 1], scale=0.25,
+        enable_gqa=heads != kv_heads)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    if write:   # the cache holds the new row now, and the rest as it was
+        torch.testing.assert_close(k[:, :, :pos + 1], want_k[:, :, :pos + 1])
+        torch.testing.assert_close(v[:, :, :pos + 1], want_v[:, :, :pos + 1])
 
 
 def test_positions_past_the_cache_are_guard_errors(sample):
@@ -178,13 +191,16 @@ def test_outputs_never_alias_the_state(sample):
 
 
 def test_cache_writes_are_in_place(sample):
-    """Decode writes one position of each cache (index_put_), not a copy of the cache."""
+    """Decode writes one position of each cache (in the attention step that reads it), not a
+    copy of the cache; prefill writes its slice in place."""
     _, _, path = sample
-    plan = aotc.load(path).entries["decode"].plan
-    ops = [s.op for s in plan.steps if s.kind.value == "extern"]
-    assert ops.count("aten::index_put_.default") == 4         # k and v of 2 layers
+    m = aotc.load(path)
+    ops = [s.op for s in m.entries["decode"].plan.steps if s.kind.value == "extern"]
+    assert ops.count("aotc::decode_attention_write.default") == 2   # one per layer
+    assert "aten::index_put_.default" not in ops and "aten::index_put.default" not in ops
     assert ops.count("aten::copy_.default") == 1              # the position
-    assert "aotc::decode_attention.default" in ops
+    pre = [s.op for s in m.entries["prefill"].plan.steps if s.kind.value == "extern"]
+    assert "aten::slice_scatter.default" not in pre and pre.count("aten::copy_.default") == 5
 
 
 def test_manifest_describes_the_state_and_inspect_shows_it(sample):

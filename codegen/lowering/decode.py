@@ -24,19 +24,25 @@ def _dense(g, tv):
     return g.realize(copy)
 
 
+@register(torch.ops.aotc.decode_attention_write.default)
+def decode_attention_write(g, metas, q, k_cache, v_cache, position, key, value, scale):
+    """The cache writes of a decode step done by its attention kernel (codegen/state.py)."""
+    return decode_attention(g, metas, q, k_cache, v_cache, position, scale, (key, value))
+
+
 @register(torch.ops.aotc.decode_attention.default)
-def decode_attention(g, metas, q, k_cache, v_cache, position, scale):
+def decode_attention(g, metas, q, k_cache, v_cache, position, scale, new=()):
     if not g.split_reductions:      # not a CUDA target: the runtime's op
         return None
     from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
     if not all(isinstance(d, int) or getattr(d, "is_Integer", False)
                for t in (q, k_cache) for d in t.shape):
         return None
-    qb, kb, vb, pb = (_dense(g, t) for t in (q, k_cache, v_cache, position))
+    qb, kb, vb, pb, *nb = (_dense(g, t) for t in (q, k_cache, v_cache, position, *new))
     partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
                 for shape in partial_shapes(qb, kb)]
     out = g._buffer(g.new_slot(qb.shape, q.dtype))
     for b in (*partials, out):
         g.out.slots[b.slot]["producer"] = "kernel"
-    g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale))
+    g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb))
     return g.realized(out.slot)

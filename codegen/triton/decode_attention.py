@@ -50,12 +50,13 @@ def plan_splits(batch: int, kv_heads: int, max_len: int) -> tuple[int, int]:
 
 _SPLIT = '''
 @triton.jit
-def {name}({q}, {k}, {v}, {pos}, {mo}, {mm}, {ml}):
+def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     bh = tl.program_id(0)
     s = tl.program_id(1)
     b = bh // {hkv}
     g = bh % {hkv}
-    n_valid = tl.load({pos}).to(tl.int32) + 1
+    at = tl.load({pos}).to(tl.int32)
+    n_valid = at + 1
     heads = tl.arange(0, {gp})
     hmask = heads < {group}
     rows = b * {heads} + g * {group} + heads
@@ -65,11 +66,12 @@ def {name}({q}, {k}, {v}, {pos}, {mo}, {mm}, {ml}):
     l_i = tl.full([{gp}], 0.0, tl.float32)
     acc = tl.full([{gp}, {d}], 0.0, tl.float32)
     base = (b * {hkv} + g) * {m} * {d}
-    for n0 in range(0, {chunk}, {block}):
+{prelude}    for n0 in range(0, {chunk}, {block}):
         keys = s * {chunk} + n0 + tl.arange(0, {block})
         kmask = (keys < n_valid) & (keys < {m})
         kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
+{key_new}
         qk = tl.dot(q, tl.trans(kt)).to(tl.float32) * {scale}
         qk = tl.where(kmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
@@ -79,7 +81,7 @@ def {name}({q}, {k}, {v}, {pos}, {mo}, {mm}, {ml}):
         l_i = l_i * alpha + tl.reduce(p, 1, aotc_add)
         vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt).to(tl.float32)
+{value_new}        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt).to(tl.float32)
         m_i = m_new
     part = rows * {splits} + s
     tl.store({mo} + part[:, None] * {d} + dims[None, :], acc, mask=hmask[:, None])
@@ -104,14 +106,36 @@ def {name}({mo}, {mm}, {ml}, {o}):
 '''
 
 
+# `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]) are
+# written into the caches at the position by the program whose chunk holds it, and used in
+# place of the cache's row there (the program reads what it has in registers, never what it
+# or another program just stored)
+_WRITE_PRELUDE = '''    row = (b * {hkv} + g) * {d} + dims
+    k_new = tl.load({kn} + row)
+    v_new = tl.load({vn} + row)
+    mine = (at // {chunk}) == s
+    tl.store({k} + base + at * {d} + dims, k_new, mask=(dims < {d}) & mine)
+    tl.store({v} + base + at * {d} + dims, v_new, mask=(dims < {d}) & mine)
+'''
+_WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n"
+_WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)\n"
+
+
 def _source(kind: str, name: str, ins, outs, **sizes):
     from aotc.codegen.triton.build import KernelSource
     from aotc.codegen.triton.printer import POINTER
     params = [b.name for b in (*ins, *outs)]
     if kind == "split":
-        q, k, v, pos = (b.name for b in ins)
+        q, k, v, pos, *new = (b.name for b in ins)
         mo, mm, ml = (b.name for b in outs)
-        text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **sizes)
+        write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
+        if new:
+            kn, vn = new
+            write = {"params": f"{kn}, {vn}, ", "key_new": _WRITE_KEY,
+                     "value_new": _WRITE_VALUE,
+                     "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, **sizes)}
+        text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml,
+                             **write, **sizes)
         grid = [str(sizes["batch"] * sizes["hkv"]), str(sizes["splits"]), "1"]
     else:
         mo, mm, ml = (b.name for b in ins)
@@ -124,9 +148,11 @@ def _source(kind: str, name: str, ins, outs, **sizes):
                         constexprs={}, grid=grid, num_warps=4, error_code=None)
 
 
-def decode_attention_kernels(q, k, v, pos, partials, out, scale: float) -> list[HandKernel]:
+def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
+                             new=()) -> list[HandKernel]:
     """The split and combine kernels for Buffers q [B, H, 1, D], caches [B, Hkv, M, D], pos,
-    partial buffers (o [B*H*splits, D], m and l [B*H*splits], float32) and the output."""
+    partial buffers (o [B*H*splits, D], m and l [B*H*splits], float32) and the output; with
+    `new` (key, value [B, Hkv, 1, D]), the split kernel first writes them at pos."""
     batch, heads, _, d = (int(x) for x in q.shape)
     hkv, m = int(k.shape[1]), int(k.shape[2])
     chunk, splits = plan_splits(batch, hkv, m)
@@ -135,11 +161,13 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float) -> list[
                  d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=_pow2(splits),
                  scale=repr(float(scale)))
     mo, mm, ml = partials
-    split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos), outs=(mo, mm, ml),
+    split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
+                       outs=(mo, mm, ml),
                        make=lambda n, i, o: _source("split", n, i, o, **sizes))
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml), outs=(out,),
                          make=lambda n, i, o: _source("combine", n, i, o, **sizes))
-    for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys"),
+    written = "; writes this step's key and value" if new else ""
+    for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
                      (combine, f"combine {splits} chunks")):
         hk.reasons.append(f"decode attention ({what}, {group} query heads per KV head)")
     return [split, combine]

@@ -17,7 +17,8 @@ def extern_ops() -> frozenset[str]:
     return frozenset(line.strip() for line in lines if line.strip() and line[0] != "#")
 
 
-AOTC_OPS = frozenset({"aotc::decode_attention.default"})   # runtime/aotc_ops.py
+AOTC_OPS = frozenset({"aotc::decode_attention.default",       # runtime/aotc_ops.py
+                      "aotc::decode_attention_write.default"})
 
 
 def is_extern_op(name: str) -> bool:
