@@ -19,6 +19,7 @@ import torch
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              ReductionType, contiguous_strides, index_vars, size_texts, sym)
 from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
+from aotc.codegen.extern_layout import lay_out_extern
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
@@ -401,12 +402,10 @@ class GraphLowering:
             if sid is None or "shape" not in self.out.slots[sid]:
                 return self.realize(tv).slot
             self.out.slots[sid]["producer"] = "view"
-            if op == "aten::view.default" and not self.out.slots[base_slot].get("contiguous",
-                                                                              True):
-                op = "aten::reshape.default"   # a channels-last base: view may not apply
-            self.out.steps.append({"kind": StepKind.VIEW.value, "op": op,
-                                   "args": [{"slot": base_slot}, *args], "kwargs": kwargs,
-                                   "out": [sid], "single": True})
+            step = {"kind": StepKind.VIEW.value, "op": op, "args": [{"slot": base_slot}, *args],
+                    "kwargs": kwargs, "out": [sid], "single": True}
+            lay_out_extern(self, step, resolve_op(op))   # a channels-last base, say
+            self.out.steps.append(step)
             tv.buffer = self._buffer(sid)
             return sid
         return self.realize(tv).slot
@@ -424,9 +423,11 @@ class GraphLowering:
             self.out.slots[vid]["producer"] = kind.value
         layout_cl = (op == aten.convolution.default and self.channels_last
                      and self._channels_last_conv(node, args))
-        self.out.steps.append({"kind": kind.value, "op": node["op"], "args": args,
-                               "kwargs": kwargs, "out": list(node["out"]),
-                               "single": node["single"]})
+        step = {"kind": kind.value, "op": node["op"], "args": args, "kwargs": kwargs,
+                "out": list(node["out"]), "single": node["single"]}
+        if op not in (aten.convolution.default, aten.scaled_dot_product_attention.default):
+            lay_out_extern(self, step, op)   # their layouts are planned where they are made
+        self.out.steps.append(step)
         for vid in node["out"]:
             meta = self.values[vid]
             if meta and "shape" in meta:
