@@ -113,8 +113,9 @@ TRANSFORMERS = (
         ("roformer", "RoFormerModel", "RoFormerConfig"), ("mpnet", "MPNetModel", "MPNetConfig"),
         ("deberta", "DebertaModel", "DebertaConfig"),
         ("deberta_v2", "DebertaV2Model", "DebertaV2Config"),
-        ("convbert", "ConvBertModel", "ConvBertConfig"),
-        ("squeezebert", "SqueezeBertModel", "SqueezeBertConfig"))),
+        ("convbert", "ConvBertModel", "ConvBertConfig"))),
+    hf_spec("squeezebert", "SqueezeBertModel", "SqueezeBertConfig",
+            dict(BERTISH, embedding_size=64)),
     hf_spec("albert", "AlbertModel", "AlbertConfig", dict(BERTISH, embedding_size=32)),
     hf_spec("mobilebert", "MobileBertModel", "MobileBertConfig",
             dict(BERTISH, embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32,
@@ -125,7 +126,8 @@ TRANSFORMERS = (
     hf_spec("esm", "EsmModel", "EsmConfig", dict(BERTISH, vocab_size=33, pad_token_id=1),
             inputs=ids(33)),
     hf_spec("modernbert", "ModernBertModel", "ModernBertConfig",
-            dict(BERTISH, global_attn_every_n_layers=2, local_attention=16)),
+            dict(BERTISH, global_attn_every_n_layers=2, local_attention=16, pad_token_id=0,
+                 bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
     # decoders
     *(hf_spec(n, m, c, LLAMAISH) for n, m, c in (
         ("llama", "LlamaModel", "LlamaConfig"), ("mistral", "MistralModel", "MistralConfig"),
