@@ -270,8 +270,9 @@ class GraphLowering:
 
     def view(self, base: TensorValue, shape, fn, recipe) -> TensorValue:
         """A view: index remap `fn` for kernels; `recipe` (op, args, kwargs) for externs."""
-        tv = TensorValue(shape, base.dtype, fn, view_of=(base, recipe), origins=base.origins)
-        return tv
+        source = getattr(self, "current_node", {}).get("source")   # for errors naming it
+        return TensorValue(shape, base.dtype, fn, view_of=(base, (*recipe, source)),
+                           origins=base.origins)
 
     def reduction(self, ranges, rranges, rtype: ReductionType, dtype, fn, origin: str,
                   outputs: int = 1, out_dtypes=None) -> list[TensorValue]:
@@ -395,7 +396,7 @@ class GraphLowering:
         if tv.buffer is not None:
             return tv.buffer.slot
         if tv.view_of is not None:
-            base, (op, args, kwargs) = tv.view_of
+            base, (op, args, kwargs, source) = tv.view_of
             base_slot = self.materialize(base)
             sid = tv.vid if tv.vid is not None and "producer" not in self.out.slots[tv.vid] \
                 else None
@@ -403,7 +404,8 @@ class GraphLowering:
                 return self.realize(tv).slot
             self.out.slots[sid]["producer"] = "view"
             step = {"kind": StepKind.VIEW.value, "op": op, "args": [{"slot": base_slot}, *args],
-                    "kwargs": kwargs, "out": [sid], "single": True}
+                    "kwargs": kwargs, "out": [sid], "single": True,
+                    **({"source": source} if source else {})}
             lay_out_extern(self, step, resolve_op(op))   # a channels-last base, say
             self.out.steps.append(step)
             tv.buffer = self._buffer(sid)
@@ -425,6 +427,8 @@ class GraphLowering:
                      and self._channels_last_conv(node, args))
         step = {"kind": kind.value, "op": node["op"], "args": args, "kwargs": kwargs,
                 "out": list(node["out"]), "single": node["single"]}
+        if node.get("source"):   # the model's line, for errors that name a failing step
+            step["source"] = node["source"]
         if op not in (aten.convolution.default, aten.scaled_dot_product_attention.default):
             lay_out_extern(self, step, op)   # their layouts are planned where they are made
         self.out.steps.append(step)

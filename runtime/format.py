@@ -99,11 +99,14 @@ def sha256_file(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------------- write
 
-def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest: dict) -> Path:
+def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest: dict,
+                   check=None) -> Path:
     """Write `files` plus a manifest listing their hashes, atomically, to `dest`.
 
     The directory is built beside `dest` and swapped into place in one rename, so a reader (or a
     killed export) sees either the previous artifact or the new one, never a mixture.
+    `check(tmp)`, if given, runs on the complete temporary directory before the swap; what it
+    raises aborts the write (export proves its artifact there).
     """
     dest = Path(dest).absolute()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +127,8 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest: d
         manifest[SELF_HASH_KEY] = hashlib.sha256(dumps(manifest)).hexdigest()
         (tmp / MANIFEST).write_bytes(dumps(manifest))
         _fsync_tree(tmp)
+        if check is not None:
+            check(tmp)
         _swap_into_place(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
