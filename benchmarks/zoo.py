@@ -44,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="wall-time limit per model (export, runs and torch.compile)")
     p.add_argument("--no-compile", action="store_true",
                    help="skip the torch.compile baseline (pass rates only)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="models checked at once (each in its own process); times measured "
+                        "beside another job are slower alike for aotc and torch.compile")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads in each worker (default: torch's own default)")
     p.add_argument("--out", type=Path, default=None,
@@ -115,6 +118,7 @@ def meta(args, argv) -> dict:
             "torch": torch.__version__, "aotc": aotc.__version__, **libs,
             "threads": args.threads or torch.get_num_threads(), "cpus": os.cpu_count(),
             "limit_s": args.limit_s, "compile_baseline": not args.no_compile,
+            "jobs": args.jobs,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
@@ -132,11 +136,12 @@ def main(argv=None) -> int:
     out = args.out or Path(__file__).resolve().parent / "results" / "cpu-zoo"
     out.mkdir(parents=True, exist_ok=True)
     doc = {"meta": meta(args, argv), "records": []}
-    for i, spec in enumerate(specs, 1):
-        rec = run_model(spec, args)
-        doc["records"].append(rec)
-        print(zoo_report.line(i, len(specs), rec), flush=True)
-        zoo_report.write(out, doc)    # after every model: a killed run keeps what it did
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for i, rec in enumerate(pool.map(lambda s: run_model(s, args), specs), 1):
+            doc["records"].append(rec)
+            print(zoo_report.line(i, len(specs), rec), flush=True)
+            zoo_report.write(out, doc)    # after every model: a killed run keeps what it did
     print(zoo_report.summary_line(doc["records"]), flush=True)
     return 0
 

@@ -2,9 +2,10 @@
 example inputs and on fresh inputs, and time torch.compile's first call on the same model.
 
 `check(spec, size, workdir)` returns the model's record (JSON-ready):
-  status       pass | mismatch | run_failed | export_failed | capture_failed | skipped
-               (capture_failed: torch.export itself cannot capture the model; reported apart,
-               since no exporter built on it can pass)
+  status       pass | mismatch | run_failed | export_failed | capture_failed | build_failed
+               | skipped (capture_failed: torch.export itself cannot capture the model;
+               build_failed: the library refuses the zoo's config or eager fails; both are
+               reported apart, since no exporter built on torch.export can pass them)
   error_class  the exception's class (an aotc error class, or torch's)
   message      its first lines
   export_s     aotc.export's wall time; stages: seconds per progress stage
@@ -53,11 +54,15 @@ def check(spec, size: str, workdir: Path, *, compile_baseline: bool = True) -> d
     why = spec.available()
     if why:
         return dict(rec, status="skipped", message=why)
-    model, inputs = spec.make(size, "latency")
-    fresh = spec.inputs(size, spec.batch(size, "latency"), torch.Generator().manual_seed(1))
+    try:   # a config the library refuses, or an eager failure, is the zoo's problem
+        model, inputs = spec.make(size, "latency")
+        fresh = spec.inputs(size, spec.batch(size, "latency"), torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            eager = [model(*inputs), model(*fresh)]
+    except Exception as e:
+        return dict(rec, status="build_failed", error_class=type(e).__name__,
+                    message=describe(e, 1200))
     rec["inputs"] = [f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in inputs]
-    with torch.no_grad():
-        eager = [model(*inputs), model(*fresh)]
     refs = [reference(model, x, torch.device("cpu"))[0] for x in (inputs, fresh)]
     rec.update(_export_and_compare(model, inputs, fresh, eager, refs, workdir))
     if compile_baseline:

@@ -91,10 +91,11 @@ BERTISH = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attenti
                intermediate_size=128, max_position_embeddings=128)
 LLAMAISH = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, intermediate_size=128, max_position_embeddings=128,
-                use_cache=False)
+                use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 BARTISH = dict(vocab_size=1000, d_model=64, encoder_layers=1, decoder_layers=1,
                encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-               decoder_ffn_dim=128, max_position_embeddings=128, use_cache=False)
+               decoder_ffn_dim=128, max_position_embeddings=128, use_cache=False,
+               pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 T5ISH = dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_decoder_layers=1,
              num_heads=4, use_cache=False)
 VITISH = dict(image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2,
@@ -194,7 +195,7 @@ TRANSFORMERS = (
         ("beit", "BeitModel", "BeitConfig"), ("dinov2", "Dinov2Model", "Dinov2Config"))),
     hf_spec("swin", "SwinModel", "SwinConfig",
             dict(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1, 1, 1],
-                 num_heads=[1, 2, 4, 8], window_size=4), pixels(), ("pixel_values",)),
+                 num_heads=[1, 2, 4, 8], window_size=2), pixels(), ("pixel_values",)),
     hf_spec("convnext_hf", "ConvNextModel", "ConvNextConfig",
             dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]), pixels(),
             ("pixel_values",)),

@@ -8,11 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 EXPORT_BUDGET_S = 20.0   # small configs on the CPU (the zoo's export-time requirement)
+APART = ("capture_failed", "build_failed", "skipped")   # not counted in the pass rate
 
 
 def summarize(records: list[dict]) -> dict:
     statuses = Counter(r["status"] for r in records)
-    capturable = [r for r in records if r["status"] not in ("capture_failed", "skipped")]
+    capturable = [r for r in records if r["status"] not in APART]
     passed = [r for r in capturable if r["status"] == "pass"]
     over = [r["model"] for r in passed if over_budget(r)]
     return {"models": len(records), "statuses": dict(statuses),
@@ -53,19 +54,19 @@ def markdown(doc: dict) -> str:
              "| family | model | status | export s | torch.compile s | kernels | externs | "
              "error |", "|---|---|---|---:|---:|---:|---:|---|"]
     for r in recs:
-        if r["status"] == "capture_failed":
+        if r["status"] in APART:
             continue
         err = "" if r["status"] == "pass" else f"{r.get('error_class', '')}: " \
             f"{_short(r.get('message', ''))}"
         lines.append(f"| {r['family']} | {r['model']} | {r['status']} | {_s(r.get('export_s'))}"
                      f" | {_s(r.get('compile_s'))} | {r.get('kernels', '-')} | "
                      f"{r.get('externs', '-')} | {err} |")
-    captured_not = [r for r in recs if r["status"] == "capture_failed"]
-    if captured_not:
-        lines += ["", "## Not capturable by torch.export (reported apart)", "",
-                  "| family | model | aotc's message |", "|---|---|---|"]
-        lines += [f"| {r['family']} | {r['model']} | {_short(r.get('message', ''), 600)} |"
-                  for r in captured_not]
+    apart = [r for r in recs if r["status"] in APART]
+    if apart:
+        lines += ["", "## Reported apart: not capturable by torch.export, or not buildable", "",
+                  "| family | model | status | message |", "|---|---|---|---|"]
+        lines += [f"| {r['family']} | {r['model']} | {r['status']} | "
+                  f"{_short(r.get('message', ''), 600)} |" for r in apart]
     return "\n".join(lines) + "\n"
 
 

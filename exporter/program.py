@@ -166,15 +166,16 @@ def _node_json(node, ids, new, slot_of) -> dict:
 
 
 def user_frame(stack_trace: str | None) -> str | None:
-    """'file:line: code' of the innermost frame of the model's own code in an FX node's stack
-    trace (torch's and aotc's frames skipped), or None."""
+    """'file.py:line: code' of the innermost frame of the model's own code in an FX node's
+    stack trace (torch's and aotc's frames skipped), or None. The file's name only: artifacts
+    are reproducible byte for byte wherever the model's file lies."""
     from aotc.exporter.capture import _FRAME, _is_library
     frames = [(f, int(n)) for f, n in _FRAME.findall(stack_trace or "") if not _is_library(f)]
     if not frames:
         return None
     import linecache
     file, line = frames[-1]
-    return f"{file}:{line}: {linecache.getline(file, line).strip()}"
+    return f"{Path(file).name}:{line}: {linecache.getline(file, line).strip()}"
 
 
 def _rebind(src, dst, args, kwargs) -> tuple[tuple, dict]:

@@ -9,7 +9,7 @@ import torch
 
 import aotc
 from aotc.codegen import extern_layout
-from tests.test_extern_layout import PoolFlatten
+from test_extern_layout import PoolFlatten
 
 
 def _model_and_input():
@@ -39,7 +39,7 @@ def test_a_failing_step_is_a_lowering_error_and_leaves_nothing(tmp_path, monkeyp
     err = info.value
     assert "fails on the recorded sample inputs" in err.what
     assert "view" in err.where and "step" in err.where
-    assert "test_extern_layout.py" in err.where and "flatten" in err.where   # the model's line
+    assert "test_extern_layout.py:" in err.where and "flatten" in err.where   # the model line
     assert "view" in str(err.found)
     assert not dest.exists() and not list(tmp_path.iterdir())   # no artifact, no temp dir
     assert any(e.startswith("proving the artifact") for e in events)
