@@ -110,7 +110,10 @@ def _plan_line(module, exc) -> tuple[str, str | None]:
         return "forward", None
     frame = frames[-1]
     entry = frame.filename.removeprefix("<aotc plan ").removesuffix(">")
-    lines = module.entries[entry].function.source.splitlines()
+    try:   # the plan function's source, as the runtime compiled it
+        lines = module.entries[entry].function.source.splitlines()
+    except (AttributeError, KeyError):
+        return entry, frame.line
     return entry, lines[frame.lineno - 1] if 0 < frame.lineno <= len(lines) else None
 
 

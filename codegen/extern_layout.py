@@ -70,10 +70,9 @@ def meta_strides(op, args: list, kwargs: dict, slots: list) -> list | None:
 
 def declare(slot: dict, stride) -> None:
     """Set a slot's strides to what the step really returns."""
-    from aotc.codegen.graph import _is_contiguous
     shape = [sym(d) for d in slot["shape"]]
     slot.update(stride=size_texts(tuple(sym(s) for s in stride)),
-                contiguous=_is_contiguous(shape, stride))
+                contiguous=same_strides(shape, stride, contiguous_strides(shape)))
 
 
 def _slot_args(args: list) -> list:
