@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.accuracy import judge
 from benchmarks.harness import describe, reference, release
-from benchmarks.systems import TorchCompile, fresh_cache, warm_up
+from benchmarks.systems import Aotc, TorchCompile, environment, fresh_cache, warm_up
 
 
 class Stages:
@@ -75,8 +75,9 @@ def _export_and_compare(model, inputs, fresh, eager, refs, workdir: Path) -> dic
     from aotc.errors import ExportError
     stages, path = Stages(), workdir / "model.aotc"
     t0 = time.perf_counter()
-    try:
-        aotc.export(model, inputs, path, progress=stages)
+    try:   # a cold export: aotc's compiled-kernel cache starts empty, as Inductor's does
+        with environment(Aotc.cache_env, str(workdir / "cache")):
+            aotc.export(model, inputs, path, progress=stages)
     except Exception as e:   # every failure is a result
         out = {"export_s": round(time.perf_counter() - t0, 3), "stages": stages.done(),
                "error_class": type(e).__name__, "message": describe(e, 1200)}

@@ -51,6 +51,9 @@ def markdown(doc: dict) -> str:
              f"torch.export can capture; {s['models']} models in all; statuses "
              + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items()))
              + f"; over the export budget: {', '.join(s['over_export_budget']) or 'none'}.", "",
+             *([m["note"], ""] if m.get("note") else []),
+             *([f"{m['jobs']} models were checked at once: times are of exports run side by "
+                "side.", ""] if m.get("jobs", 1) > 1 else []),
              "| family | model | status | export s | torch.compile s | kernels | externs | "
              "error |", "|---|---|---|---:|---:|---:|---:|---|"]
     for r in recs:
