@@ -19,12 +19,14 @@ __all__ = ["export", "load", "CompiledModule", "AotcError", "ArtifactError", "Ex
            "__version__"]
 
 
-def export(model, example_inputs, path, *, dynamic_shapes=None, **options):
+def export(model, example_inputs, path, *, dynamic_shapes=None, progress=None, **options):
     """Capture `model` on `example_inputs`, compile it, and write the artifact to `path`.
 
     `dynamic_shapes` is given exactly as to `torch.export.export` (`torch.export.Dim`s per input
     dim; by position or by forward's argument names). Options are those of
-    `aotc.options.ExportOptions` (the same as the CLI's flags). Returns the artifact's path.
+    `aotc.options.ExportOptions` (the same as the CLI's flags). `progress(message)`, if given,
+    is called as each stage starts (the CLI prints these lines). Returns the artifact's path.
     """
     from aotc.api import export_module
-    return export_module(model, example_inputs, path, dynamic_shapes=dynamic_shapes, **options)
+    return export_module(model, example_inputs, path, dynamic_shapes=dynamic_shapes,
+                         progress=progress, **options)

@@ -17,7 +17,8 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
     target = Target.parse(opts.target)   # validate before any slow work
     model, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
     step = progress or (lambda msg: None)
-    step("capturing and decomposing" + (" (forward and backward)" if opts.train else ""))
+    step("capturing with torch.export and decomposing"
+         + (" (forward and backward)" if opts.train else ""))
     if opts.decode:
         if dynamic_shapes is not None:
             from aotc.errors import UsageError
@@ -38,9 +39,8 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
     else:
         program = exporter.export(model, example_inputs, opts, source=source,
                                   value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
-    step("compiling and writing the artifact")
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
-                           autotune=opts.autotune)
+                           autotune=opts.autotune, prove=opts.prove, progress=step)
 
 
 def cast_floating(model, example_inputs, dtype):

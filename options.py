@@ -23,6 +23,9 @@ class ExportOptions:
                               "--no-strict traces with Python instead.")
     record_samples: bool = _opt(True, "Store the example inputs and eager outputs in the artifact "
                                       "for `aotc verify`.")
+    prove: bool = _opt(True, "Before the artifact replaces the output path, load it and run it "
+                             "on the recorded samples against eager's outputs (CPU targets; "
+                             "other targets record that they were not run). --no-prove skips.")
     codegen: bool = _opt(True, "Generate fused kernels (C++ for cpu, Triton for cuda) for the "
                                "ops aotc lowers; --no-codegen calls ATen for every op "
                                "(portable to any device).")

@@ -117,10 +117,12 @@ def hf_seq2seq(model_cls: str, config_cls: str) -> Callable[[dict], nn.Module]:
 
 
 def tv(fn: str) -> Callable[[dict], nn.Module]:
-    """torchvision.models.`fn`(weights=None, **cfg)."""
+    """torchvision.models.`fn`(weights=None, **cfg); `fn` may name a submodule's builder
+    ('segmentation.fcn_resnet50')."""
     def build(cfg):
-        import torchvision
-        return getattr(torchvision.models, fn)(weights=None, **cfg)
+        import importlib
+        module, _, name = f"torchvision.models.{fn}".rpartition(".")
+        return getattr(importlib.import_module(module), name)(weights=None, **cfg)
     return build
 
 

@@ -10,13 +10,10 @@ from aotc.errors import AotcError, VerifyError
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import TritonNative
 from aotc.runtime.schema.types import StepKind, size_json
+from aotc.prove import compare
 from aotc.runtime.trees import describe
 
 # Default (rtol, atol) by output dtype for `verify`.
-TOLERANCES = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-4),
-              torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
-
-
 def _bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -233,19 +230,6 @@ def time_calls(fn, runs: int, warmup: int, device: torch.device) -> dict:
     times.sort()
     return {"median": statistics.median(times), "p90": times[int(0.9 * (len(times) - 1))],
             "min": times[0]}
-
-
-def compare(got: torch.Tensor, want: torch.Tensor, rtol=None, atol=None) -> tuple[bool, float]:
-    """(within tolerance, max abs difference)."""
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return False, float("inf")
-    if not (want.dtype.is_floating_point or want.dtype.is_complex):
-        return bool(torch.equal(got.cpu(), want.cpu())), 0.0
-    r, a = TOLERANCES.get(want.dtype, (1e-4, 1e-4))
-    r, a = rtol if rtol is not None else r, atol if atol is not None else a
-    g, w = got.detach().cpu().double(), want.detach().cpu().double()
-    diff = float((g - w).abs().max()) if g.numel() else 0.0
-    return bool(torch.allclose(g, w, rtol=r, atol=a, equal_nan=True)), diff
 
 
 def verify_artifact(module, *, rtol=None, atol=None) -> str:

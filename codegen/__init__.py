@@ -29,6 +29,7 @@ from aotc.codegen.state import fuse_cache_writes, reinplace
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
+from aotc.prove import artifact_check
 from aotc.runtime import format as fmt
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.plan import StepKind
@@ -63,18 +64,26 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
 
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
-            codegen: bool = True, isa: str = "auto", autotune: bool = False) -> Path:
+            codegen: bool = True, isa: str = "auto", autotune: bool = False,
+            prove: bool = True, progress=None) -> Path:
     """`autotune` (CUDA): time candidate block sizes of each kernel on this machine's GPU,
     at the sizes the program was exported with (codegen/triton/autotune.py). Size proofs
-    (masks, slice starts) hold over the dims' declared ranges, which the guards enforce."""
+    (masks, slice starts) hold over the dims' declared ranges, which the guards enforce.
+    `prove`: load the written artifact and run it on the recorded samples against eager's
+    outputs before it replaces `dest` (`aotc/prove.py`); `progress(message)` hears each
+    stage."""
     with declared_minima(program.symbols):
-        return _compile(program, target, dest, codegen=codegen, isa=isa, autotune=autotune)
+        return _compile(program, target, dest, codegen=codegen, isa=isa, autotune=autotune,
+                        prove=prove, progress=progress or (lambda message: None))
 
 
 def _compile(program: Program, target: Target, dest: str | Path, *, codegen: bool,
-             isa: str, autotune: bool) -> Path:
+             isa: str, autotune: bool, prove: bool, progress) -> Path:
     target = _resolve_archs(target, codegen)
+    progress(f"lowering {len(program.graph['nodes'])} ops")
     parts = _lower_entries(program, target, codegen)
+    count = sum(len(kernels) for *_, kernels in parts.values())
+    progress(f"compiling {count} kernels" if count else "writing an ATen-only plan")
     bindings = {k: v["max"] for k, v in program.symbols.items()}
     hints = {"example": {k: v["example"] for k, v in program.symbols.items()}, "maximum": bindings}
     weights, aliases, transposed = _stored_weights(program, parts, target, codegen, bindings)
@@ -107,7 +116,11 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.state is not None:
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
-    return fmt.write_artifact(dest, files, build_manifest(manifest))
+    check, manifest["export_check"] = artifact_check(program.samples, target.device, prove)
+    if check is not None:
+        progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
+                 "sample inputs")
+    return fmt.write_artifact(dest, files, build_manifest(manifest), check=check)
 
 
 def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:

@@ -19,6 +19,7 @@ import torch
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              ReductionType, contiguous_strides, index_vars, size_texts, sym)
 from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
+from aotc.codegen.extern_layout import channels_last_conv, lay_out_extern
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view, torch_op
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
@@ -275,8 +276,9 @@ class GraphLowering:
 
     def view(self, base: TensorValue, shape, fn, recipe) -> TensorValue:
         """A view: index remap `fn` for kernels; `recipe` (op, args, kwargs) for externs."""
-        tv = TensorValue(shape, base.dtype, fn, view_of=(base, recipe), origins=base.origins)
-        return tv
+        source = getattr(self, "current_node", {}).get("source")   # for errors naming it
+        return TensorValue(shape, base.dtype, fn, view_of=(base, (*recipe, source)),
+                           origins=base.origins)
 
     def reduction(self, ranges, rranges, rtype: ReductionType, dtype, fn, origin: str,
                   outputs: int = 1, out_dtypes=None) -> list[TensorValue]:
@@ -400,19 +402,18 @@ class GraphLowering:
         if tv.buffer is not None:
             return tv.buffer.slot
         if tv.view_of is not None:
-            base, (op, args, kwargs) = tv.view_of
+            base, (op, args, kwargs, source) = tv.view_of
             base_slot = self.materialize(base)
             sid = tv.vid if tv.vid is not None and "producer" not in self.out.slots[tv.vid] \
                 else None
             if sid is None or "shape" not in self.out.slots[sid]:
                 return self.realize(tv).slot
             self.out.slots[sid]["producer"] = "view"
-            if op == "aten::view.default" and not self.out.slots[base_slot].get("contiguous",
-                                                                              True):
-                op = "aten::reshape.default"   # a channels-last base: view may not apply
-            self.out.steps.append({"kind": StepKind.VIEW.value, "op": op,
-                                   "args": [{"slot": base_slot}, *args], "kwargs": kwargs,
-                                   "out": [sid], "single": True})
+            step = {"kind": StepKind.VIEW.value, "op": op, "args": [{"slot": base_slot}, *args],
+                    "kwargs": kwargs, "out": [sid], "single": True,
+                    **({"source": source} if source else {})}
+            lay_out_extern(self, step, torch_op(op))   # a channels-last base, say
+            self.out.steps.append(step)
             tv.buffer = self._buffer(sid)
             return sid
         return self.realize(tv).slot
@@ -429,10 +430,14 @@ class GraphLowering:
         for vid in node["out"]:
             self.out.slots[vid]["producer"] = kind.value
         layout_cl = (op == aten.convolution.default and self.channels_last
-                     and self._channels_last_conv(node, args))
-        self.out.steps.append({"kind": kind.value, "op": node["op"], "args": args,
-                               "kwargs": kwargs, "out": list(node["out"]),
-                               "single": node["single"]})
+                     and channels_last_conv(self, node, args))
+        step = {"kind": kind.value, "op": node["op"], "args": args, "kwargs": kwargs,
+                "out": list(node["out"]), "single": node["single"]}
+        if node.get("source"):   # the model's line, for errors that name a failing step
+            step["source"] = node["source"]
+        if op not in (aten.convolution.default, aten.scaled_dot_product_attention.default):
+            lay_out_extern(self, step, op)   # their layouts are planned where they are made
+        self.out.steps.append(step)
         for vid in node["out"]:
             meta = self.values[vid]
             if meta and "shape" in meta:
@@ -440,25 +445,6 @@ class GraphLowering:
                 self.env[vid].channels_last = layout_cl
             else:
                 self.env[vid] = None
-
-    def _channels_last_conv(self, node: dict, args: list) -> bool:
-        """A 2d convolution whose weight is a model weight takes it channels-last (converted
-        once, at load) and so gives a channels-last output: its slot says so, so kernels index
-        it as it is (a runtime whose convolution answers otherwise gets a copy, never a wrong
-        read). Graph outputs keep eager's layout."""
-        out, = node["out"]
-        weight = args[1].get("slot") if isinstance(args[1], dict) else None
-        meta = self.values[out]
-        if (weight is None or self.out.slots[weight]["kind"] != SlotKind.WEIGHT.value
-                or self.users.get(weight, 0) != 1 or not meta or len(meta.get("shape", ())) != 4 or node["args"][6] is True
-                or out in self.graph_outputs):
-            return False
-        n, c, h, w = (sym(d) for d in meta["shape"])
-        self.out.slots[weight]["memory_format"] = "channels_last"
-        self.out.slots[out].update(stride=size_texts((h * w * c, 1, w * c, c)),
-                                   contiguous=_is_contiguous(meta["shape"], (h * w * c, 1,
-                                                                            w * c, c)))
-        return True
 
     def _rewrite(self, a):
         if isinstance(a, list):

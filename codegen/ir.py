@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -353,24 +354,54 @@ def _nonnegative_term(term) -> bool:
 
 
 def _divisible(term, b) -> bool:
+    """Whether `term` is a whole multiple of `b` for every value of its symbols. An integer
+    `b` divides a term exactly when it divides its numeric coefficient (the rest is a product
+    of symbols that may take any value); symbolic divisors need sympy's cancel."""
+    if b.is_Integer:
+        c, _ = term.as_coeff_Mul()
+        return bool(c.is_Integer and int(c) % int(b) == 0)
     return sympy.fraction(sympy.cancel(term / b))[1] == 1
 
 
+def _nonnegative_number(e) -> bool:
+    e = e if e.is_Number else sympy.simplify(e)
+    return e.is_nonnegative is True
+
+
 def simplify_index(expr, ranges: dict):
-    """Fold FloorDiv/ModIndex using the ranges of the loop variables (var -> size)."""
+    """Fold FloorDiv/ModIndex using the ranges of the loop variables (var -> size).
+    Pure in its arguments, so results are cached: kernels index the same views many times."""
+    return _simplify_index(sympy.expand(expr), tuple(sorted(ranges.items(), key=str)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _simplify_index(expr, ranges_items: tuple):
+    ranges = dict(ranges_items)
+    bounds_memo: dict = {}
+
+    def bounds(e):
+        if e not in bounds_memo:
+            bounds_memo[e] = index_bounds(e, ranges)
+        return bounds_memo[e]
+
     def nonnegative(e) -> bool:   # so C's truncating / and % agree with floor semantics
-        bounds = index_bounds(e, ranges)
-        return bounds is not None and sympy.simplify(bounds[0]).is_nonnegative is True
+        b = bounds(e)
+        return b is not None and _nonnegative_number(b[0])
 
     def within(e, k) -> bool:   # 0 <= e < k for every value of the loop variables
-        bounds = index_bounds(e, ranges)
-        return bounds is not None and sympy.simplify(bounds[0]).is_nonnegative is True and \
-            sympy.simplify(k - 1 - bounds[1]).is_nonnegative is True
+        b = bounds(e)
+        return b is not None and _nonnegative_number(b[0]) and _nonnegative_number(k - 1 - b[1])
+
+    memo: dict = {}   # index expressions of stacked views share subtrees: fold each once
 
     def fold(e):
         if not e.args:
             return e
-        e = e.func(*[fold(a) for a in e.args])
+        if e not in memo:
+            memo[e] = fold_node(e.func(*[fold(a) for a in e.args]))
+        return memo[e]
+
+    def fold_node(e):
         if isinstance(e, sympy.Add):
             return _recombine(e)
         if not isinstance(e, (FloorDiv, ModIndex)):
@@ -385,21 +416,26 @@ def simplify_index(expr, ranges: dict):
             if isinstance(e, FloorDiv):
                 return sympy.expand(sympy.Add(*keep) / b) + fold(FloorDiv(rest, b))
             return fold(ModIndex(rest, b))
-        # (k*x + y) // (k*m) == x // m and (k*x + y) % (k*m) == k*(x % m) + y, for 0 <= y < k:
-        # a flattened row index divided back into its dims ((p0 + 512*r0) // 32768 -> r0 // 64)
-        if b.is_Integer:
-            for k in sorted({int(sympy.gcd(_coefficient(t), b)) for t in terms}, reverse=True):
-                if k <= 1 or k == b:
-                    continue
-                big = [t for t in terms if _divisible(t, k)]
-                small = sympy.Add(*[t for t in terms if not _divisible(t, k)])
-                if big and within(small, k):
-                    x = sympy.expand(sympy.Add(*big) / k)
-                    if isinstance(e, FloorDiv):
-                        return fold(FloorDiv(x, b // k))
-                    return sympy.expand(k * fold(ModIndex(x, b // k)) + small)
+        return _split_common_factor(e, terms, b, fold, within)
+    return fold(expr)
+
+
+def _split_common_factor(e, terms, b, fold, within):
+    """(k*x + y) // (k*m) == x // m and (k*x + y) % (k*m) == k*(x % m) + y, for 0 <= y < k:
+    a flattened row index divided back into its dims ((p0 + 512*r0) // 32768 -> r0 // 64)."""
+    if not b.is_Integer:
         return e
-    return fold(sympy.expand(expr))
+    for k in sorted({int(sympy.gcd(_coefficient(t), b)) for t in terms}, reverse=True):
+        if k <= 1 or k == b:
+            continue
+        big = [t for t in terms if _divisible(t, sympy.Integer(k))]
+        small = sympy.Add(*[t for t in terms if not _divisible(t, sympy.Integer(k))])
+        if big and within(small, k):
+            x = sympy.expand(sympy.Add(*big) / k)
+            if isinstance(e, FloorDiv):
+                return fold(FloorDiv(x, b // k))
+            return sympy.expand(k * fold(ModIndex(x, b // k)) + small)
+    return e
 
 
 def _coefficient(term) -> sympy.Integer:

@@ -19,8 +19,11 @@ _FIXES = (
      "the model's code fixes or narrows a dynamic dim (see the line above); widen the code "
      "path, narrow the declared range to what the error suggests, or make the dim static"),
     (r"data.dependent|GuardOnDataDependent|generic_jump|Dynamic control flow",
-     "make control flow depend on shapes, not tensor values (use torch.where, or torch.cond "
-     "for real branches)"),
+     "a size or branch there depends on tensor values (NMS, nonzero, boolean indexing): "
+     "export the part of the model before it (a detector's backbone and head) and run that "
+     "post-processing eagerly on its outputs; or state the size's bounds with "
+     "torch._check(...) before that line; for a branch on values use torch.where, or "
+     "torch.cond for real branches"),
     (r"\.item\(\)|Tensor\.item|tolist|_local_scalar_dense",
      "keep values as tensors instead of turning them into Python numbers"),
     (r"\bprint\b|logging|logger", "remove print and logging calls from forward"),
@@ -55,6 +58,38 @@ def locate(exc: BaseException, source: Path | None) -> str | None:
     return f"{file}:{line}: {code}"
 
 
+_USER_STACK = re.compile(r"(?:User Stack \(most recent call last\):|from user code:)\n(.*?)"
+                         r"(?:\n\n|\Z)", re.S)
+_REASONS = ("Could not guard on data-dependent", "Could not extract specialized integer",
+            "Unsupported", "Constraints violated")
+
+
+def cause(exc: BaseException) -> str | None:
+    """Where torch says the capture failed: the innermost frame of the user stack its message
+    quotes, a library's line too (torchvision's `batched_nms`), followed by the innermost
+    line of the model's own code that led there. None if the message quotes no stack."""
+    block = _USER_STACK.search(str(exc))
+    frames = [(f, int(n)) for f, n in _FRAME.findall(block.group(1))] if block else []
+    if not frames:
+        return None
+    at = lambda fr: f"{fr[0]}:{fr[1]}: {linecache.getline(fr[0], fr[1]).strip()}"  # noqa: E731
+    mine = [fr for fr in frames if not _is_library(fr[0])]
+    where = at(frames[-1])
+    if mine and mine[-1] != frames[-1]:
+        where += f" (called from {at(mine[-1])})"
+    return where
+
+
+def reason(text: str, default: str) -> str:
+    """The line of torch's message that says why (its first line is often advice)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for key in _REASONS:
+        for ln in lines:
+            if key in ln:
+                return ln[ln.index(key):]
+    return lines[0] if lines else default
+
+
 def suggest(text: str) -> str:
     for pattern, fix in _FIXES:
         if re.search(pattern, text):
@@ -68,8 +103,8 @@ def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path 
         return torch.export.export(module, args, strict=strict, dynamic_shapes=dynamic_shapes)
     except Exception as e:   # torch raises many unrelated classes here
         text = str(e)
-        reason = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
-        raise ExportError(f"capturing the model as one graph failed: {reason[:400]}",
-                          where=locate(e, source) or "model forward",
+        why = reason(text, type(e).__name__)
+        raise ExportError(f"capturing the model as one graph failed: {why[:400]}",
+                          where=cause(e) or locate(e, source) or "model forward",
                           expected="a forward pass torch.export can capture without graph breaks",
                           found=type(e).__name__, fix=suggest(text)) from e

@@ -135,6 +135,13 @@ def decompose(gm: torch.fx.GraphModule, flat_args: list, *,
         return _Replay(gm).run(*args)
 
     functional = torch.func.functionalize(replay, remove="mutations")
+    # each re-traced node keeps the stack trace of the exported node it came from, so plan
+    # steps can name the model's source line
+    with torch.fx.traceback.preserve_node_meta():
+        return _retrace(functional, flat_args, table, symbolic)
+
+
+def _retrace(functional, flat_args: list, table: dict, symbolic: bool) -> torch.fx.GraphModule:
     if symbolic:
         from torch._guards import detect_fake_mode
         fake_mode = detect_fake_mode(flat_args)

@@ -171,10 +171,27 @@ def _node_json(node, ids, new, slot_of) -> dict:
     else:
         ids[node] = new(val)
         out, single = [ids[node]], True
-    return {"op": f"{target._schema.name}.{target._overloadname}",
-            "args": [encode_arg(a, slot_of) for a in args],
-            "kwargs": {k: encode_arg(v, slot_of) for k, v in kwargs.items()},
-            "out": out, "single": single}
+    out = {"op": f"{target._schema.name}.{target._overloadname}",
+           "args": [encode_arg(a, slot_of) for a in args],
+           "kwargs": {k: encode_arg(v, slot_of) for k, v in kwargs.items()},
+           "out": out, "single": single}
+    source = user_frame(node.meta.get("stack_trace"))
+    if source:
+        out["source"] = source
+    return out
+
+
+def user_frame(stack_trace: str | None) -> str | None:
+    """'file.py:line: code' of the innermost frame of the model's own code in an FX node's
+    stack trace (torch's and aotc's frames skipped), or None. The file's name only: artifacts
+    are reproducible byte for byte wherever the model's file lies."""
+    from aotc.exporter.capture import _FRAME, _is_library
+    frames = [(f, int(n)) for f, n in _FRAME.findall(stack_trace or "") if not _is_library(f)]
+    if not frames:
+        return None
+    import linecache
+    file, line = frames[-1]
+    return f"{Path(file).name}:{line}: {linecache.getline(file, line).strip()}"[:512]
 
 
 def _rebind(src, dst, args, kwargs) -> tuple[tuple, dict]:

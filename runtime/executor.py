@@ -105,6 +105,7 @@ class PlanFunction:
         persistent tensors by name (the plan updates them in place)."""
         self.plan, self.library, self.static_weights = plan, library, static_weights
         self.state = state or {}
+        self.line_steps: dict[int, int] = {}   # line of the source -> the plan step it runs
         self.device = device
         self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
@@ -189,7 +190,9 @@ class _Emitter:
             # passing what forward saved): the plan's FREE steps then free each input
             lines.append("    if inputs.__class__ is list: inputs.clear()")
         for idx, step in enumerate(plan.steps):
-            lines += self._step(idx, step)
+            body = self._step(idx, step)
+            self.fn.line_steps.update({len(lines) + 1 + k: idx for k in range(len(body))})
+            lines += body
         if flagged:
             lines.append("    check_error_flag(ERR, ARGS, symbols)")
         rets = [self.names[o.slot] if o.slot is not None else self._const(o.const)

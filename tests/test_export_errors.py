@@ -130,3 +130,36 @@ def test_bad_target_refused_before_capture(tmp_path, monkeypatch):
         aotc.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),), tmp_path / "out.aotc",
                     target="tpu")
     assert not (tmp_path / "out.aotc").exists()
+
+
+def test_data_dependent_failure_in_a_library_names_its_line_and_the_callers(tmp_path):
+    # torchvision's detection post-processing (batched_nms) fails capture inside the
+    # library: the error names that line, then the model's line that called it, and a fix
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "detlib.py").write_text(
+        "def keep_positive(boxes):\n"
+        "    kept = boxes[boxes[:, 0] > 0]\n"
+        "    if kept.shape[0] > 2:\n"
+        "        return kept * 2\n"
+        "    return kept\n")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("detlib", lib / "detlib.py")
+    detlib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(detlib)
+
+    class Det(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return detlib.keep_positive(self.fc(x))
+
+    with pytest.raises(aotc.ExportError) as info:
+        aotc.export(Det().eval(), (torch.randn(8, 4),), tmp_path / "d.aotc")
+    err = info.value
+    assert "data-dependent" in err.what
+    assert err.where.startswith(f"{lib / 'detlib.py'}:3: if kept.shape[0] > 2:")
+    assert "called from" in err.where and "test_export_errors.py" in err.where
+    assert "export the part of the model before it" in err.fix

@@ -136,7 +136,9 @@ def test_dynamic_kernels_test_their_size_before_entering_openmp(tmp_path):
                     dynamic_shapes=({0: Dim("b", min=2, max=4096)},))
     src = (p / "kernels" / "kernels.cpp").read_text()
     body = src[src.index('extern "C" int kernel0'):]
-    assert "if (96 * s_b >= 32768) {" in body and "} else {" in body
+    # elements, or the work weighted by the body's operations (codegen/cpp/work.py)
+    assert "if (96 * s_b >= 32768 || " in body and " >= 131072) {" in body
+    assert "} else {" in body
     assert body.count("#pragma omp parallel for") == 1 and " if(" not in body
     m = aotc.load(p)
     for b in (2, 300, 1000):    # serial, then parallel (96 * 1000 >= 32768)

@@ -79,3 +79,24 @@ def test_concurrent_guard_failures_and_successes(exported):
         assert outcome[("bad", i)] == ROUNDS
         for out in outcome[("ok", i)]:
             assert_matches(out, expected[i])
+
+
+def test_parallel_from_the_work_per_element_not_the_size_alone():
+    """64 x 256 is below the element threshold, but a layer norm, GELU and softmax over it
+    do tens of operations per element: that kernel runs on threads; a plain add over the same
+    size does not."""
+    import torch.nn.functional as F
+    from aotc.codegen import lower_and_schedule
+    from aotc.codegen.cpp.work import PARALLEL_MIN_ELEMENTS, worth_threads
+    from aotc.codegen.scheduler import Kernel
+    from aotc.exporter import trace_function
+
+    def kernels(fn, *args):
+        _, steps, _ = lower_and_schedule(trace_function(fn, args))
+        return [s for s in steps if isinstance(s, Kernel)]
+    x, w = torch.randn(64, 256), torch.ones(256)
+    assert 64 * 256 < PARALLEL_MIN_ELEMENTS
+    heavy = kernels(lambda x: torch.softmax(F.gelu(F.layer_norm(x, (256,), w)) * 2, -1), x)
+    assert heavy and all(worth_threads(k) for k in heavy)
+    light = kernels(lambda x: x + 1, x)
+    assert light and not any(worth_threads(k) for k in light)

@@ -17,9 +17,9 @@ from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, 
                              index_vars, linear_index, product, simplify_index)
 from aotc.codegen.cpp.loopshape import column_nodes, merge_reduced_dims
 from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, value_type
+from aotc.codegen.cpp.work import elements, threads_condition, worth_threads
 from aotc.codegen.scheduler import Kernel
 
-PARALLEL_MIN_ELEMENTS = 32768   # below this a kernel runs on one thread (OpenMP start-up costs)
 COLUMN_BLOCK = 64               # accumulators per column block of a column reduction
 
 
@@ -233,20 +233,13 @@ class KernelWriter:
             return "outer" if self.k.prefix else "full"
         return "outer" if (not rows.is_Integer or int(rows) >= 8) else "inner"
 
-    def _work(self) -> sympy.Expr:
-        sizes = []
-        for n in self.k.nodes:
-            b = n.body
-            sizes.append(product(b.ranges) * (product(b.reduction_ranges)
-                                              if isinstance(b, Reduction) else 1))
-        return max(sizes, key=lambda e: int(e) if e.is_Integer else 1 << 62)
-
     def _parallel_clause(self) -> str | None:
         """The OpenMP clause of the kernel's parallel loop ("": parallel), None for serial
-        loops. A dynamic kernel is written twice instead (`source`)."""
-        if self.parallel is not None:
-            return "" if self.parallel else None
-        return "" if int(self._work()) >= PARALLEL_MIN_ELEMENTS else None
+        loops, as its work decides (codegen/cpp/work.py). A dynamic kernel is written twice
+        instead (`source`)."""
+        if self.parallel is None:
+            self.parallel = worth_threads(self.k)
+        return "" if self.parallel else None
 
     def _handler(self, lines, ranges, inner=()) -> CppHandler:
         return CppHandler(self.buffers, ranges, self.locals, lines, self.counter, inner)
@@ -414,12 +407,11 @@ class KernelWriter:
         With a dynamic amount of work the body is written twice, parallel and serial, behind a
         test of the size: libgomp starts a team for `#pragma omp parallel if(false)` too, about
         0.5 us a call, which small calls of dynamic plans would pay in every kernel."""
-        work = self._work()
-        if self.parallel is not None or work.is_Integer:
+        if self.parallel is not None or elements(self.k).is_Integer:
             return self._wrap(self._body())
         self.parallel = True
         serial = KernelWriter(self.k, self.buffers, self.stored, parallel=False)
-        lines = [f"if ({cexpr(work)} >= {PARALLEL_MIN_ELEMENTS}) {{",
+        lines = [f"if {threads_condition(self.k, cexpr)} {{",
                  *["    " + ln for ln in self._body()], "} else {",
                  *["    " + ln for ln in serial._body()], "}"]
         self.reads |= serial.reads

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from aotc.codegen.ir import (contiguous_strides, linear_index, product, provable_max,
-                             provably_nonnegative, sym, unravel)
+import sympy
+
+from aotc.codegen.ir import (contiguous_strides, index_vars, linear_index, product, provable_max,
+                             provably_nonnegative, simplify_index, sym, unravel)
 from aotc.codegen.lowering import out_shape, register, size_args
 
 aten = torch.ops.aten
@@ -28,8 +30,43 @@ def view(g, metas, x, size):
     if tuple(shape) == tuple(x.shape):
         return _view(g, x, shape, lambda idx: idx)
     out_strides = contiguous_strides(shape)
-    remap = lambda idx: tuple(unravel(linear_index(idx, out_strides), x.shape))
-    return _view(g, x, shape, remap, ("aten::view.default", [size_args(shape)], {}))
+    remap = simplified(lambda idx: tuple(unravel(linear_index(idx, out_strides), x.shape)),
+                       shape)
+    return _view(g, bounded(g, x, remap, shape), shape, remap,
+                 ("aten::view.default", [size_args(shape)], {}))
+
+
+INDEX_LIMIT = 64   # sympy ops in a load index past which a reshape realizes its lazy base
+
+
+def bounded(g, x, remap, shape):
+    """`x`, realized first if reading it through `remap` gives a load index of more than
+    INDEX_LIMIT ops. Folding cannot shorten every composition (the channel shuffle's
+    c -> 4*(c % 2) + c // 2 reads its argument twice, so k stacked shuffles over pointwise
+    ops between them double the index k times); a buffer restarts the index, so export time
+    stays linear in the number of views."""
+    if x.buffer is not None:
+        return x
+    from aotc.codegen.scheduler import LoadRecorder
+    rec = LoadRecorder()
+    vs = index_vars("view", len(shape))
+    x.loader(rec, remap(vs))
+    if max((sympy.count_ops(i) for _, i in rec.loads), default=0) <= INDEX_LIMIT:
+        return x
+    return g.realized(g.realize(x).slot)
+
+
+def simplified(remap, shape):
+    """`remap` folded once over fresh index variables in `shape`'s ranges, then instantiated
+    with each caller's index. A reshape's unravel of its flattened index nests FloorDiv and
+    ModIndex over its argument, so stacked reshapes (ShuffleNet's channel shuffle, window
+    partitions) left unsimplified grow exponentially with their depth; folded (splits and
+    merges of dims cancel) each level adds a term or two."""
+    vs = index_vars("view", len(shape))
+    ranges = dict(zip(vs, (sym(d) for d in shape)))
+    template = tuple(simplify_index(sympy.sympify(e), ranges) for e in remap(vs))
+    return lambda idx: tuple(e.xreplace(dict(zip(vs, map(sympy.sympify, idx))))
+                             for e in template)
 
 
 @register(aten.permute.default)

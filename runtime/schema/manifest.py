@@ -208,6 +208,7 @@ class Manifest:
     training: Training | None = None
     state: tuple = ()                            # StateSpec, ...
     generation: Generation | None = None
+    export_check: dict | None = None             # display: whether export ran the artifact
     files: dict = field(default_factory=dict)   # path -> FileEntry
 
     def to_json(self) -> dict:
@@ -223,6 +224,8 @@ class Manifest:
             out["state"] = [st.to_json() for st in self.state]
         if self.generation is not None:
             out["generation"] = self.generation.to_json()
+        if self.export_check is not None:
+            out["export_check"] = self.export_check
         return out
 
 
@@ -232,7 +235,7 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     (False while codegen builds the manifest, before the files are written)."""
     doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
                       "weights", "files", "manifest_sha256"),
-            optional=("training", "state", "generation"))
+            optional=("training", "state", "generation", "export_check"))
     entries = {name: _entry(a, name) for name, a in doc.get("entries").items(16)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
     training = _training(doc.get("training")) if doc.has("training") else None
@@ -242,7 +245,9 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
                  producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
                  target=_target(doc.get("target")), options=_scalars(doc.get("options")),
                  entries=entries, weights=_weights(doc.get("weights")), training=training,
-                 state=_states(doc.get("state", [])), files=_files(doc.get("files")))
+                 state=_states(doc.get("state", [])), files=_files(doc.get("files")),
+                 export_check=display(doc.get("export_check")) if doc.has("export_check")
+                 else None)
     if doc.has("generation"):
         m = dataclasses.replace(m, generation=_generation(doc.get("generation"), m))
     if complete:

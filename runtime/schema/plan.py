@@ -108,14 +108,18 @@ class CallStep:
     kwargs: tuple                      # ((name, arg), ...)
     out: tuple                         # slot | None per result
     single: bool = True                # the op returns one value (not a tuple)
+    source: str | None = None          # display only: the model's line that produced it
 
     def reads(self) -> list[int]:
         return slot_refs(self.args) + slot_refs(tuple(v for _, v in self.kwargs))
 
     def to_json(self) -> dict:
-        return {"kind": self.kind.value, "op": self.op, "args": arg_json(self.args),
-                "kwargs": {k: arg_json(v) for k, v in self.kwargs}, "out": list(self.out),
-                "single": self.single}
+        out = {"kind": self.kind.value, "op": self.op, "args": arg_json(self.args),
+               "kwargs": {k: arg_json(v) for k, v in self.kwargs}, "out": list(self.out),
+               "single": self.single}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,7 +331,7 @@ def _arg(a: At, n: int, symbols, depth: int = 0):
     a.fail("an argument: a number, a string, a list or a tagged value")
 
 
-_CALL_KEYS = frozenset(("kind", "op", "args", "kwargs", "out", "single"))
+_CALL_KEYS = frozenset(("kind", "op", "args", "kwargs", "out", "single", "source"))
 _FREE_KEYS = frozenset(("kind", "slots", "donate"))
 
 
@@ -357,7 +361,9 @@ def _step(a: At, n: int, symbols) -> Step:
                     args=tuple(_arg(args.child(i, x), n, symbols)
                                for i, x in enumerate(args.value)),
                     kwargs=kwargs, out=a.ints_of("out", n - 1, nullable=True),
-                    single=a.bool_of("single") if "single" in v else True)
+                    single=a.bool_of("single") if "single" in v else True,
+                    source=a.get("source").str(pattern=WEIGHT_NAME, max_len=1024)
+                    if "source" in v else None)
 
 
 def _kernel_step(a: At, n: int, symbols) -> KernelStep:

@@ -1,0 +1,175 @@
+"""Layouts of extern and view steps: what strides an ATen call really returns, given the
+strides its arguments really have.
+
+A graph value's slot starts with the strides eager produced at export, where every activation
+was contiguous. Codegen changes some layouts (channels-last convolution outputs and the kernels
+that follow them), and ATen ops propagate the layout of their inputs: an adaptive average pool
+over a channels-last tensor answers channels-last, and a `view` of it fails ("view size is not
+compatible with input tensor's size and stride"). So each extern and view step over a
+non-contiguous argument is run once on meta tensors with the arguments' planned strides, and
+its output slots take the strides it returns; kernels then read the tensor as it is, and a
+`view` of a base it cannot view becomes a `reshape`.
+
+ATen's compute kernels take contiguous or channels-last (dense, 4-d) inputs; some (group norm,
+several pooling and upsampling kernels) check that their input is one of the two, so any other
+layout (a permuted view of a channels-last tensor, say) is copied into a contiguous buffer
+before such a call (`standard_layout`) -- unless the argument has exactly the strides eager gave
+it at export, which the op took then (a transposed weight fed to `mm`, say: copying it would
+add a full pass over the weight to every call).
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from aotc.codegen.ir import contiguous_strides, size_texts, sym
+from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.runtime.plan import SlotKind
+
+VIEW = "aten::view.default"
+RESHAPE = "aten::reshape.default"
+
+
+def channels_last_strides(shape) -> tuple:
+    n, c, h, w = shape
+    return (h * w * c, sympy.Integer(1), w * c, c)
+
+
+def same_strides(shape, a, b) -> bool:
+    """Equal strides, ignoring those of size-1 dims (as torch does)."""
+    return all(sym(d) == 1 or sympy.simplify(sym(x) - sym(y)) == 0
+               for d, x, y in zip(shape, a, b))
+
+
+def standard_layout(slot: dict) -> bool:
+    """Whether an ATen kernel takes the slot's tensor as it is: contiguous, or channels-last
+    dense in 4 dims."""
+    shape, stride = slot["shape"], slot["stride"]
+    if same_strides(shape, stride, contiguous_strides([sym(d) for d in shape])):
+        return True
+    return len(shape) == 4 and same_strides(shape, stride,
+                                            channels_last_strides([sym(d) for d in shape]))
+
+
+def _static(slot: dict) -> bool:
+    return all(sym(d).is_Integer for d in slot["shape"] + slot["stride"])
+
+
+def meta_strides(op, args: list, kwargs: dict, slots: list) -> list | None:
+    """The strides of each tensor output of `op` called on meta tensors laid out as the
+    argument slots say, or None where that cannot be found (symbolic sizes, an op with no meta
+    kernel): the caller keeps the strides it had."""
+    tensors = [slots[a["slot"]] for a in _slot_args(args) + _slot_args(list(kwargs.values()))]
+    if not all("shape" in s and _static(s) for s in tensors):
+        return None
+    try:
+        out = op(*[_meta(a, slots) for a in args],
+                 **{k: _meta(v, slots) for k, v in kwargs.items()})
+    except Exception:   # noqa: BLE001 - no meta kernel, or one stricter than ATen's: keep
+        return None
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in outs]
+
+
+def declare(slot: dict, stride) -> None:
+    """Set a slot's strides to what the step really returns."""
+    shape = [sym(d) for d in slot["shape"]]
+    slot.update(stride=size_texts(tuple(sym(s) for s in stride)),
+                contiguous=same_strides(shape, stride, contiguous_strides(shape)))
+
+
+def _slot_args(args: list) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, list):
+            out += _slot_args(a)
+        elif isinstance(a, dict) and "slot" in a:
+            out.append(a)
+    return out
+
+
+def _meta(a, slots: list):
+    if isinstance(a, list):
+        return [_meta(x, slots) for x in a]
+    if not isinstance(a, dict):
+        return a
+    (tag, payload), = a.items()
+    if tag == "slot":
+        s = slots[payload]
+        return torch.empty_strided([int(d) for d in s["shape"]], [int(d) for d in s["stride"]],
+                                   dtype=DTYPES[s["dtype"]], device="meta")
+    decoded = {"sym": lambda p: int(sym(p)), "float": float, "dtype": DTYPES.__getitem__,
+               "device": lambda p: torch.device("meta"), "layout": LAYOUTS.__getitem__,
+               "memory_format": MEMORY_FORMATS.__getitem__}
+    return decoded[tag](payload)
+
+
+def lay_out_extern(lowering, step: dict, op) -> None:
+    """An extern or view step over planned layouts: arguments an ATen kernel cannot take as
+    they are copied contiguous first, `view` of a base it cannot view becomes `reshape`, and
+    the output slots take the strides the call returns (found on meta tensors)."""
+    slots = lowering.out.slots
+    tensor_args = _slot_args(step["args"]) + _slot_args(list(step["kwargs"].values()))
+    if all(slots[a["slot"]].get("contiguous", True) for a in tensor_args):
+        return
+    if step["kind"] == "view":
+        if step["op"] == VIEW:
+            step["op"] = RESHAPE
+            op = torch.ops.aten.reshape.default
+    else:
+        for a in tensor_args:
+            if not standard_layout(slots[a["slot"]]) and not _as_eager(lowering, a["slot"]):
+                a["slot"] = contiguous_copy(lowering, a["slot"])
+    strides = meta_strides(op, step["args"], step["kwargs"], slots)
+    for vid, stride in zip(step["out"], strides or ()):
+        if stride is not None and "shape" in slots[vid]:
+            declare(slots[vid], stride)
+
+
+def _as_eager(lowering, sid: int) -> bool:
+    """Whether slot `sid` is a graph value laid out as eager laid it out at export."""
+    values = lowering.values
+    meta = values[sid] if sid < len(values) else None
+    if not meta or "stride" not in meta:
+        return False
+    slot = lowering.out.slots[sid]
+    return same_strides([sym(d) for d in slot["shape"]], slot["stride"], meta["stride"])
+
+
+def contiguous_copy(lowering, sid: int) -> int:
+    """A copy of slot `sid` into a new contiguous slot (its id): a kernel, or with codegen
+    off an ATen `clone` (an extern-only artifact has no kernels)."""
+    src = lowering.realized(sid)
+    if not lowering.codegen:
+        out = lowering.new_slot(src.shape, src.dtype)
+        lowering.out.slots[out]["producer"] = "extern"
+        op = "aten::clone.default"
+        lowering.out.steps.append({"kind": "extern", "op": op, "args": [{"slot": sid}],
+                                   "kwargs": {"memory_format": {"memory_format":
+                                                                "contiguous_format"}},
+                                   "out": [out], "single": True})
+        lowering.out.fallback[op] = lowering.out.fallback.get(op, 0) + 1
+        return out
+    copy = lowering.pointwise(src.shape, src.dtype, src.loader, "layout_copy")
+    return lowering.realize(copy).slot
+
+
+def channels_last_conv(g, node: dict, args: list) -> bool:
+    """A 2d convolution whose weight is a model weight takes it channels-last (converted
+    once, at load) and so gives a channels-last output: its slot says so, so kernels index
+    it as it is (a runtime whose convolution answers otherwise gets a copy, never a wrong
+    read). Graph outputs keep eager's layout."""
+    out, = node["out"]
+    weight = args[1].get("slot") if isinstance(args[1], dict) else None
+    meta = g.values[out]
+    if (weight is None or g.out.slots[weight]["kind"] != SlotKind.WEIGHT.value
+            or g.users.get(weight, 0) != 1 or not meta or len(meta.get("shape", ())) != 4
+            or node["args"][6] is True or out in g.graph_outputs):
+        return False
+    shape = [sym(d) for d in meta["shape"]]
+    n, c, h, w = shape
+    cl = (h * w * c, sym(1), w * c, c)
+    g.out.slots[weight]["memory_format"] = "channels_last"
+    g.out.slots[out].update(stride=size_texts(cl),
+                            contiguous=same_strides(shape, cl, contiguous_strides(shape)))
+    return True

@@ -1,0 +1,131 @@
+"""Export proves its artifact: before the finished directory is swapped into place, it is
+loaded with the public runtime (`aotc.load`) and run on the recorded sample inputs, and its
+outputs are compared with the eager outputs recorded beside them (what `aotc verify` checks
+later). A failure is a `LoweringError` naming the plan step, its op and the model's source
+line where the plan failed, and no artifact is left behind.
+
+Where the exporting machine cannot run the target (CUDA cubins cross-compiled on a CPU host),
+the manifest's `export_check` says the artifact was not run and why; `aotc verify` on the
+target machine is the check then. Outputs are compared with `compare`, the rule `aotc verify`
+uses.
+"""
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import torch
+
+from aotc.errors import AotcError, LoweringError
+
+# (rtol, atol) by dtype: what a compiled artifact may differ from eager by
+TOLERANCES = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-4),
+              torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
+_FIX = ("report it with the model (this is an aotc bug); meanwhile export with --no-codegen, "
+        "which runs every op through ATen")
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, rtol=None, atol=None) -> tuple[bool, float]:
+    """(within tolerance, max abs difference)."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return False, float("inf")
+    if not (want.dtype.is_floating_point or want.dtype.is_complex):
+        return bool(torch.equal(got.cpu(), want.cpu())), 0.0
+    r, a = TOLERANCES.get(want.dtype, (1e-4, 1e-4))
+    r, a = rtol if rtol is not None else r, atol if atol is not None else a
+    g, w = got.detach().cpu().double(), want.detach().cpu().double()
+    diff = float((g - w).abs().max()) if g.numel() else 0.0
+    return bool(torch.allclose(g, w, rtol=r, atol=a, equal_nan=True)), diff
+
+
+def artifact_check(samples, device: str, wanted: bool = True):
+    """(the check to run on the complete temporary directory or None, the manifest's
+    `export_check` record)."""
+    if not wanted:
+        return None, {"ran": False, "why": "turned off (--no-prove)"}
+    if samples is None:
+        return None, {"ran": False, "why": "no samples were recorded (--no-record-samples)"}
+    if device != "cpu":
+        return None, {"ran": False, "why": f"a {device} artifact is not run on the exporting "
+                      "machine; run `aotc verify` on the target"}
+    inputs, outputs = samples
+    return (lambda tmp: prove(Path(tmp), inputs, outputs)), \
+        {"ran": True, "samples": len(inputs), "outputs": len(outputs)}
+
+
+def prove(path: Path, inputs, expected) -> None:
+    """Load the artifact at `path`, run it on `inputs`, and compare with `expected`."""
+    import aotc
+    try:
+        module = aotc.load(path)
+    except AotcError as e:
+        raise LoweringError(f"the artifact just written does not load: {e.what}",
+                            where=e.where or str(path), expected="an artifact aotc.load accepts",
+                            found=type(e).__name__, fix=_FIX) from e
+    try:
+        if getattr(module, "generation", None) is not None:
+            return _prove_generation(module, inputs[0], expected[0])
+        got = module.run_flat("forward", tuple(inputs))
+    except AotcError:
+        raise
+    except Exception as e:   # noqa: BLE001 - any failure of a plan step is the finding
+        raise step_error(module, path, e) from e
+    for i, (g, w) in enumerate(zip(got, expected)):
+        ok, diff = compare(g, w)
+        if not ok:
+            raise LoweringError(f"the artifact's output #{i} differs from eager's on the "
+                                "recorded sample inputs", where=f"output #{i}",
+                                expected=f"{w.dtype}{list(w.shape)} within tolerance",
+                                found=f"{g.dtype}{list(g.shape)}, max abs diff {diff:.3g}",
+                                fix=_FIX)
+
+
+def _prove_generation(module, prompt: torch.Tensor, want: torch.Tensor) -> None:
+    """A generator: its greedy tokens from the recorded prompt against eager's. In float32
+    they must be equal; in half precision a late tie may flip, so only the first token (the
+    prefill's) must be."""
+    got = module.generate(prompt, want.shape[1] - prompt.shape[1]).cpu()
+    want = want.cpu()
+    half = next(iter(module.weights.values())).dtype in (torch.float16, torch.bfloat16) \
+        if module.weights else False
+    n = prompt.shape[1] + 1 if half else want.shape[1]
+    if not torch.equal(got[:, :n], want[:, :n]):
+        first = int((got[:, :n] != want[:, :n]).any(0).nonzero()[0]) - prompt.shape[1]
+        raise LoweringError("the generator's greedy tokens differ from eager's on the recorded "
+                            "prompt", where=f"new token {first}",
+                            expected=want[:, prompt.shape[1]:n].tolist(),
+                            found=got[:, prompt.shape[1]:n].tolist(), fix=_FIX)
+
+
+def step_error(module, path: Path, exc: BaseException) -> LoweringError:
+    """A LoweringError for an exception raised while the plan ran: the plan line it came
+    from, mapped back to its step (the runtime records which step each line runs), the step's
+    op and the model's source line recorded with it."""
+    entry, lineno = _plan_frame(exc)
+    where, found = "plan " + entry, type(exc).__name__
+    fn = module.entries[entry].function if entry in module.entries else None
+    if fn is not None and lineno is not None:
+        lines = fn.source.splitlines()
+        found = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else found
+        idx = fn.line_steps.get(lineno)
+        if idx is not None:
+            step = fn.plan.steps[idx]
+            what = getattr(step, "op", None) or getattr(step, "name", "")
+            where = f"plan {entry}, step {idx} ({step.kind.value} {what})"
+            if getattr(step, "source", None):
+                where += f", from {step.source}"
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return LoweringError(f"the exported artifact fails on the recorded sample inputs: "
+                         f"{type(exc).__name__}: {reason[:300]}", where=where,
+                         expected="the plan runs the samples as eager did", found=found,
+                         fix=_FIX)
+
+
+def _plan_frame(exc) -> tuple[str, int | None]:
+    """(entry, line number) of the innermost frame in a generated plan function."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename.startswith("<aotc plan ")]
+    if not frames:
+        return "forward", None
+    frame = frames[-1]
+    return frame.filename.removeprefix("<aotc plan ").removesuffix(">"), frame.lineno

@@ -1,0 +1,62 @@
+"""Export proves its artifact (aotc/prove.py): the written directory is loaded and run on the
+recorded samples before it replaces the destination. A plan that fails is a LoweringError
+naming the step, its op and the model's line, and nothing is left at the destination; an
+artifact that ran says so in its manifest, one that could not (a CUDA target here) says why."""
+import json
+
+import pytest
+import torch
+
+import aotc
+from aotc.codegen import extern_layout
+from test_extern_layout import PoolFlatten
+
+
+def _model_and_input():
+    torch.manual_seed(0)
+    return PoolFlatten().eval(), torch.randn(2, 3, 12, 12)
+
+
+def test_manifest_records_the_proof(tmp_path):
+    model, x = _model_and_input()
+    path = aotc.export(model, (x,), tmp_path / "m.aotc")
+    check = json.loads((path / "manifest.json").read_text())["export_check"]
+    assert check == {"ran": True, "samples": 1, "outputs": 1}
+    skipped = aotc.export(model, (x,), tmp_path / "n.aotc", prove=False)
+    assert json.loads((skipped / "manifest.json").read_text())["export_check"]["ran"] is False
+
+
+def test_a_failing_step_is_a_lowering_error_and_leaves_nothing(tmp_path, monkeypatch):
+    # without its layout pass, the flatten after the extern pool is a `view` of a
+    # channels-last tensor, which fails at run time: export must catch that itself
+    monkeypatch.setattr(extern_layout, "lay_out_extern", lambda lowering, step, op: None)
+    monkeypatch.setattr("aotc.codegen.graph.lay_out_extern", lambda lowering, step, op: None)
+    model, x = _model_and_input()
+    dest = tmp_path / "m.aotc"
+    events = []
+    with pytest.raises(aotc.LoweringError) as info:
+        aotc.export(model, (x,), dest, progress=events.append)
+    err = info.value
+    assert "fails on the recorded sample inputs" in err.what
+    assert "view" in err.where and "step" in err.where
+    assert "test_extern_layout.py:" in err.where and "flatten" in err.where   # the model line
+    assert "view" in str(err.found)
+    assert not dest.exists() and not list(tmp_path.iterdir())   # no artifact, no temp dir
+    assert any(e.startswith("proving the artifact") for e in events)
+
+
+def test_wrong_outputs_are_a_lowering_error(tmp_path, monkeypatch):
+    from aotc import prove
+    model, x = _model_and_input()
+    real = prove.prove
+    monkeypatch.setattr(prove, "prove", lambda path, inputs, expected:
+                        real(path, inputs, [e + 1 for e in expected]))
+    with pytest.raises(aotc.LoweringError, match=r"output #0 differs"):
+        aotc.export(model, (x,), tmp_path / "m.aotc")
+    assert not (tmp_path / "m.aotc").exists()
+
+
+def test_a_cross_compiled_target_records_it_was_not_run():
+    from aotc.prove import artifact_check
+    check, record = artifact_check(((torch.ones(1),), (torch.ones(1),)), "cuda")
+    assert check is None and record["ran"] is False and "aotc verify" in record["why"]
