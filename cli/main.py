@@ -134,6 +134,7 @@ def inspect(ctx, artifact, as_json, code, fusion):
         from aotc.runtime.module import plan_sources
         art = Artifact(artifact)
         try:
+            art.verify_all()     # inspect vouches for every byte, weights shards included
             if as_json:
                 click.echo(art.manifest_bytes.decode(), nl=False)
                 return

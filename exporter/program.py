@@ -45,6 +45,7 @@ class Program:
     options: dict = field(default_factory=dict)
     backward: dict | None = None     # training: the backward graph ...
     training: dict | None = None     # ... and how forward/backward values map to the module
+    state_dict: dict | None = None   # the model's state_dict keys -> the weight each one is
 
     def metadata(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

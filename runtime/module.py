@@ -17,6 +17,7 @@ from aotc.runtime.guards import Guards
 from aotc.runtime.native import NativeLibrary, check_isa
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
+from aotc.runtime.shards import load_weights
 from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
 
@@ -168,23 +169,6 @@ def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
                              fix="load on a GPU, or leave cuda_graph unset")
         return False
     return True
-
-
-def load_weights(artifact, device: torch.device) -> dict:
-    """The artifact's weights as views of the private mapping that was hashed (on CPU), with
-    tied names resolved."""
-    weights = tensors(artifact.mapped(fmt.WEIGHTS), fmt.WEIGHTS) \
-        if artifact.listed(fmt.WEIGHTS) else {}
-    for alias, original in artifact.manifest.weights.aliases.items():
-        if original not in weights:
-            raise ArtifactError(f"weight alias {alias!r} names {original!r}, which the weights "
-                                "file lacks", where="manifest weights.aliases",
-                                expected="a stored weight", found=original,
-                                fix="re-export the model")
-        weights[alias] = weights[original]
-    if device.type != "cpu":
-        weights = {k: v.to(device) for k, v in weights.items()}
-    return weights
 
 
 def load_library_for(artifact, device: torch.device | None = None):

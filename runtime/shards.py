@@ -1,0 +1,167 @@
+"""Weights shards: safetensors files written one tensor at a time, and read back verified.
+
+Writing (export, `aotc swap-weights`): the stored tensors are ordered as safetensors orders them
+(largest item size first, then by name, so each tensor starts at a multiple of its item size),
+cut into shards of at most `cap` bytes (a tensor larger than the cap gets a shard of its own),
+and each shard is written tensor by tensor: beside the model, only the contiguous host copy of
+the tensor being written exists, so export's peak memory stays near one copy of the weights.
+Each shard is then hashed in chunks over all cores from the bytes on disk (runtime/hashing.py).
+One shard is `weights.safetensors`; several are `weights-00001-of-0000N.safetensors`, with an
+index (`map`: tensor -> shard) in the manifest, as transformers shards checkpoints. The files
+are plain safetensors: any safetensors reader opens them.
+
+Reading on the CPU: each shard is a private mapping checked before any tensor is made of it,
+and its header must name exactly the tensors the index places in it. GPU loading streams the
+shards instead (runtime/transfer.py).
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from aotc.errors import ArtifactError
+from aotc.runtime import hashing
+from aotc.runtime.schema.files import SINGLE_SHARD
+from aotc.runtime.weights import CODES, tensors
+
+DEFAULT_CAP = 2 << 30
+
+
+def shard_name(index: int, count: int) -> str:
+    return SINGLE_SHARD if count == 1 else \
+        f"weights-{index + 1:05d}-of-{count:05d}.safetensors"
+
+
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    """A tensor to be made when its shard is written (a cast or a transpose of a tensor held
+    elsewhere), so that only one such copy exists at a time."""
+    shape: tuple
+    dtype: torch.dtype
+    make: Callable[[], torch.Tensor]
+
+
+def _meta(t) -> tuple[tuple, torch.dtype]:
+    return tuple(t.shape), t.dtype
+
+
+def _nbytes(t) -> int:
+    shape, dtype = _meta(t)
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def layout(stored: dict, cap: int = DEFAULT_CAP) -> list[list[str]]:
+    """The names of `stored` (name -> tensor or Lazy) in each shard, in file order."""
+    order = sorted(stored, key=lambda n: (-_meta(stored[n])[1].itemsize, n))
+    shards, size = [[]], 0
+    for name in order:
+        n = _nbytes(stored[name])
+        if shards[-1] and size + n > cap:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += n
+    return shards if shards[0] else []
+
+
+def _header(names: list[str], stored: dict) -> bytes:
+    entries, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name in names:
+        shape, dtype = _meta(stored[name])
+        n = _nbytes(stored[name])
+        entries[name] = {"dtype": CODES[dtype], "shape": list(shape),
+                         "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(entries, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)      # tensors start 8-aligned, as safetensors writes them
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _host_bytes(t) -> memoryview:
+    """The tensor's bytes, contiguous in host memory (made now if it is Lazy)."""
+    t = t.make() if isinstance(t, Lazy) else t
+    t = t.detach().to("cpu").contiguous().reshape(-1)
+    return memoryview(t.view(torch.uint8).numpy())
+
+
+def write_shards(directory: Path, stored: dict, cap: int = DEFAULT_CAP,
+                 chunk: int | None = None) -> tuple[dict, dict]:
+    """Write `stored` (name -> tensor or Lazy) as shards under `directory`:
+    ({shard file: FileEntry}, {name: shard file}); `chunk`: bytes per digest (hashing.CHUNK)."""
+    chunk = chunk or hashing.CHUNK
+    groups = layout(stored, cap)
+    files, index = {}, {}
+    for i, names in enumerate(groups):
+        rel = shard_name(i, len(groups))
+        path = Path(directory) / rel
+        with open(path, "wb") as f:
+            f.write(_header(names, stored))
+            for name in names:
+                f.write(_host_bytes(stored[name]))
+        files[rel] = hashing.file_entry(path, chunk)
+        index.update((name, rel) for name in names)
+    return files, index
+
+
+# ---------------------------------------------------------------------------------- reading
+def check_index(rel: str, names, weights) -> None:
+    """A shard's header names exactly the tensors the manifest's index places in it."""
+    if weights.map is None:
+        return
+    want = {n for n, shard in weights.map.items() if shard == rel}
+    got = set(names)
+    if got != want:
+        odd = sorted(got ^ want)[0]
+        raise ArtifactError(f"weights shard {rel} does not hold the tensors the index places "
+                            "in it", where=f"{rel}, tensor {odd[:80]!r}",
+                            expected=f"{len(want)} tensors as manifest weights.map lists",
+                            found=f"{len(got)} tensors ({odd[:80]!r} "
+                                  f"{'unlisted' if odd in got else 'missing'})",
+                            fix="re-export the model; do not mix shards of two artifacts")
+
+
+def shard_tensors(artifact, rel: str) -> dict[str, torch.Tensor]:
+    """The tensors of one shard, as views of its verified private mapping."""
+    part = tensors(artifact.mapped(rel), rel)
+    check_index(rel, part, artifact.manifest.weights)
+    return part
+
+
+def stored_tensors(artifact) -> dict[str, torch.Tensor]:
+    """Every stored tensor of the artifact, as a view of its shard's verified private mapping."""
+    out: dict[str, torch.Tensor] = {}
+    for rel in artifact.manifest.weights.shards:
+        out.update(shard_tensors(artifact, rel))
+    return out
+
+
+def load_weights(artifact, device: torch.device) -> dict[str, torch.Tensor]:
+    """The artifact's weights by every name the plans use (tied aliases resolved): on the CPU,
+    views of the private mappings that were hashed; on a GPU, streamed to the device
+    (runtime/transfer.py)."""
+    if device.type == "cpu":
+        weights = stored_tensors(artifact)
+    else:
+        from aotc.runtime.transfer import stream_weights
+        weights = stream_weights(artifact, device)
+    return resolve_aliases(weights, artifact.manifest)
+
+
+def resolve_aliases(weights: dict, manifest) -> dict:
+    """`weights` (stored name -> tensor) with every tied alias pointing at its tensor."""
+    for alias, original in manifest.weights.aliases.items():
+        if original not in weights:
+            raise ArtifactError(f"weight alias {alias!r} names {original!r}, which the weights "
+                                "file lacks", where="manifest weights.aliases",
+                                expected="a stored weight", found=original,
+                                fix="re-export the model")
+        weights[alias] = weights[original]
+    return weights
