@@ -7,6 +7,7 @@ import torch
 
 from aotc import codegen, exporter
 from aotc.codegen.target import Target
+from aotc.exporter.state import untouched
 from aotc.options import ExportOptions
 
 
@@ -22,13 +23,14 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
         raise UsageError("training artifacts have static shapes", where="--train",
                          expected="no dynamic dims", found="dynamic_shapes",
                          fix="export training with static example sizes")
-    captured, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
-    if opts.train:
-        program = exporter.export_training(captured, example_inputs, opts, source=source,
-                                           value_ranges=value_ranges)
-    else:
-        program = exporter.export(captured, example_inputs, opts, source=source,
-                                  value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
+    with untouched(model):   # capture runs the model; the caller gets it back as it was
+        captured, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
+        if opts.train:
+            program = exporter.export_training(captured, example_inputs, opts, source=source,
+                                               value_ranges=value_ranges)
+        else:
+            program = exporter.export(captured, example_inputs, opts, source=source,
+                                      value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
     step("compiling and writing the artifact")
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
                            autotune=opts.autotune, shard_size=opts.shard_bytes())

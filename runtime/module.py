@@ -93,6 +93,19 @@ class CompiledModule:
         with torch.no_grad():
             return self.graphs.get(entry, e.function)(args, symbols)
 
+    # --------------------------------------------------------------------------------- weights
+    def state_dict(self):
+        """The model's state_dict (parameters and persistent buffers, by their own names), as
+        views of the loaded weights (runtime/statedict.py)."""
+        from aotc.runtime.statedict import StateMap, state_dict
+        return state_dict(StateMap(self.manifest, self.weights), self.weights)
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Copy `state_dict` into the loaded weights in place, with torch's checks and messages
+        (a StateDictError, which is a RuntimeError); kernels, plans and CUDA graphs are kept."""
+        from aotc.runtime.statedict import load_into
+        return load_into(self, state_dict, strict)
+
     # --------------------------------------------------------------------------- introspection
     @property
     def code(self) -> str:

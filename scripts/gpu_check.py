@@ -186,6 +186,8 @@ def runtime_checks(arch: str, out: Path) -> list[dict]:
         "dynamic seq 2..256 (transformer), a graph per size": lambda: check_dynamic(arch, out),
         "sharded weights streamed to the GPU in checked chunks; a damaged shard refused":
             lambda: check_streamed_shards(arch, out),
+        "load_state_dict under a CUDA graph: the replay reads the new weights":
+            lambda: check_swap_under_graph(arch, out),
     }
     rows = []
     for case, fn in checks.items():
@@ -279,6 +281,22 @@ def check_streamed_shards(arch: str, out: Path) -> None:
         raise AssertionError("a damaged shard was loaded")
     except aotc.ArtifactError as e:
         assert "chunk" in str(e), e
+
+
+def check_swap_under_graph(arch: str, out: Path) -> None:
+    torch.manual_seed(0)
+    model = _sample("cnn.py:Net")().eval()
+    x = torch.randn(8, 3, 32, 32)
+    p = aotc.export(model, (x,), out / "swap.aotc", target=f"cuda:{arch}")
+    m, xs = aotc.load(p, cuda_graph=True), x.cuda()
+    m(xs)
+    assert m.graph_status()["forward"] == "graph", m.graph_status()
+    new = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+           for k, v in model.state_dict().items()}
+    model.load_state_dict(new)
+    m.load_state_dict(new)
+    assert m.graph_status()["forward"] == "graph", m.graph_status()
+    torch.testing.assert_close(m(xs), model.cuda()(xs), rtol=2e-3, atol=2e-3)
 
 
 def check_dynamic(arch: str, out: Path) -> None:
