@@ -91,6 +91,19 @@ class Artifact:
         data = self._cache[rel] = self._load(rel, mapped=True)[0]
         return data
 
+    def mapping(self, rel: str) -> tuple[object, Checker]:
+        """(private mapping, checker) of a listed file whose size was checked, not yet hashed:
+        for a reader that checks every chunk before anything computed from it is used
+        (runtime/shards.py)."""
+        fd = self._open_sized(rel)
+        try:
+            size = self.manifest.files[rel].size
+            data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
+        finally:
+            os.close(fd)
+        return data, self.checker(rel)
+
     def stream(self, rel: str) -> tuple[int, Checker]:
         """(descriptor, checker) of a listed file whose size was checked, for a reader that
         hashes each chunk from the very buffer it uses (runtime/transfer.py); the caller
@@ -129,17 +142,16 @@ class Artifact:
 
     def _load(self, rel: str, mapped: bool = False):
         """(bytes or mmap, size) of listed file `rel`, checked against the file table."""
-        fd = self._open_sized(rel)
-        try:
-            size = self.manifest.files[rel].size
-            if mapped and size:
-                data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
-                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            else:
-                data = _read_fd(fd, size)
-        finally:
-            os.close(fd)
-        self.checker(rel).check_all(data)
+        size = self.manifest.files[rel].size
+        if mapped and size:
+            data, checker = self.mapping(rel)
+        else:
+            fd = self._open_sized(rel)
+            try:
+                data, checker = _read_fd(fd, size), self.checker(rel)
+            finally:
+                os.close(fd)
+        checker.check_all(data)
         return data, size
 
     def _open_sized(self, rel: str) -> int:

@@ -17,7 +17,7 @@ from aotc.runtime.guards import Guards
 from aotc.runtime.native import NativeLibrary, check_isa
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
-from aotc.runtime.shards import load_weights
+from aotc.runtime.shards import load_weights, start_weights
 from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
 
@@ -48,11 +48,20 @@ class CompiledModule:
         self.artifact, self.path, self.device = artifact, artifact.root, device
         self.manifest = artifact.manifest
         self.check_guards = check_guards
-        self.weights = weights = load_weights(artifact, device)
-        self.library = load_library_for(artifact, device)
-        self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
-                                    self.library)
-                        for name, spec in self.manifest.entries.items()}
+        # the plans are built while the weights' bytes are checked (and on a GPU copied) on
+        # other threads; what the plans derived from weights is recomputed once they are
+        loading = start_weights(artifact, device)
+        try:
+            self.weights = weights = loading.weights
+            self.library = load_library_for(artifact, device)
+            self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
+                                        self.library)
+                            for name, spec in self.manifest.entries.items()}
+            loading.wait()
+        finally:
+            loading.close()
+        for entry in self.entries.values():
+            entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
 
     @property

@@ -10,14 +10,17 @@ One shard is `weights.safetensors`; several are `weights-00001-of-0000N.safetens
 index (`map`: tensor -> shard) in the manifest, as transformers shards checkpoints. The files
 are plain safetensors: any safetensors reader opens them.
 
-Reading on the CPU: each shard is a private mapping checked before any tensor is made of it,
-and its header must name exactly the tensors the index places in it. GPU loading streams the
-shards instead (runtime/transfer.py).
+Reading on the CPU: each shard is a private mapping; the chunks holding its header are checked
+before the header is parsed, which must name exactly the tensors the index places in the shard,
+and the other chunks are checked on all cores while the caller builds its plans (`Loading`).
+GPU loading streams the shards instead (runtime/transfer.py).
 """
 from __future__ import annotations
 
 import json
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,7 +30,7 @@ import torch
 from aotc.errors import ArtifactError
 from aotc.runtime import hashing
 from aotc.runtime.schema.files import SINGLE_SHARD
-from aotc.runtime.weights import CODES, tensors
+from aotc.runtime.weights import CODES, MAX_HEADER, tensors
 
 DEFAULT_CAP = 2 << 30
 
@@ -143,16 +146,96 @@ def stored_tensors(artifact) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_weights(artifact, device: torch.device) -> dict[str, torch.Tensor]:
-    """The artifact's weights by every name the plans use (tied aliases resolved): on the CPU,
-    views of the private mappings that were hashed; on a GPU, streamed to the device
-    (runtime/transfer.py)."""
+class Loading:
+    """Weights being loaded (`start_weights`): `weights` exist at once, by every name the plans
+    use, while worker threads check their bytes (and on a GPU copy them); `wait()` returns them
+    once every byte was checked, or raises the first failure. Nothing may compute with them
+    before: a CompiledModule builds its plans meanwhile and recomputes, after `wait()`, what
+    those derived from weights (executor.PlanFunction.refresh)."""
+
+    def __init__(self, weights: dict, pool=None, futures=(), stop=None, closers=()):
+        self.weights, self.pool, self.futures = weights, pool, list(futures)
+        self.stop, self.closers = stop or threading.Event(), list(closers)
+
+    def wait(self) -> dict:
+        try:
+            for f in self.futures:
+                f.result()
+        finally:
+            self.close()
+        return self.weights
+
+    def close(self) -> None:
+        """Stop the workers (after a failure elsewhere) and release what they held."""
+        self.stop.set()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        for close in self.closers:
+            close()
+        self.closers = []
+
+
+def checked_header(checker, chunk) -> int:
+    """Check a shard's chunks from the first until they hold its safetensors header (every
+    chunk, for a file with one digest): how many were checked. `chunk(i)`: chunk i's bytes."""
+    spans, need = checker.spans(), 8
+    for i, (_, hi) in enumerate(spans):
+        view = chunk(i)
+        checker.check_chunk(i, view)
+        if i == 0 and len(view) >= 8:
+            need = 8 + int.from_bytes(bytes(view[:8]), "little")
+        if hi >= need or need > 8 + MAX_HEADER:   # read_header refuses a length past the end
+            return i + 1
+    return len(spans)
+
+
+def _start_mapped(artifact) -> Loading:
+    """CPU: each shard mapped privately, its header chunks checked now, the rest on all cores;
+    the tensors are views of the mapping that is being hashed."""
+    weights, checks = {}, []
+    for rel in artifact.manifest.weights.shards:
+        data, checker = artifact.mapping(rel)
+        view = memoryview(data)
+        spans = checker.spans()
+        first = checked_header(checker, lambda i: view[spans[i][0]:spans[i][1]])
+        part = tensors(data, rel)
+        check_index(rel, part, artifact.manifest.weights)
+        weights.update(part)
+        checks += [(checker, i, view[lo:hi]) for i, (lo, hi) in enumerate(spans) if i >= first]
+    if not checks:
+        return Loading(weights)
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(min(hashing.workers(), len(checks)))
+    futures = [pool.submit(_check, stop, *c) for c in checks]
+    return Loading(weights, pool, futures, stop)
+
+
+def _check(stop: threading.Event, checker, index: int, view) -> None:
+    if not stop.is_set():
+        checker.check_chunk(index, view)
+
+
+def start_weights(artifact, device: torch.device) -> Loading:
+    """The artifact's weights by every name the plans use (tied aliases resolved), loading:
+    on the CPU, views of the private mappings being hashed; on a GPU, device tensors being
+    filled from checked chunks (runtime/transfer.py)."""
     if device.type == "cpu":
-        weights = stored_tensors(artifact)
+        loading = _start_mapped(artifact)
     else:
-        from aotc.runtime.transfer import stream_weights
-        weights = stream_weights(artifact, device)
-    return resolve_aliases(weights, artifact.manifest)
+        from aotc.runtime.transfer import start_stream
+        loading = start_stream(artifact, device)
+    try:
+        resolve_aliases(loading.weights, artifact.manifest)
+    except BaseException:
+        loading.close()
+        raise
+    return loading
+
+
+def load_weights(artifact, device: torch.device) -> dict[str, torch.Tensor]:
+    """`start_weights`, waited for: every byte checked."""
+    return start_weights(artifact, device).wait()
 
 
 def resolve_aliases(weights: dict, manifest) -> dict:

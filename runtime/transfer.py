@@ -30,10 +30,10 @@ import torch
 
 from aotc.errors import ArtifactError
 from aotc.runtime import hashing
-from aotc.runtime.shards import check_index, shard_tensors
-from aotc.runtime.weights import MAX_HEADER, read_header
+from aotc.runtime.shards import Loading, check_index, checked_header, shard_tensors
+from aotc.runtime.weights import read_header
 
-MAX_WORKERS = 8      # beyond this, reading and hashing outrun a host-to-device link
+MAX_WORKERS = 16     # threads (each with a pinned buffer of one chunk) at most
 
 
 class _Shard:
@@ -72,16 +72,13 @@ class _Shard:
 
     def _header(self, artifact, device: torch.device) -> None:
         """Read and check the chunks holding the header, parse it, allocate the tensors."""
-        head, index = [], 0
-        while index < len(self.spans):
-            lo, hi = self.spans[index]
-            buf = bytearray(hi - lo)
-            self.checker.check_chunk(index, self.read(index, memoryview(buf)))
-            head.append(buf)
-            index += 1
-            n = int.from_bytes(head[0][:8], "little") if len(head[0]) >= 8 else 0
-            if hi >= 8 + n or n > MAX_HEADER:   # read_header refuses a length past the end
-                break
+        head = []
+
+        def chunk(i):
+            lo, hi = self.spans[i]
+            head.append(bytearray(hi - lo))
+            return self.read(i, memoryview(head[-1]))
+        index = checked_header(self.checker, chunk)
         raw = bytearray().join(head)
         start, header = read_header(raw, self.rel, total=self.size)
         check_index(self.rel, header, artifact.manifest.weights)
@@ -153,36 +150,34 @@ class _Worker:
             return self.stream.record_event()
 
 
-def stream_weights(artifact, device: torch.device,
-                   max_workers: int = MAX_WORKERS) -> dict[str, torch.Tensor]:
-    """Every stored tensor of the artifact on `device`, read, checked and copied as described in
-    the module doc."""
+def start_stream(artifact, device: torch.device, max_workers: int = MAX_WORKERS):
+    """Every stored tensor of the artifact allocated on `device`, being filled by worker
+    threads as the module doc describes: a shards.Loading to wait for."""
     shards, out = [], {}
     try:
         for rel in artifact.manifest.weights.shards:
             if artifact.checker(rel).chunked:
                 shards.append(_Shard(artifact, rel, device))
+                out.update(shards[-1].tensors)
             else:   # one digest for the whole file: it must be read whole before any use
                 out.update({k: v.to(device) for k, v in shard_tensors(artifact, rel).items()})
         jobs = [(s, j) for s in shards for j in range(s.first, len(s.spans))]
-        _run(jobs, device, max_workers)
-        for s in shards:
-            out.update(s.tensors)
-        return out
-    finally:
+        if not jobs:
+            return Loading(out, closers=[s.close for s in shards])
+        count = max(1, min(max_workers, hashing.workers(), len(jobs)))
+        size = max(hi - lo for shard, j in jobs for lo, hi in [shard.spans[j]])
+        workers = [_Worker(device, size) for _ in range(count)]
+    except BaseException:
         for s in shards:
             s.close()
-
-
-def _run(jobs: list, device: torch.device, max_workers: int) -> None:
-    if not jobs:
-        return
-    count = max(1, min(max_workers, hashing.workers(), len(jobs)))
-    size = max(hi - lo for shard, j in jobs for lo, hi in [shard.spans[j]])
-    workers = [_Worker(device, size) for _ in range(count)]
+        raise
     stop = threading.Event()
-    with ThreadPoolExecutor(count) as pool:
-        futures = [pool.submit(w.run, jobs[i::count], stop) for i, w in enumerate(workers)]
-    errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]
+    pool = ThreadPoolExecutor(count)
+    futures = [pool.submit(w.run, jobs[i::count], stop) for i, w in enumerate(workers)]
+    return Loading(out, pool, futures, stop, closers=[s.close for s in shards])
+
+
+def stream_weights(artifact, device: torch.device,
+                   max_workers: int = MAX_WORKERS) -> dict[str, torch.Tensor]:
+    """`start_stream`, waited for: every stored tensor on `device`, every byte checked."""
+    return start_stream(artifact, device, max_workers).wait()

@@ -16,7 +16,7 @@ from aotc.runtime import format as fmt
 from aotc.runtime import hashing, shards
 from aotc.runtime.artifact import Artifact
 from aotc.runtime.transfer import stream_weights
-from conftest import flip_byte, read_raw_manifest, snapshot
+from conftest import eager, flip_byte, read_raw_manifest, snapshot
 from hostile import assert_refused, edit_json, rehash
 
 
@@ -194,3 +194,36 @@ def test_every_listed_file_is_still_sized_at_open(sharded, tmp_path):
     with pytest.raises(ArtifactError, match="missing"):
         Artifact(art)
     assert set(snapshot(sharded[0])) - set(snapshot(art)) == {rel}
+
+
+def test_plans_built_before_the_bytes_arrive_are_refreshed(exported, tmp_path, monkeypatch):
+    """As on a GPU: device tensors are allocated, the plans built (channels-last copies of the
+    convolution weights among what they derive) and only then do the bytes arrive; the module
+    must compute with the arrived bytes. Run here with the streaming pipeline on the CPU, its
+    workers held back until the plans are built."""
+    import threading
+    import aotc.runtime.module as module
+    import aotc.runtime.transfer as transfer
+    ex = exported("cnn")
+    monkeypatch.setattr(hashing, "CHUNK", 1024)
+    path = aotc.export(ex.model, ex.inputs, tmp_path / "c.aotc")
+    monkeypatch.undo()
+    built, run = threading.Event(), transfer._Worker.run
+
+    def held_back(self, jobs, stop):
+        built.wait(30)
+        return run(self, jobs, stop)
+    monkeypatch.setattr(transfer._Worker, "run", held_back)
+    monkeypatch.setattr(module, "start_weights",
+                        lambda art, dev: transfer.start_stream(art, dev, max_workers=2))
+    wait = aotc.runtime.shards.Loading.wait
+
+    def after_plans(self):
+        built.set()
+        return wait(self)
+    monkeypatch.setattr(aotc.runtime.shards.Loading, "wait", after_plans)
+    m = aotc.load(path)
+    assert any(n.startswith("w") and v.is_contiguous(memory_format=torch.channels_last)
+               and not v.is_contiguous() for e in m.entries.values()
+               for n, v in e.function.namespace.items() if isinstance(v, torch.Tensor))
+    torch.testing.assert_close(m(*ex.inputs), eager(ex.model, ex.inputs), rtol=1e-4, atol=1e-4)
