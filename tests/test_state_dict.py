@@ -242,3 +242,12 @@ def test_swapping_into_the_same_path_keeps_loaded_modules(exported, tmp_path):
     ref = copy.deepcopy(ex.model)
     ref.load_state_dict(new)
     assert_matches(aotc.load(art)(*ex.inputs), eager(ref, ex.inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_weights_file_that_is_missing_or_not_safetensors_is_refused(exported, tmp_path):
+    ex = exported("mlp")
+    with pytest.raises(aotc.UsageError, match="cannot read weights file"):
+        aotc.load(ex.path, weights=tmp_path / "none.safetensors")
+    (tmp_path / "bad.safetensors").write_bytes(b"\x08" + b"\0" * 7 + b"not json")
+    with pytest.raises(aotc.ArtifactError, match="damaged header"):
+        aotc.load(ex.path, weights=tmp_path / "bad.safetensors")
