@@ -50,7 +50,7 @@ def run_step(args, step: str, model: str | None = None, baseline: bool = False) 
     or {"error": ...}."""
     cmd = [sys.executable, "-m", "benchmarks.loading", "--step", step, "--device", args.device,
            "--work", str(args.work / "baseline" if baseline else args.work),
-           "--reps", str(args.reps)]
+           "--reps", str(args.reps)] + ([] if args.strict else ["--no-strict"])
     if model:
         cmd += ["--models", model]
     env = dict(os.environ)
@@ -89,7 +89,7 @@ def child(args) -> dict:
                     key=lambda p: p.stat().st_size, default=None)
         return steps.limits(device, shard)
     if args.step == "export":
-        return steps.export(model, device, dtype_of(model, args.device), art)
+        return steps.export(model, device, dtype_of(model, args.device), art, args.strict)
     if args.step == "load":
         return steps.load(art, device, args.reps)
     if args.step.startswith("memory"):
@@ -122,7 +122,7 @@ def meta(args) -> dict:
     from benchmarks.dynamic import commit
     rev, modified = commit()
     return {"benchmark": "loading", "device": args.device, "commit": rev, "modified": modified,
-            "baseline": _baseline_version(args),
+            "baseline": _baseline_version(args), "strict": args.strict,
             "command": "python -m benchmarks.loading " + " ".join(
                 shlex.quote(a) for a in sys.argv[1:]),
             "torch": torch.__version__, "cpus": os.cpu_count(),
@@ -156,6 +156,9 @@ def parse(argv=None):
     p.add_argument("--work", type=Path, default=Path("/tmp/aotc-loading"),
                    help="where artifacts are written (needs the weights' size twice)")
     p.add_argument("--step-timeout", type=float, default=3600)
+    p.add_argument("--no-strict", dest="strict", action="store_false",
+                   help="export with strict=False (torch.export's strict capture holds about "
+                        "two more copies of the weights for a moment)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="source tree of another aotc to measure export and load with too")
     p.add_argument("--step", default=None, help=argparse.SUPPRESS)   # a step's own process

@@ -15,8 +15,8 @@ the staging buffer that is copied to the device.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
@@ -64,37 +64,35 @@ def sha256_whole(data) -> str:
 
 
 # ------------------------------------------------------------------------------------ writing
-def chunk_digests(view, chunk: int, pool: ThreadPoolExecutor | None = None) -> Chunks:
-    """Chunk digests of a buffer (sha256, and blake3 where installed), hashed in parallel."""
-    algos = [Algorithm.SHA256] + ([Algorithm.BLAKE3] if blake3_module() is not None else [])
-    view = memoryview(view)
-    spans = [(lo, min(len(view), lo + chunk)) for lo in range(0, len(view), chunk)]
-    own = pool is None
-    pool = pool or ThreadPoolExecutor(workers())
-    try:
-        out = {a: list(pool.map(lambda s, a=a: digest(view[s[0]:s[1]], a), spans)) for a in algos}
-    finally:
-        if own:
-            pool.shutdown()
-    return Chunks(size=chunk, sha256=tuple(out[Algorithm.SHA256]),
-                  blake3=tuple(out[Algorithm.BLAKE3]) if Algorithm.BLAKE3 in out else None)
-
-
 def file_entry(path, chunk: int) -> FileEntry:
-    """The chunked entry of a file just written, hashed from the bytes on disk."""
+    """The chunked entry of a file just written, hashed from the bytes on disk: chunks read
+    with pread on all cores, so at most one chunk per thread is in memory (a mapping would
+    count the whole file into the exporting process's resident memory)."""
+    algos = [Algorithm.SHA256] + ([Algorithm.BLAKE3] if blake3_module() is not None else [])
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    local = threading.local()
+
+    def one(lo: int) -> list[str]:
+        n = min(chunk, size - lo)
+        if getattr(local, "buf", None) is None:
+            local.buf = bytearray(chunk)
+        view = memoryview(local.buf)[:n]
+        done = 0
+        while done < n:
+            got = os.preadv(fd, [view[done:]], lo + done)
+            if got <= 0:
+                raise OSError(f"{path} ended while being hashed")
+            done += got
+        return [digest(view, a) for a in algos]
     try:
         size = os.fstat(fd).st_size
-        if not size:
-            return FileEntry(size=0, chunks=chunk_digests(b"", chunk))
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as data:
-            view = memoryview(data)
-            try:
-                return FileEntry(size=size, chunks=chunk_digests(view, chunk))
-            finally:
-                view.release()
+        with ThreadPoolExecutor(workers()) as pool:
+            rows = list(pool.map(one, range(0, size, chunk)))
     finally:
         os.close(fd)
+    by_algo = {a: tuple(r[i] for r in rows) for i, a in enumerate(algos)}
+    return FileEntry(size=size, chunks=Chunks(size=chunk, sha256=by_algo[Algorithm.SHA256],
+                                              blake3=by_algo.get(Algorithm.BLAKE3)))
 
 
 # ------------------------------------------------------------------------------------ checking

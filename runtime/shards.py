@@ -79,6 +79,11 @@ def _header(names: list[str], stored: dict) -> bytes:
     entries, offset = {"__metadata__": {"format": "pt"}}, 0
     for name in names:
         shape, dtype = _meta(stored[name])
+        if dtype not in CODES:
+            raise ArtifactError(f"weight {name!r} is {dtype}, which aotc's weights files do "
+                                "not store", where=name, expected=sorted(map(str, CODES)),
+                                found=str(dtype), fix="cast the weight to a supported dtype "
+                                "before export")
         n = _nbytes(stored[name])
         entries[name] = {"dtype": CODES[dtype], "shape": list(shape),
                          "data_offsets": [offset, offset + n]}

@@ -146,10 +146,11 @@ def test_shards_that_disagree_with_the_index_are_refused(sharded, tmp_path, case
     assert "index" in str(err) or "map" in str(err) or "listed" in str(err), str(err)
 
 
-def test_chunk_digests_are_checked_in_parallel_and_each_one_counts():
+def test_chunk_digests_are_checked_in_parallel_and_each_one_counts(tmp_path):
     data = bytes(range(256)) * 40      # 10 KiB: 10 chunks of 1 KiB
-    chunks = hashing.chunk_digests(data, 1024)
-    entry = aotc.runtime.schema.files.FileEntry(size=len(data), chunks=chunks)
+    (tmp_path / "f").write_bytes(data)
+    entry = hashing.file_entry(tmp_path / "f", 1024)
+    assert len(entry.chunks.sha256) == len(entry.chunks.blake3) == 10
     checker = hashing.Checker(entry, "w", "w")
     checker.check_all(data)
     for i in range(10):
