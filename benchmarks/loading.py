@@ -18,7 +18,8 @@ measured by the `limits` step: memcpy, page-cache reads, hashing, host-to-device
 Dtypes: on the CPU, BERT in fp32 and the LLaMAs in bf16; on CUDA everything in bf16. Inputs:
 one sequence of 32 tokens on the CPU (its first calls stay seconds), 128 on CUDA.
 `--steps` picks steps (default: all); records already in OUT/results.json are kept unless
-measured again, so a run may be split into several (e.g. one model per call). `--baseline DIR`
+measured again, so a run may be split into several (e.g. one model per call; meta.runs lists
+every command that contributed). `--baseline DIR`
 (the source tree of another aotc, e.g. `git archive b81f17d | tar -x -C DIR`) runs the export
 and load steps with that aotc too, right after this one's, so before and after come from the
 same run. Output: results.json (meta with the commit and the command) and results.md.
@@ -175,7 +176,10 @@ def main(argv=None) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {"models": {}}
+    runs = results.get("meta", {}).get("runs", [])
     results["meta"] = meta(args)
+    results["meta"]["runs"] = runs + [{k: results["meta"][k] for k in
+                                       ("command", "commit", "modified", "started")}]
     measure(args, results)
     save(args, results)
     print((args.out / "results.md").read_text())

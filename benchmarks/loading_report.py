@@ -107,13 +107,23 @@ def errors(models: dict) -> list[str]:
     return out
 
 
+def _runs(meta: dict) -> list[str]:
+    """The commands of earlier runs whose records the results keep, if there were any."""
+    runs = meta.get("runs", [])[:-1]
+    if not runs:
+        return []
+    return ["", "Records kept from earlier runs of this folder:"] + [
+        f"- `{r['command']}` at {r['commit']}" + (" (modified)" if r.get("modified") else "")
+        + f", {r['started']}" for r in runs]
+
+
 def markdown(results: dict) -> str:
     meta, lim = results.get("meta", {}), results.get("limits") or {}
     out = [f"# Loading: {meta.get('device')} ({meta.get('gpu') or str(meta.get('cpus')) + ' cpus'})",
            "", f"commit {meta.get('commit')}"
            + (f" (modified: {', '.join(meta['modified'])})" if meta.get("modified") else "")
            + f"; `{meta.get('command')}`; started {meta.get('started')}, load average "
-           f"{meta.get('load_average')}", "", "## The machine's limits (same run)", "",
+           f"{meta.get('load_average')}", *_runs(meta), "", "## The machine's limits (same run)", "",
            *limits_table(lim), "", "## aotc", "", *model_rows(results.get("models", {})),
            "", "Times are medians; the load runs alternate verified and unverified in one "
            "process, page cache warm. Weights phase: reading, checking (and copying to the "
