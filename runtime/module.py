@@ -57,10 +57,11 @@ class CompiledModule:
             self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
                                         self.library)
                             for name, spec in self.manifest.entries.items()}
+            pending = loading.pending
             loading.wait()
         finally:
             loading.close()
-        for entry in self.entries.values():
+        for entry in self.entries.values() if pending else ():
             entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
 
