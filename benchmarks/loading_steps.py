@@ -128,7 +128,7 @@ def export(name: str, device: torch.device, dtype: torch.dtype, out: Path,
     return {"build_s": built, "export_s": time.perf_counter() - t0,
             "weights_bytes": weight_bytes(model),
             "artifact_bytes": sum(p.stat().st_size for p in files),
-            "shards": len([p for p in files if p.name.startswith("weights")]),
+            "shards": len([p for p in files if p.name.startswith("weights")]), "strict": strict,
             "peak_rss_build": after_build - base, "peak_rss_export": rss_peak() - base,
             # beyond what the process held when export began (the built model, on a CPU)
             "export_extra_rss": max(0, rss_peak() - before_export)}
