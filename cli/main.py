@@ -134,6 +134,7 @@ def inspect(ctx, artifact, as_json, code, fusion):
         from aotc.runtime.module import plan_sources
         art = Artifact(artifact)
         try:
+            art.verify_all()     # inspect vouches for every byte, weights shards included
             if as_json:
                 click.echo(art.manifest_bytes.decode(), nl=False)
                 return
@@ -215,6 +216,27 @@ def verify(ctx, artifact, rtol, atol, device, trusted_keys):
         import aotc
         m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
         click.echo(verify_artifact(m, rtol=rtol, atol=atol))
+
+    _run_guarded(ctx, body)
+
+
+@main.command("swap-weights")
+@click.argument("artifact", type=click.Path())
+@click.argument("weights", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=True, file_okay=False),
+              help="Artifact directory to write (may be ARTIFACT itself).")
+@_trust_option
+@click.pass_context
+def swap_weights(ctx, artifact, weights, output, trusted_keys):
+    """Write ARTIFACT with the state dict in WEIGHTS (safetensors) instead of its own weights,
+    sharing its compiled kernels and plans."""
+    def body():
+        from aotc.runtime.swap import swap_weights as swap
+        path, dropped = swap(artifact, weights, output, trusted_keys=list(trusted_keys))
+        if dropped:
+            click.echo(f"left out {', '.join(dropped)} (recorded with the old weights; "
+                       "`aotc verify` has nothing to compare with)", err=True)
+        click.echo(str(path))
 
     _run_guarded(ctx, body)
 

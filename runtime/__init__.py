@@ -14,7 +14,7 @@ __all__ = ["load", "CompiledModule", "format"]
 
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
          interpret: bool = False, cuda_graph: bool | None = None,
-         cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None) -> CompiledModule:
+         cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None, weights=None) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and every field of it, and the size and sha256 of every
@@ -37,6 +37,10 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
     be "cpu" or None). It runs the artifact's kernel sources as Python (checked to be Triton
     kernels and nothing else): never use it on an artifact you do not trust.
+
+    `weights`: a safetensors file of the same model's state_dict (a fine-tuned variant) loaded
+    in place of the artifact's own, strictly (`load_state_dict(..., strict=True)`), reusing
+    its kernels and plans; `aotc swap-weights` writes such a variant as an artifact.
     """
     from aotc.runtime.artifact import Artifact
     artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
@@ -48,10 +52,15 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
                                     cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache)
         if artifact.manifest.training is not None:
             from aotc.runtime.training import TrainableModule
-            return TrainableModule(artifact, dev, check_guards=check_guards,
-                                   cuda_graph=cuda_graph)
-        return CompiledModule(artifact, dev, check_guards=check_guards, cuda_graph=cuda_graph,
-                              cuda_graph_cache=cuda_graph_cache)
+            module = TrainableModule(artifact, dev, check_guards=check_guards,
+                                     cuda_graph=cuda_graph)
+        else:
+            module = CompiledModule(artifact, dev, check_guards=check_guards,
+                                    cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache)
     except BaseException:
         artifact.close()
         raise
+    if weights is not None:
+        from aotc.runtime.statedict import read_weights_file
+        module.load_state_dict(read_weights_file(weights), strict=True)
+    return module

@@ -106,6 +106,9 @@ class PlanFunction:
         self.plan, self.library, self.static_weights = plan, library, static_weights
         self.state = state or {}
         self.device = device
+        # (global name, how to compute it again) of every tensor derived from weights at
+        # load: refreshed in place when weights are swapped (runtime/statedict.py)
+        self.derived: list[tuple[str, object]] = []
         self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided, "layout": _layout,
@@ -121,6 +124,21 @@ class PlanFunction:
         name = f"{base}{len(self.namespace)}"
         self.namespace[name] = value
         return name
+
+    def bind_derived(self, make, base: str) -> str:
+        """Bind `make()`, a tensor computed from weights, and remember how to recompute it."""
+        name = self.bind(make(), base)
+        self.derived.append((name, make))
+        return name
+
+    def refresh(self) -> None:
+        """After weights were overwritten in place: recompute, in place, each derived tensor
+        that is a copy (views see the new values already), in the order they were made, so the
+        data pointers the plan and CUDA graphs captured stay valid."""
+        for name, make in self.derived:
+            held, fresh = self.namespace[name], make()
+            if fresh.data_ptr() != held.data_ptr() or fresh.stride() != held.stride():
+                held.copy_(fresh)
 
     def __call__(self, inputs, symbols):
         if self.threads is not None:
@@ -165,7 +183,8 @@ class _Emitter:
         plan = self.plan
         for i, s in enumerate(plan.slots):
             if s.kind is SlotKind.WEIGHT:
-                self.names[i] = self.fn.bind(_weight(s, self.weights), "w")
+                self.names[i] = self.fn.bind_derived(
+                    lambda s=s: _weight(s, self.weights), "w")
                 if self.fn.static_weights:
                     self.folded.add(i)
             elif s.kind is SlotKind.STATE:   # bound, never folded: its values change
@@ -227,8 +246,8 @@ class _Emitter:
                 and reads and all(r in self.folded for r in reads) \
                 and not _arg_names(step.args) and not _arg_names(tuple(v for _, v in step.kwargs)):
             out = step.out[0]   # a view of weights: taken once, here
-            value = eval(call, self.fn.namespace)  # noqa: S307 - source printed above
-            self.names[out] = self.fn.bind(value, "c")
+            self.names[out] = self.fn.bind_derived(   # (reshape may copy: then refreshed)
+                lambda: eval(call, self.fn.namespace), "c")  # noqa: S307 - source printed above
             self.folded.add(out)
             return []
         outs = [self.names[o] if o is not None else "_" for o in step.out]
@@ -305,8 +324,9 @@ class _Emitter:
         if s.kind in (SlotKind.WEIGHT, SlotKind.STATE):   # dense as allocated: as they are
             return ptr(name)
         if i in self.folded:   # a view of weights, taken at load: laid out once, here
-            t = _layout(self.fn.namespace[name], s.stride, s.contiguous)
-            self.fn.bind(t, "l")   # owns the memory the pointer points to
+            held = self.fn.bind_derived(   # owns the memory the pointer points to
+                lambda: _layout(self.fn.namespace[name], s.stride, s.contiguous), "l")
+            t = self.fn.namespace[held]
             return self.fn.bind(t if triton else t.data_ptr(), "p")
         if s.producer is not StepKind.KERNEL and i not in self.checked:
             self.checked.add(i)

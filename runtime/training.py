@@ -3,7 +3,9 @@
 
 Parameters are real `nn.Parameter`s (owned copies of the artifact's weights, under their
 original dotted names), so `parameters()`, `named_parameters()`, `state_dict()`,
-`load_state_dict()` and any optimizer work unchanged. Buffers the forward updates (batch-norm
+`load_state_dict()` and any optimizer work unchanged: buffers the model registered as
+non-persistent stay out of the state dict, and tied names are one Parameter, as in the model,
+so the model's own `state_dict()` loads strictly. Buffers the forward updates (batch-norm
 running statistics) are copied back after each forward, as eager PyTorch does in place.
 """
 from __future__ import annotations
@@ -89,10 +91,16 @@ class TrainableModule(torch.nn.Module):
                 raise ArtifactError(f"training state {name!r} is missing from the weights file",
                                     where="manifest training", expected="a stored weight",
                                     found="nothing", fix="re-export the model")
+        keys = manifest.weights.state_dict   # None before format 6: every buffer persistent
         for name in meta.params:
             owned[name] = _install(self, name, torch.nn.Parameter(weights[name].clone()))
         for name in meta.buffers:
-            owned[name] = _install(self, name, weights[name].clone(), buffer=True)
+            owned[name] = _install(self, name, weights[name].clone(), buffer=True,
+                                   persistent=keys is None or name in keys)
+        for key in keys or ():    # a tied name: the same Parameter (or buffer) once more
+            tied = manifest.weights.aliases.get(key)
+            if key not in owned and tied in owned:
+                _install(self, key, owned[tied], buffer=tied not in meta.params)
         self.param_list = [owned[n] for n in meta.params]
         self.buffer_list = [owned[n] for n in meta.buffers]
         self.mutated_buffers = [owned[n] for n in meta.mutated]
@@ -168,7 +176,8 @@ def saved_for_backward(manifest: dict) -> dict:
             "tensors": [m.to_json() if m else None for m in metas]}
 
 
-def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False):
+def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False,
+             persistent: bool = True):
     """Register `value` under a dotted name, creating plain container modules on the way."""
     *path, leaf = dotted.split(".")
     mod = root
@@ -177,7 +186,7 @@ def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False):
             mod.add_module(part, torch.nn.Module())
         mod = getattr(mod, part)
     if buffer:
-        mod.register_buffer(leaf, value)
+        mod.register_buffer(leaf, value, persistent=persistent)
     else:
         mod.register_parameter(leaf, value)
     return getattr(mod, leaf)
