@@ -11,6 +11,7 @@ import torch
 
 from aotc.errors import ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
+from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
@@ -25,7 +26,8 @@ class Entry:
     """One entry point (`forward`, `backward`, ...): guards, compiled plan, output structure."""
 
     def __init__(self, name: str, spec, plan, weights: dict, device: torch.device,
-                 library=None, *, static_weights: bool = True, state: dict | None = None):
+                 library=None, *, static_weights: bool = True, state: dict | None = None,
+                 runner: str | None = None):
         self.name, self.spec = name, spec
         self.guards = Guards(spec.inputs, spec.symbols, spec.relations)
         self.plan = plan
@@ -36,14 +38,16 @@ class Entry:
                                 expected=f"symbols read from inputs: "
                                          f"{sorted(self.guards.bound_symbols)}",
                                 found=unbound, fix="re-export the model")
-        self.function = PlanFunction(plan, weights, device, library,
-                                     static_weights=static_weights, state=state)
+        self.function, self.runner = plan_function(plan, weights, device, library,
+                                                   runner=runner,
+                                                   static_weights=static_weights, state=state)
         self.tree = spec.output_tree
 
 
 class CompiledModule:
     def __init__(self, artifact, device: torch.device, *, check_guards: bool,
-                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS):
+                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS,
+                 runner: str | None = None):
         self.artifact, self.path, self.device = artifact, artifact.root, device
         self.manifest = artifact.manifest
         self.check_guards = check_guards
@@ -52,9 +56,14 @@ class CompiledModule:
         self.state = {s.name: torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
                       for s in self.manifest.state}
         self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
-                                    self.library, state=self.state)
+                                    self.library, state=self.state, runner=runner)
                         for name, spec in self.manifest.entries.items()}
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+
+    @property
+    def runtime(self) -> str:
+        """Which plan runner runs the entries: "cpp" (aotc's C++ runner), or "python (why)"."""
+        return runtime_of(self.entries)
 
     @property
     def signer(self) -> str | None:
@@ -156,6 +165,14 @@ def _sample_key(k: str) -> int:
                             where=fmt.SAMPLE_INPUTS, expected="names 0, 1, 2, ...", found=k[:40],
                             fix="re-export the model")
     return int(k)
+
+
+def runtime_of(entries: dict) -> str:
+    """One runner for every entry: its name; else each entry's."""
+    runners = {e.runner for e in entries.values()}
+    if len(runners) == 1:
+        return runners.pop()
+    return ", ".join(f"{name}: {e.runner}" for name, e in entries.items())
 
 
 def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
