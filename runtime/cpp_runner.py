@@ -66,10 +66,10 @@ class CppPlanFunction:
                                 where=f"plans/{plan.entry}.json", expected="a plan it runs",
                                 found=str(e)[:300], fix="re-export the model") from None
         self.symbols = spec.symbols
-        self.run = self.program.run
+        self.fn = self.program.run
 
     def __call__(self, inputs, symbols):
-        out = self.run(inputs, [symbols[n] for n in self.symbols] if self.symbols else ())
+        out = self.fn(inputs, [symbols[n] for n in self.symbols] if self.symbols else ())
         if out.__class__ is tuple:
             return out
         step = self.plan.steps[out[0]]
@@ -127,7 +127,7 @@ class _Spec:
 
     def _kernel(self, idx: int, step) -> tuple:
         lib = self.library
-        if lib is None or not hasattr(lib, "kernel_address"):
+        if lib is None:
             raise ArtifactError(f"the plan calls kernel {step.name} but the artifact has no "
                                 "kernel library", where=step.name, expected="kernels/",
                                 found="none", fix="re-export the model")
@@ -226,7 +226,8 @@ def plan_function(plan, weights: dict, device: torch.device, library=None, *,
     `runner`: None picks the C++ runner where it runs this plan, "python" forces the Python
     runner, "cpp" insists (a UsageError says why it cannot)."""
     from aotc.runtime.executor import PlanFunction
-    why = _why_python(device, runner)
+    why = _why_python(device, runner,
+                      triton=library is not None and not hasattr(library, "kernel_address"))
     if why is None:
         try:
             return CppPlanFunction(plan, weights, device, library, static_weights=static_weights,
@@ -243,7 +244,16 @@ def plan_function(plan, weights: dict, device: torch.device, library=None, *,
                         state=state), f"python ({why})"
 
 
-def _why_python(device: torch.device, runner: str | None) -> str | None:
+def expected_runner(manifest) -> str:
+    """The runner `aotc.load(path)` runs this artifact's plans with here (`aotc inspect`)."""
+    from aotc.runtime.schema.manifest import TritonNative
+    target = manifest.target
+    why = _why_python(torch.device(target.device.value), None,
+                      triton=isinstance(target.native, TritonNative))
+    return "cpp (aotc's C++ plan runner)" if why is None else f"python ({why})"
+
+
+def _why_python(device: torch.device, runner: str | None, *, triton: bool) -> str | None:
     """Why the Python runner runs a plan, or None when the C++ runner is to."""
     if runner not in (None, *RUNNERS):
         from aotc.errors import UsageError
@@ -254,4 +264,6 @@ def _why_python(device: torch.device, runner: str | None) -> str | None:
         return "asked for"
     if device.type != "cpu":
         return f"the C++ runner runs CPU plans; this one runs on {device.type}"
+    if triton:
+        return "the C++ runner calls C++ kernels; these are Triton kernels (interpret=True)"
     return runner_status()[1] or None

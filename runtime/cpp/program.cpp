@@ -1,4 +1,8 @@
 // Program: a spec checked and compiled at load (constructor), run per call (run).
+#include <algorithm>
+#include <functional>
+
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <c10/util/SmallVector.h>
 
@@ -115,7 +119,6 @@ Program::Program(spec::Program p)
   outputs_ = std::move(p.outputs);
   std::vector<c10::IValue> fixed(slots_);   // the constants, and views of them folded here
   for (auto& [slot, value] : p.constants) fixed[slot] = value;
-  constants_ = std::move(p.constants);
   for (const spec::Step& s : p.steps) {
     Instr in;
     in.kind = s.kind;
@@ -128,6 +131,7 @@ Program::Program(spec::Program p)
       for (int32_t o : s.out)
         if (o != -1) check_slot(o, slots_, at_step(s));
       in.call = resolve_call(s, device_, slots_, exprs_.size());
+      for (Filler& f : in.call.stack) bind_constants(f, fixed);
       if (s.fold) {
         fold(in.call, fixed, at_step(s));
         continue;
@@ -138,34 +142,49 @@ Program::Program(spec::Program p)
     }
     code_.push_back(std::move(in));
   }
+  for (auto& o : outputs_)
+    if (o.slot >= 0 && !fixed[o.slot].isNone()) o.constant = fixed[o.slot], o.slot = -1;
+}
+
+// Constants (weights, state, folded views) are bound into the fillers that read them, once:
+// a call copies no constant into its registers.
+void Program::bind_constants(Filler& f, const std::vector<c10::IValue>& fixed) {
+  if (f.kind == Filler::Kind::Slot && !fixed[f.index].isNone()) {
+    f.fixed = fixed[f.index];
+    f.kind = Filler::Kind::Fixed;
+  }
+  for (Filler& item : f.items) bind_constants(item, fixed);
 }
 
 // Run a view of constants now and keep its results as constants (runtime/executor.py folds
 // the same steps).
 void Program::fold(const Call& c, std::vector<c10::IValue>& fixed, const std::string& where) {
-  for (const Filler& f : c.stack)
-    if (f.kind == Filler::Kind::Sym || (f.kind == Filler::Kind::Slot && fixed[f.index].isNone()) ||
-        !f.items.empty())
-      throw SpecError("a folded view reading only constants", where);
+  std::function<bool(const Filler&)> constant = [&](const Filler& f) {
+    if (f.kind == Filler::Kind::Slot || f.kind == Filler::Kind::Sym) return false;
+    return std::all_of(f.items.begin(), f.items.end(), constant);
+  };
+  if (!std::all_of(c.stack.begin(), c.stack.end(), constant))
+    throw SpecError("a folded view reading only constants", where);
   torch::jit::Stack st;
   for (const Filler& f : c.stack) st.push_back(f.make(fixed, nullptr));
   c.op ? c.op->callBoxed(st) : c.native(st);
   std::vector<c10::IValue> regs(slots_);
   bind_results(c, st, regs, 0);
   for (int32_t o : c.out)
-    if (o >= 0) {
-      fixed[o] = regs[o];
-      constants_.emplace_back(o, regs[o]);
-    }
+    if (o >= 0) fixed[o] = regs[o];
 }
 
-// A kernel argument that is a constant needing other strides is laid out once, here.
+// A kernel argument that is a constant is bound here, laid out once if it needs other strides.
 void Program::lay_out_constants(Kernel& k, const std::vector<c10::IValue>& fixed,
                                  const std::string& where) {
   k.fixed.resize(k.args.size());
   for (size_t i = 0; i < k.args.size(); ++i) {
     const spec::KernelArg& a = k.args[i];
-    if (!a.lay_out || !fixed[a.slot].isTensor()) continue;
+    if (!fixed[a.slot].isTensor()) continue;
+    if (!a.lay_out) {
+      k.fixed[i] = fixed[a.slot].toTensor();
+      continue;
+    }
     for (const auto& d : a.stride)
       if (d.expr >= 0) throw SpecError("a constant with static strides", where);
     k.fixed[i] = laid_out(fixed[a.slot].toTensor(), a, nullptr);
@@ -207,6 +226,19 @@ void run_call(const Program::Call& c, std::vector<c10::IValue>& regs, const int6
   bind_results(c, st, regs, index);
 }
 
+// A kernel's output buffer; on the CPU straight from the CPU allocator, as the dispatcher's
+// CPU kernel for empty would (no dispatch for a few hundred bytes of metadata).
+at::Tensor allocate(const Dims& shape, const spec::KernelOut& o, const c10::TensorOptions& opt,
+                    const int64_t* ev) {
+  if (opt.device().is_cpu()) {
+    if (o.contiguous)
+      return at::detail::empty_cpu(shape, opt.dtype().toScalarType(), false, std::nullopt);
+    return at::detail::empty_strided_cpu(shape, eval_dims(o.stride, ev),
+                                         opt.dtype().toScalarType());
+  }
+  return o.contiguous ? at::empty(shape, opt) : at::empty_strided(shape, eval_dims(o.stride, ev), opt);
+}
+
 const at::Tensor& tensor_in(const std::vector<c10::IValue>& regs, int32_t slot) {
   const c10::IValue& v = regs[slot];
   if (!v.isTensor())
@@ -239,8 +271,7 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
       t = o.donor_view ? d.view(shape) : d.as_strided(shape, eval_dims(o.stride, ev));
       regs[o.donor] = c10::IValue();
     } else {
-      t = o.contiguous ? at::empty(shape, k.options[i])
-                       : at::empty_strided(shape, eval_dims(o.stride, ev), k.options[i]);
+      t = allocate(shape, o, k.options[i], ev);
     }
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
     regs[o.slot] = std::move(t);
@@ -259,7 +290,6 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
                                 std::to_string(symbols.size()));
   if (set_threads_) follow_threads(set_threads_);
   std::vector<c10::IValue> regs(slots_);
-  for (const auto& [slot, value] : constants_) regs[slot] = value;
   for (size_t i = 0; i < inputs.size(); ++i) regs[inputs_[i]] = std::move(inputs[i]);
   inputs.clear();
   Dims ev;
@@ -276,7 +306,10 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
       case spec::Step::Kind::Kernel:
         if (!run_kernel(in.kernel, regs, ev.data(), symbols.data())) {
           r.failed_step = in.index;
-          for (const auto& arg : in.kernel.args) r.failed_args.push_back(regs[arg.slot]);
+          const Kernel& k = in.kernel;
+          for (size_t i = 0; i < k.args.size(); ++i)
+            r.failed_args.push_back(k.fixed[i].defined() ? c10::IValue(k.fixed[i])
+                                                         : regs[k.args[i].slot]);
           return r;
         }
         break;

@@ -145,11 +145,11 @@ class Program {
   void fold(const Call& c, std::vector<c10::IValue>& fixed, const std::string& where);
   void lay_out_constants(Kernel& k, const std::vector<c10::IValue>& fixed,
                          const std::string& where);
+  static void bind_constants(Filler& f, const std::vector<c10::IValue>& fixed);
 
   std::string entry_;
   int32_t slots_ = 0, symbols_ = 0;
   std::vector<std::vector<int64_t>> exprs_;
-  std::vector<std::pair<int32_t, c10::IValue>> constants_;
   std::vector<int32_t> inputs_;
   std::vector<Instr> code_;
   std::vector<spec::Output> outputs_;

@@ -1,0 +1,180 @@
+"""The C++ plan runner (runtime/cpp, runtime/cpp_runner.py): the same results as the Python
+runner, bit for bit, on every sample; its own checks of the spec it is handed; the choice of
+runner and the reasons given for it."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import ArtifactError, UsageError
+from aotc.runtime.cpp_runner import runner_status
+
+RUNNER, WHY = runner_status()
+needs_runner = pytest.mark.skipif(RUNNER is None, reason=f"no C++ runner here: {WHY}")
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b) or bool(((a == b) | (a.isnan() & b.isnan())).all())
+    else:
+        assert a == b
+
+
+@needs_runner
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "gpt2", "bert"])
+def test_cpp_runner_matches_python_runner_bitwise(exported, name):
+    ex = exported(name)
+    cpp, py = aotc.load(ex.path), aotc.load(ex.path, runner="python")
+    assert cpp.runtime == "cpp" and py.runtime == "python (asked for)"
+    for seed in (0, 1):
+        args = cpp.random_inputs(seed=seed)
+        for a, b in zip(cpp.run_flat("forward", args), py.run_flat("forward", args)):
+            _same(a, b)
+
+
+@needs_runner
+@pytest.mark.parametrize("name, make", [
+    ("mlp", lambda: torch.randn(64, 32).t()),
+    ("cnn", lambda: torch.randn(8, 3, 32, 32).contiguous(memory_format=torch.channels_last)),
+    ("transformer", lambda: torch.randn(64, 2, 128).transpose(0, 1))])
+def test_inputs_of_other_strides_are_laid_out_as_the_python_runner_does(exported, name, make):
+    ex = exported(name)
+    cpp, py = aotc.load(ex.path), aotc.load(ex.path, runner="python")
+    x = make()
+    assert not x.is_contiguous()
+    for a, b in zip(cpp.run_flat("forward", (x,)), py.run_flat("forward", (x,))):
+        _same(a, b)
+
+
+@needs_runner
+def test_dynamic_sizes_and_handed_over_inputs(tmp_path):
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x.reshape(x.shape[0], -1, 4) * 3, dim=-1).sum(1)
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    path = aotc.export(Net(), (torch.randn(4, 8),), tmp_path / "d.aotc",
+                       dynamic_shapes={"x": {0: batch}})
+    cpp, py = aotc.load(path, runner="cpp"), aotc.load(path, runner="python")
+    for n in (1, 3, 16):
+        x = torch.randn(n, 8)
+        _same(cpp(x), py(x))
+    inputs = [torch.randn(5, 8)]
+    out = cpp.entries["forward"].function(inputs, {"batch": 5})
+    assert inputs == [] and out[0].shape == (5, 4)   # a list is handed over, and emptied
+
+
+@needs_runner
+def test_concurrent_calls(exported):
+    ex = exported("mlp")
+    m = aotc.load(ex.path)
+    xs = [torch.randn(32, 64, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    want = [m(x) for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(50):
+                _same(m(xs[i]), want[i])
+        except Exception as e:   # reported in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_runner_choice_is_checked(exported):
+    ex = exported("mlp")
+    with pytest.raises(UsageError, match="unknown runner"):
+        aotc.load(ex.path, runner="fast")
+    if RUNNER is None:
+        with pytest.raises(UsageError, match="cannot run"):
+            aotc.load(ex.path, runner="cpp")
+        assert aotc.load(ex.path).runtime.startswith("python (")
+
+
+# ------------------------------------------------------------------ the runner's own checks
+def _spec(**over) -> dict:
+    spec = {"entry": "forward", "slots": 2, "symbols": 0, "exprs": [], "constants": [],
+            "inputs": [0], "steps": [], "outputs": [(0, None)], "device": "cpu",
+            "set_threads": 0}
+    spec.update(over)
+    return spec
+
+
+def _call(op, overload, args, out=(1,), kwargs=()):
+    return ("call", 0, op, overload, list(args), list(kwargs), list(out), True, False)
+
+
+@needs_runner
+@pytest.mark.parametrize("bad, match", [
+    (_spec(inputs=[5]), "slot 5 out of range"),
+    (_spec(outputs=[(2, None)]), "slot 2 out of range"),
+    (_spec(exprs=[[1, 0]]), "a declared symbol"),
+    (_spec(symbols=1, exprs=[[1, 0, 3]]), "two operands"),
+    (_spec(exprs=[[0, 1, 0, 2]]), "exactly one value"),
+    (_spec(steps=[_call("aten::relu", "default", [("slot", 9)])]), "argument index"),
+    (_spec(steps=[_call("aten::relu", "default", [("slot", 0), ("slot", 0)])]),
+     "at most 1 positional"),
+    (_spec(steps=[_call("aten::add", "Tensor", [("slot", 0)])]), "argument other"),
+    (_spec(steps=[_call("aten::relu", "default", [("slot", 0)], kwargs=[("bogus", ("i", 1))])]),
+     "keyword arguments"),
+    (_spec(steps=[("kernel", 0, "kernel0", 0, [], [(1, "float32", [1], [1], True, -1, False)],
+                   [])]), "a kernel address"),
+    (_spec(steps=[("kernel", 0, "kernel0", 1, [], [(1, "float99", [1], [1], True, -1, False)],
+                   [])]), "unknown dtype"),
+])
+def test_runner_refuses_broken_specs(bad, match):
+    with pytest.raises(RUNNER.SpecError, match=match):
+        RUNNER.Program(bad)
+
+
+@needs_runner
+def test_runner_refuses_what_it_cannot_run():
+    with pytest.raises(RUNNER.Unsupported, match="not in this torch's dispatcher"):
+        RUNNER.Program(_spec(steps=[_call("aten::no_such_op", "default", [("slot", 0)])]))
+    args = [(1, "float32", [1], [1], True, -1, False)] * 129
+    with pytest.raises(RUNNER.Unsupported, match="more than 128"):
+        RUNNER.Program(_spec(slots=2, steps=[("kernel", 0, "kernel0", 1, [], args, [])]))
+
+
+@needs_runner
+@pytest.mark.parametrize("a, b", [(7, 2), (-7, 2), (7, -2), (-7, -2), (0, 5)])
+def test_size_expressions_use_python_floor_semantics(a, b):
+    # scalar_tensor(s0 // s1) and scalar_tensor(s0 % s1): the runner's bytecode against Python
+    for code, want in (([1, 0, 1, 1, 6], a // b), ([1, 0, 1, 1, 7], a % b)):
+        p = RUNNER.Program(_spec(symbols=2, exprs=[code], inputs=[],
+                                 steps=[_call("aten::scalar_tensor", "default", [("sym", 0)],
+                                              out=(0,))]))
+        assert int(p.run((), [a, b])[0]) == want
+
+
+@needs_runner
+def test_size_overflow_and_division_by_zero_raise():
+    def run(code, syms):
+        p = RUNNER.Program(_spec(symbols=2, exprs=[code], inputs=[],
+                                 steps=[_call("aten::scalar_tensor", "default", [("sym", 0)],
+                                              out=(0,))]))
+        return p.run((), syms)
+    with pytest.raises(OverflowError, match="divides by zero"):
+        run([1, 0, 1, 1, 6], [3, 0])
+    with pytest.raises(OverflowError, match="overflows"):
+        run([1, 0, 1, 1, 5], [2**62, 4])
+
+
+@needs_runner
+def test_a_broken_plan_is_an_artifact_error(exported, monkeypatch):
+    from aotc.runtime import cpp_runner
+    real = cpp_runner._Spec.as_dict
+    monkeypatch.setattr(cpp_runner._Spec, "as_dict",
+                        lambda self: {**real(self), "inputs": [10**6]})
+    with pytest.raises(ArtifactError, match="C\\+\\+ runner refuses plan forward"):
+        aotc.load(exported("mlp").path)
