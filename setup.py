@@ -9,7 +9,7 @@ with its Python runner; `aotc config --runner` says which runner is in use and w
 from setuptools import setup
 
 SOURCES = ["runtime/cpp/program.cpp", "runtime/cpp/call.cpp", "runtime/cpp/aotc_ops.cpp",
-           "runtime/cpp/python.cpp"]
+           "runtime/cpp/guards.cpp", "runtime/cpp/python.cpp"]
 
 
 def runner_extension() -> dict:

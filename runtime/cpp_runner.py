@@ -28,7 +28,8 @@ from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
 from aotc.runtime.schema.types import SlotKind, StepKind
 
 RUNNERS = ("cpp", "python")
-_OPS = {"+": 3, "-": 4, "*": 5, "//": 6, "%": 7}
+_OPS = {"+": 3, "-": 4, "*": 5, "//": 6, "%": 7, "==": 10, "!=": 11, "<": 12, "<=": 13,
+        ">": 14, ">=": 15, "and": 16, "or": 17}
 
 
 @lru_cache(maxsize=1)
@@ -73,7 +74,30 @@ class CppPlanFunction:
         if out.__class__ is tuple:
             return out
         step = self.plan.steps[out[0]]
-        raise index_error(self.plan, step, dict(enumerate(out[1:])), None, symbols)
+        raise index_error(self.plan, step, dict(enumerate(out[1:])), inputs, symbols)
+
+    def guarded(self, guards, device: torch.device):
+        """What a user's call runs (CompiledModule.run_flat): `fn(args, check) -> outputs`,
+        the guards checked in C++ (runtime/cpp/guards.h) and the plan run with grad mode off,
+        in one call into the runner. A call that fails a guard is checked again by `guards`
+        (runtime/guards.py), which raise the GuardError. None where the plan reads a symbol no
+        input binds (the Python guards then bind them, as before)."""
+        spec = guard_spec(guards, self.symbols, device)
+        if spec is None:
+            return None
+        checks, call = runner_status()[0].Guards(spec), self.program.call
+
+        def run(args: tuple, check: bool) -> tuple:
+            out = call(checks, args, check)
+            if out.__class__ is tuple:
+                return out
+            symbols = guards.check(args, device) if check else guards.bind(args)
+            if out is None:   # a guard failed in C++: the Python guards raise its error
+                with torch.no_grad():
+                    return self(args, symbols)
+            raise index_error(self.plan, self.plan.steps[out[0]], dict(enumerate(out[1:])),
+                              args, symbols)
+        return run
 
     @property
     def source(self) -> str:
@@ -196,15 +220,43 @@ class _Spec:
         return self.exprs[key][0]
 
 
+def guard_spec(guards, plan_symbols: list[str], device: torch.device) -> dict | None:
+    """The C++ guards' spec of runtime/guards.py `guards` (runtime/cpp/guards.h), binding
+    `plan_symbols` in that order; None where a plan symbol is not read from an input."""
+    names = sorted(set(guards.symbols) | guards.bound_symbols)
+    if not set(plan_symbols) <= guards.bound_symbols:
+        return None
+    exprs: dict = {}
+
+    def expr(node) -> int:
+        if ex.text(node) not in exprs:
+            code: list[int] = []
+            _emit(node, names, code)
+            exprs[ex.text(node)] = (len(exprs), code)
+        return exprs[ex.text(node)][0]
+
+    def dim(d) -> tuple:   # (0, a static size) | (1, a symbol) | (2, an expression)
+        if isinstance(d, int):
+            return 0, d
+        return (1, names.index(d.name)) if isinstance(d, ex.Sym) else (2, expr(d))
+    inputs = [(str(g.dtype).removeprefix("torch."), [dim(d) for d in g.shape])
+              for g in guards.inputs]
+    relations = [expr(r) for r in guards.relations]
+    return {"symbols": len(names), "exprs": [c for _, c in exprs.values()],
+            "ranges": [guards.symbols.get(n, (-2**63, 2**63 - 1)) for n in names],
+            "relations": relations, "inputs": inputs, "device": device.type,
+            "plan_symbols": [names.index(n) for n in plan_symbols]}
+
+
 def _emit(n, symbols: list[str], code: list[int]) -> None:
     """Postfix bytecode of an integer expression node (runtime/cpp/expr.h)."""
     if isinstance(n, ex.Const):
         code += [0, n.value]
     elif isinstance(n, ex.Sym):
         code += [1, symbols.index(n.name)]
-    elif isinstance(n, ex.Neg):
+    elif isinstance(n, (ex.Neg, ex.Not)):
         _emit(n.arg, symbols, code)
-        code.append(2)
+        code.append(2 if isinstance(n, ex.Neg) else 18)
     elif isinstance(n, ex.Bin) and n.op in _OPS:
         _emit(n.left, symbols, code)
         _emit(n.right, symbols, code)
@@ -214,8 +266,8 @@ def _emit(n, symbols: list[str], code: list[int]) -> None:
             _emit(a, symbols, code)
         code += [8 if n.fn == "min" else 9, len(n.args)]
     else:
-        raise ArtifactError(f"a size expression that is not an integer: {ex.text(n)}",
-                            where="plan sizes", expected="+ - * // % min max over sizes",
+        raise ArtifactError(f"an expression the runner does not know: {ex.text(n)}",
+                            where="plan sizes", expected="the schema's expression grammar",
                             found=ex.text(n), fix="re-export the model")
 
 

@@ -41,6 +41,9 @@ class Entry:
         self.function, self.runner = plan_function(plan, weights, device, library,
                                                    runner=runner,
                                                    static_weights=static_weights, state=state)
+        # the C++ runner checks guards and runs the plan in one call (runtime/cpp_runner.py)
+        self.direct = self.function.guarded(self.guards, device) if self.runner == "cpp" \
+            else None
         self.tree = spec.output_tree
 
 
@@ -100,6 +103,8 @@ class CompiledModule:
         """Run without rebuilding the output structure (benchmarks, `aotc verify`)."""
         e = self.entries[entry]
         args = tuple(args)
+        if e.direct is not None:
+            return e.direct(args, self.check_guards)
         symbols = e.guards.check(args, self.device) if self.check_guards else e.guards.bind(args)
         with torch.no_grad():
             return self.graphs.get(entry, e.function)(args, symbols)

@@ -178,3 +178,62 @@ def test_a_broken_plan_is_an_artifact_error(exported, monkeypatch):
                         lambda self: {**real(self), "inputs": [10**6]})
     with pytest.raises(ArtifactError, match="C\\+\\+ runner refuses plan forward"):
         aotc.load(exported("mlp").path)
+
+
+# ---------------------------------------------------------------------- guards in C++
+def _guards():
+    """x: float32[batch, seq], y: int64[batch, 2*seq]; 1 <= batch <= 8, 2 <= seq <= 16,
+    seq % 2 == 0."""
+    from types import SimpleNamespace as NS
+
+    from aotc.runtime.guards import Guards
+    from aotc.runtime.schema import expr as ex
+    syms = {"batch": NS(min=1, max=8), "seq": NS(min=2, max=16)}
+    inputs = [NS(name="x", dtype="float32", shape=(ex.parse_size("batch"), ex.parse_size("seq"))),
+              NS(name="y", dtype="int64", shape=(ex.parse_size("batch"),
+                                                 ex.parse_size("2*seq"), 3))]
+    return Guards(inputs, syms, [ex.parse_relation("seq % 2 == 0")])
+
+
+def _inputs(b=2, s=4, y_seq=None, y_dtype=torch.int64, last=3):
+    return (torch.randn(b, s), torch.zeros(b, 2 * s if y_seq is None else y_seq, last,
+                                           dtype=y_dtype))
+
+
+GUARD_CASES = {
+    "valid": _inputs(), "valid, other sizes": _inputs(8, 16), "one input": _inputs()[:1],
+    "not a tensor": (torch.randn(2, 4), 3), "dtype": _inputs(y_dtype=torch.int32),
+    "rank": (torch.randn(2, 4, 1), _inputs()[1]), "static dim": _inputs(last=4),
+    "symbol differs": (torch.randn(3, 4), _inputs()[1]), "derived": _inputs(y_seq=9),
+    "range": _inputs(9, 4), "relation": _inputs(2, 5),
+    "meta": (torch.randn(2, 4, device="meta"), _inputs()[1]),
+    "sparse": (torch.randn(2, 4).to_sparse(), _inputs()[1]),
+    "strided view": (torch.randn(4, 8)[::2, ::2], _inputs()[1]),
+}
+
+
+@needs_runner
+@pytest.mark.parametrize("case", sorted(GUARD_CASES))
+def test_cpp_guards_accept_exactly_what_python_guards_accept(case):
+    from aotc.errors import GuardError
+    from aotc.runtime.cpp_runner import guard_spec
+    guards, args = _guards(), GUARD_CASES[case]
+    checks = RUNNER.Guards(guard_spec(guards, ["batch", "seq"], torch.device("cpu")))
+    # a plan returning its symbols' values: scalar_tensor(batch), scalar_tensor(seq)
+    steps = [_call("aten::scalar_tensor", "default", [("sym", i)], out=(2 + i,))
+             for i in range(2)]
+    program = RUNNER.Program(_spec(slots=4, symbols=2, exprs=[[1, 0], [1, 1]], inputs=[0, 1],
+                                   steps=steps, outputs=[(2, None), (3, None)]))
+    try:
+        want = guards.check(args, torch.device("cpu"))
+    except (GuardError, TypeError):
+        want = None
+    got = program.call(checks, args, True)
+    if want is None:
+        assert got is None
+    else:
+        assert [int(t) for t in got] == [want["batch"], want["seq"]]
+    if case.startswith("valid") or case in ("range", "relation", "derived"):
+        # check_guards=False: the symbols only read, nothing checked
+        assert [int(t) for t in program.call(checks, args, False)] == \
+            [args[0].shape[0], args[0].shape[1]]

@@ -1,5 +1,5 @@
-// Size expressions as bytecode: what plans write as "2*seq" or "(batch + 3) // 4" becomes a
-// postfix program over the call's bound symbols. The front end compiles the schema's parsed
+// Size expressions as bytecode: what plans write as "2*seq" or "(batch + 3) // 4", and what
+// guards write as "seq % 8 == 0", becomes a postfix program over the call's bound symbols. The front end compiles the schema's parsed
 // expression nodes (runtime/schema/expr.py) into it; `check` proves at load that a program
 // evaluates on the fixed stack, reads only declared symbols and leaves one value, so `eval`
 // needs no checks but arithmetic ones: Python's floor division and modulo, an error on
@@ -17,7 +17,8 @@
 namespace aotc::expr {
 
 enum Op : int64_t { CONST = 0, SYM = 1, NEG = 2, ADD = 3, SUB = 4, MUL = 5, FLOORDIV = 6,
-                    MOD = 7, MIN = 8, MAX = 9 };
+                    MOD = 7, MIN = 8, MAX = 9, EQ = 10, NE = 11, LT = 12, LE = 13, GT = 14,
+                    GE = 15, AND = 16, OR = 17, NOT = 18 };
 constexpr int kMaxStack = 64;
 constexpr size_t kMaxCode = 4096;
 
@@ -31,9 +32,9 @@ inline std::string check(const std::vector<int64_t>& code, int64_t symbols) {
       if (++pc >= code.size()) return "an operand after CONST or SYM";
       if (op == SYM && (code[pc] < 0 || code[pc] >= symbols)) return "a declared symbol";
       if (++depth > kMaxStack) return "at most 64 values on the stack";
-    } else if (op == NEG) {
-      if (depth < 1) return "an operand for NEG";
-    } else if (op >= ADD && op <= MOD) {
+    } else if (op == NEG || op == NOT) {
+      if (depth < 1) return "an operand for NEG or NOT";
+    } else if ((op >= ADD && op <= MOD) || (op >= EQ && op <= OR)) {
       if (depth < 2) return "two operands for a binary operator";
       --depth;
     } else if (op == MIN || op == MAX) {
@@ -76,6 +77,7 @@ inline int64_t eval(const std::vector<int64_t>& code, const int64_t* syms) {
         if (st[sp - 1] == INT64_MIN) fail("a size expression overflows 64 bits");
         st[sp - 1] = -st[sp - 1];
         continue;
+      case NOT: st[sp - 1] = !st[sp - 1]; continue;
       case MIN: case MAX: {
         int64_t n = code[++pc];
         bool lo = code[pc - 1] == MIN;
@@ -94,7 +96,17 @@ inline int64_t eval(const std::vector<int64_t>& code, const int64_t* syms) {
       case SUB: over = __builtin_sub_overflow(a, b, &r); break;
       case MUL: over = __builtin_mul_overflow(a, b, &r); break;
       case FLOORDIV: r = floordiv(a, b); break;
-      default: r = mod(a, b); break;
+      case MOD: r = mod(a, b); break;
+      case EQ: r = a == b; break;
+      case NE: r = a != b; break;
+      case LT: r = a < b; break;
+      case LE: r = a <= b; break;
+      case GT: r = a > b; break;
+      case GE: r = a >= b; break;
+      // relations evaluate both sides (Python's `or` may not): an error there is a failed
+      // check, which the caller then decides with Python's own evaluation
+      case AND: r = a && b; break;
+      default: r = a || b; break;
     }
     if (over) fail("a size expression overflows 64 bits");
     st[--sp - 1] = r;

@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include "guards.h"
 #include "program.h"
 
 namespace py = pybind11;
@@ -145,9 +146,23 @@ at::Tensor input(PyObject* obj, size_t i) {
   return THPVariable_Unpack(obj);
 }
 
+// A tuple of outputs, or, when a kernel met an index out of range, a list [step index, that
+// kernel's arguments...].
+py::object results(aotc::RunResult& r) {
+  if (r.failed_step < 0) {
+    py::tuple out(r.outputs.size());
+    for (size_t i = 0; i < r.outputs.size(); ++i)
+      out[i] = torch::jit::toPyObject(std::move(r.outputs[i]));
+    return std::move(out);
+  }
+  py::list failed;
+  failed.append(r.failed_step);
+  for (auto& v : r.failed_args) failed.append(torch::jit::toPyObject(std::move(v)));
+  return std::move(failed);
+}
+
 // Run with `inputs` (a tuple, or a list the caller hands over: emptied here, so the plan's
-// free steps release each input after its last use): a tuple of outputs, or, when a kernel
-// met an index out of range, a list [step index, that kernel's arguments...].
+// free steps release each input after its last use); see `results`.
 py::object run(const aotc::Program& p, const py::handle& inputs, const std::vector<int64_t>& syms) {
   std::vector<c10::IValue> in;
   PyObject* seq = inputs.ptr();
@@ -162,16 +177,49 @@ py::object run(const aotc::Program& p, const py::handle& inputs, const std::vect
     py::gil_scoped_release released;
     r = p.run(std::move(in), syms);
   }
-  if (r.failed_step < 0) {
-    py::tuple out(r.outputs.size());
-    for (size_t i = 0; i < r.outputs.size(); ++i)
-      out[i] = torch::jit::toPyObject(std::move(r.outputs[i]));
-    return std::move(out);
+  return results(r);
+}
+
+// What a user's call runs (CompiledModule.run_flat): the guards, then the plan with grad mode
+// off; None where a guard fails (the caller's Python guards then raise the error).
+py::object call(const aotc::Program& p, const aotc::Guards& g, const py::tuple& args,
+                bool check) {
+  std::vector<at::Tensor> in;
+  for (const py::handle& a : args) {
+    if (!THPVariable_Check(a.ptr())) return py::none();
+    in.push_back(THPVariable_Unpack(a.ptr()));
   }
-  py::list failed;
-  failed.append(r.failed_step);
-  for (auto& v : r.failed_args) failed.append(torch::jit::toPyObject(std::move(v)));
-  return std::move(failed);
+  std::vector<int64_t> syms;
+  if (!g.bind(in, check, syms)) return py::none();
+  aotc::RunResult r;
+  {
+    py::gil_scoped_release released;
+    at::NoGradGuard no_grad;
+    r = p.run(std::vector<c10::IValue>(in.begin(), in.end()), syms);
+  }
+  return results(r);
+}
+
+std::unique_ptr<aotc::Guards> make_guards(const py::dict& d) {
+  aotc::spec::Guards g;
+  g.symbols = d["symbols"].cast<int32_t>();
+  g.ranges = d["ranges"].cast<std::vector<std::pair<int64_t, int64_t>>>();
+  g.exprs = d["exprs"].cast<std::vector<std::vector<int64_t>>>();
+  g.relations = d["relations"].cast<std::vector<int32_t>>();
+  g.plan_symbols = d["plan_symbols"].cast<std::vector<int32_t>>();
+  g.device = d["device"].cast<std::string>();
+  for (const py::handle& h : d["inputs"]) {
+    auto t = h.cast<py::tuple>();
+    aotc::spec::GuardInput in;
+    in.dtype = t[0].cast<std::string>();
+    for (const py::handle& dim : t[1]) {
+      auto p = dim.cast<std::pair<int, int64_t>>();   // (kind, value)
+      if (p.first < 0 || p.first > 2) throw std::invalid_argument("a guard dim kind");
+      in.dims.push_back({static_cast<aotc::spec::GuardDim::Kind>(p.first), p.second});
+    }
+    g.inputs.push_back(std::move(in));
+  }
+  return std::make_unique<aotc::Guards>(std::move(g));
 }
 
 }  // namespace
@@ -184,5 +232,7 @@ PYBIND11_MODULE(_runner, m) {
   py::class_<aotc::Program>(m, "Program")
       .def(py::init(&make_program))
       .def_property_readonly("entry", &aotc::Program::entry)
-      .def("run", &run);
+      .def("run", &run)
+      .def("call", &call);
+  py::class_<aotc::Guards>(m, "Guards").def(py::init(&make_guards));
 }
