@@ -11,6 +11,7 @@ import torch
 import aotc
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime.cpp_runner import runner_status
+from conftest import run_aotc
 
 RUNNER, WHY = runner_status()
 needs_runner = pytest.mark.skipif(RUNNER is None, reason=f"no C++ runner here: {WHY}")
@@ -237,3 +238,23 @@ def test_cpp_guards_accept_exactly_what_python_guards_accept(case):
         # check_guards=False: the symbols only read, nothing checked
         assert [int(t) for t in program.call(checks, args, False)] == \
             [args[0].shape[0], args[0].shape[1]]
+
+
+@needs_runner
+def test_aten_errors_reach_python_as_torch_raises_them():
+    # mm of [2] by [2]: ATen refuses, as torch.mm would, with no C++ backtrace in the message
+    p = RUNNER.Program(_spec(slots=2, steps=[_call("aten::mm", "default",
+                                                   [("slot", 0), ("slot", 0)])],
+                             outputs=[(1, None)]))
+    with pytest.raises(RuntimeError) as e:
+        p.run((torch.randn(2),), [])
+    assert "must be a matrix" in str(e.value) and "Exception raised from" not in str(e.value)
+
+
+def test_cli_says_which_runner(cli_mlp_artifact):
+    out = run_aotc("config", "--runner")
+    assert out.returncode == 0 and out.stdout.startswith("cpp" if RUNNER else "python (")
+    shown = run_aotc("inspect", str(cli_mlp_artifact)).stdout
+    assert ("runner:  cpp" if RUNNER else "runner:  python (") in shown
+    ran = run_aotc("run", str(cli_mlp_artifact), "--runs", "2", "--runner", "python").stdout
+    assert "runner: python (asked for)" in ran

@@ -224,8 +224,27 @@ std::unique_ptr<aotc::Guards> make_guards(const py::dict& d) {
 
 }  // namespace
 
+// An ATen error inside a call reaches Python as torch's own bindings raise it (the class by
+// kind, the message without the C++ backtrace), as it would from the Python runner.
+void translate_aten_errors(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const c10::IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+  } catch (const c10::TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+  } catch (const c10::NotImplementedError& e) {
+    PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  }
+}
+
 PYBIND11_MODULE(_runner, m) {
   m.doc() = "aotc's C++ plan runner (runtime/cpp)";
+  py::register_exception_translator(&translate_aten_errors);
   py::register_exception<aotc::SpecError>(m, "SpecError");
   py::register_exception<aotc::Unsupported>(m, "Unsupported");
   m.attr("TORCH_VERSION") = AOTC_TORCH_VERSION;   // the torch this was built against
