@@ -35,13 +35,14 @@ _OPS = {"+": 3, "-": 4, "*": 5, "//": 6, "%": 7, "==": 10, "!=": 11, "<": 12, "<
 @lru_cache(maxsize=1)
 def runner_status() -> tuple[object | None, str]:
     """(the extension module, "") where the C++ runner can run here, else (None, why not)."""
+    import importlib.util
+    if importlib.util.find_spec("aotc.runtime._runner") is None:
+        return None, ("aotc was installed without its C++ runner (it builds at install time "
+                      "with torch importable: pip install --no-build-isolation .)")
     try:
         from aotc.runtime import _runner
     except ImportError as e:
-        return None, ("aotc was installed without its C++ runner (it builds at install time "
-                      "with torch importable: pip install --no-build-isolation .)"
-                      if "No module named" in str(e) else
-                      f"the C++ runner does not load with this torch: {str(e)[:200]}")
+        return None, f"the C++ runner does not load with this torch: {str(e)[:200]}"
     if _runner.TORCH_VERSION != torch.__version__:
         return None, (f"the C++ runner was built against torch {_runner.TORCH_VERSION}, this is "
                       f"torch {torch.__version__} (reinstall aotc to rebuild it)")
