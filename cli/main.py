@@ -165,9 +165,11 @@ def _trust_option(fn):
 @click.option("--size", "sizes", multiple=True, metavar="NAME=INT",
               help="Size of a dynamic dim for the random inputs, e.g. --size batch=4 "
                    "(default: the size it was exported with).")
+@click.option("--runner", type=click.Choice(["cpp", "python"]), default=None,
+              help="Plan runner (default: the C++ one for CPU plans where installed).")
 @click.pass_context
 @_trust_option
-def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
+def run(ctx, artifact, runs, warmup, device, seed, sizes, runner, trusted_keys):
     """Run an artifact on random inputs that satisfy its guards; print outputs and latency."""
     from aotc.cli.report import describe_outputs, time_calls
     parsed = _parse_sizes(sizes)
@@ -175,7 +177,7 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
     def body():
         import aotc
         t0 = time.perf_counter()
-        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
+        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys), runner=runner)
         load_s = time.perf_counter() - t0
         inputs = m.random_inputs(seed=seed, sizes=parsed)
         t0 = time.perf_counter()
@@ -183,6 +185,7 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
         first_s = time.perf_counter() - t0
         times = time_calls(lambda: m(*inputs), runs, warmup, m.device)
         click.echo(m.signature())
+        click.echo(f"runner: {m.runtime}")
         click.echo(describe_outputs(out))
         click.echo(f"load {load_s * 1e3:.1f} ms, first call {first_s * 1e3:.2f} ms, "
                    f"median {times['median'] * 1e3:.3f} ms, p90 {times['p90'] * 1e3:.3f} ms "
@@ -303,7 +306,9 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_
 
 
 from aotc.cli.bench import bench  # noqa: E402
+from aotc.cli.config import config  # noqa: E402
 main.add_command(bench)
+main.add_command(config)
 
 
 if __name__ == "__main__":

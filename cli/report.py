@@ -7,6 +7,7 @@ import time
 import torch
 
 from aotc.errors import AotcError, VerifyError
+from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import TritonNative
 from aotc.runtime.schema.types import StepKind, size_json
@@ -151,7 +152,7 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            f"target:  {t.device.value}{':' + ','.join(t.archs) if t.archs else ''}"
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
-           _signature_line(art)]
+           _signature_line(art), f"runner:  {expected_runner(m)}"]
     if isinstance(native, TritonNative) and native.autotune is not None:
         out.append(_autotune_text(native.autotune))
     for name, e in m.entries.items():

@@ -11,6 +11,7 @@ import torch
 
 from aotc.errors import ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
+from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
@@ -26,7 +27,8 @@ class Entry:
     """One entry point (`forward`, `backward`, ...): guards, compiled plan, output structure."""
 
     def __init__(self, name: str, spec, plan, weights: dict, device: torch.device,
-                 library=None, *, static_weights: bool = True, state: dict | None = None):
+                 library=None, *, static_weights: bool = True, state: dict | None = None,
+                 runner: str | None = None):
         self.name, self.spec = name, spec
         self.guards = Guards(spec.inputs, spec.symbols, spec.relations)
         self.plan = plan
@@ -37,14 +39,19 @@ class Entry:
                                 expected=f"symbols read from inputs: "
                                          f"{sorted(self.guards.bound_symbols)}",
                                 found=unbound, fix="re-export the model")
-        self.function = PlanFunction(plan, weights, device, library,
-                                     static_weights=static_weights, state=state)
+        self.function, self.runner = plan_function(plan, weights, device, library,
+                                                   runner=runner,
+                                                   static_weights=static_weights, state=state)
+        # the C++ runner checks guards and runs the plan in one call (runtime/cpp_runner.py)
+        self.direct = self.function.guarded(self.guards, device) if self.runner == "cpp" \
+            else None
         self.tree = spec.output_tree
 
 
 class CompiledModule:
     def __init__(self, artifact, device: torch.device, *, check_guards: bool,
-                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS):
+                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS,
+                 runner: str | None = None):
         self.artifact, self.path, self.device = artifact, artifact.root, device
         self.manifest = artifact.manifest
         self.check_guards = check_guards
@@ -57,7 +64,7 @@ class CompiledModule:
             self.weights = weights = loading.weights
             self.library = load_library_for(artifact, device)
             self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
-                                        self.library, state=self.state)
+                                        self.library, state=self.state, runner=runner)
                             for name, spec in self.manifest.entries.items()}
             pending = loading.pending
             loading.wait()
@@ -66,6 +73,11 @@ class CompiledModule:
         for entry in self.entries.values() if pending else ():
             entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+
+    @property
+    def runtime(self) -> str:
+        """Which plan runner runs the entries: "cpp" (aotc's C++ runner), or "python (why)"."""
+        return runtime_of(self.entries)
 
     @property
     def signer(self) -> str | None:
@@ -102,6 +114,8 @@ class CompiledModule:
         """Run without rebuilding the output structure (benchmarks, `aotc verify`)."""
         e = self.entries[entry]
         args = tuple(args)
+        if e.direct is not None:
+            return e.direct(args, self.check_guards)
         symbols = e.guards.check(args, self.device) if self.check_guards else e.guards.bind(args)
         with torch.no_grad():
             return self.graphs.get(entry, e.function)(args, symbols)
@@ -180,6 +194,14 @@ def _sample_key(k: str) -> int:
                             where=fmt.SAMPLE_INPUTS, expected="names 0, 1, 2, ...", found=k[:40],
                             fix="re-export the model")
     return int(k)
+
+
+def runtime_of(entries: dict) -> str:
+    """One runner for every entry: its name; else each entry's."""
+    runners = {e.runner for e in entries.values()}
+    if len(runners) == 1:
+        return runners.pop()
+    return ", ".join(f"{name}: {e.runner}" for name, e in entries.items())
 
 
 def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:

@@ -269,3 +269,5 @@ def test_a_generator_swaps_weights_and_generates_with_them(sample, tmp_path):
     r = run_aotc("swap-weights", path, tmp_path / "w.safetensors", "-o", tmp_path / "swapped.aotc")
     assert r.returncode == 0, r.stderr
     assert torch.equal(aotc.load(tmp_path / "swapped.aotc").generate(ids, 16), want)
+    assert torch.equal(aotc.load(path, weights=tmp_path / "w.safetensors").generate(ids, 16),
+                       want)
