@@ -7,6 +7,7 @@ import torch
 
 from aotc import codegen, exporter
 from aotc.codegen.target import Target
+from aotc.exporter.state import untouched
 from aotc.options import ExportOptions
 
 
@@ -15,32 +16,31 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
                   **options) -> Path:
     opts = ExportOptions.from_kwargs(**options)
     target = Target.parse(opts.target)   # validate before any slow work
-    model, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
     step = progress or (lambda msg: None)
     step("capturing with torch.export and decomposing"
          + (" (forward and backward)" if opts.train else ""))
-    if opts.decode:
-        if dynamic_shapes is not None:
-            from aotc.errors import UsageError
-            raise UsageError("a generator's dims are fixed by aotc", where="--decode",
-                             expected="no dynamic_shapes (the prompt length is dynamic)",
-                             found="dynamic_shapes", fix="leave dynamic_shapes out")
-        from aotc.exporter.generate import export_generator
-        program = export_generator(model, example_inputs, opts, source=source,
-                                   value_ranges=value_ranges)
-    elif opts.train:
-        if dynamic_shapes is not None:
-            from aotc.errors import UsageError
-            raise UsageError("training artifacts have static shapes", where="--train",
-                             expected="no dynamic dims", found="dynamic_shapes",
-                             fix="export training with static example sizes")
-        program = exporter.export_training(model, example_inputs, opts, source=source,
-                                           value_ranges=value_ranges)
-    else:
-        program = exporter.export(model, example_inputs, opts, source=source,
-                                  value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
+    if (opts.decode or opts.train) and dynamic_shapes is not None:
+        from aotc.errors import UsageError
+        flag = "--decode" if opts.decode else "--train"
+        what = ("a generator's dims are fixed by aotc (the prompt length is dynamic)"
+                if opts.decode else "training artifacts have static shapes")
+        raise UsageError(what, where=flag, expected="no dynamic_shapes", found="dynamic_shapes",
+                         fix="leave dynamic_shapes out")
+    with untouched(model):   # capture runs the model; the caller gets it back as it was
+        captured, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
+        if opts.decode:
+            from aotc.exporter.generate import export_generator
+            program = export_generator(captured, example_inputs, opts, source=source,
+                                       value_ranges=value_ranges)
+        elif opts.train:
+            program = exporter.export_training(captured, example_inputs, opts, source=source,
+                                               value_ranges=value_ranges)
+        else:
+            program = exporter.export(captured, example_inputs, opts, source=source,
+                                      value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
-                           autotune=opts.autotune, prove=opts.prove, progress=step)
+                           autotune=opts.autotune, prove=opts.prove, progress=step,
+                           shard_size=opts.shard_bytes())
 
 
 def cast_floating(model, example_inputs, dtype):
@@ -78,4 +78,4 @@ def compile_function(fn, example_inputs, path, **options) -> Path:
     opts = ExportOptions.from_kwargs(**options)
     program = exporter.trace_function(fn, tuple(example_inputs))
     return codegen.compile(program, Target.parse(opts.target), path, codegen=opts.codegen,
-                           isa=opts.isa, autotune=opts.autotune)
+                           isa=opts.isa, autotune=opts.autotune, shard_size=opts.shard_bytes())

@@ -59,3 +59,8 @@ class TargetError(AotcError):
 class VerifyError(AotcError):
     """Running the recorded sample inputs did not reproduce the recorded outputs."""
     exit_code = 8
+
+
+class StateDictError(UsageError, RuntimeError):
+    """A state dict or weights file does not fit the artifact's weights (keys, shapes, dtypes);
+    a RuntimeError too, as torch's load_state_dict raises one."""

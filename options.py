@@ -47,6 +47,8 @@ class ExportOptions:
                                "the example input is a prompt of token ids [batch, T].")
     max_cache_len: int = _opt(2048, "Generators: the KV cache's length (the prompt and the "
                                     "tokens generated after it, together).")
+    shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
+                                  "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
 
     def __post_init__(self):
         if self.decode and self.train:
@@ -62,6 +64,7 @@ class ExportOptions:
                              where="--autotune", expected="a cuda target, e.g. --target cuda",
                              found=f"--target {self.target}",
                              fix="drop --autotune, or export for --target cuda[:sm_XX]")
+        self.shard_bytes()
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":
@@ -84,6 +87,24 @@ class ExportOptions:
                              expected="bf16 or fp16", found=self.dtype,
                              fix="use --dtype bf16 or --dtype fp16, or leave it out to keep fp32")
         return named[self.dtype.lower()]
+
+    def shard_bytes(self) -> int:
+        """`shard_size` in bytes, or a UsageError naming the accepted forms."""
+        import re
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(I?)(B?)\s*", str(self.shard_size),
+                         re.IGNORECASE)
+        if m is not None and (m.group(3) and not m.group(2)):
+            m = None
+        value = 0
+        if m is not None:
+            scale = 1 << 10 if m.group(3) else 1000
+            value = int(float(m.group(1)) * scale ** " KMGT".index((m.group(2) or " ").upper()))
+        if value < 1:
+            raise UsageError(f"{self.shard_size!r} is not a shard size", where="--shard-size",
+                             expected="a size such as 2GB, 500MB, 1GiB or a number of bytes",
+                             found=repr(self.shard_size),
+                             fix="pass --shard-size 2GB (the default)")
+        return value
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

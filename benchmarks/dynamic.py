@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -372,22 +371,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def commit() -> tuple[str | None, list[str]]:
-    """(short commit, tracked files modified in the working tree): what was measured."""
-    root = Path(__file__).resolve().parent.parent
-    git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,   # noqa: E731
-                                    text=True, timeout=10).stdout
-    try:
-        return git("rev-parse", "--short", "HEAD").strip() or None, \
-            git("diff", "--name-only", "HEAD").split()
-    except (OSError, subprocess.SubprocessError):
-        return None, []
-
-
 def environment(args, cfg, size: str) -> dict:
     """The results' `meta`: what every benchmark records (benchmarks/run.py's machine_meta),
     plus the ranges, the guard-call count and the commit measured."""
-    rev, modified = commit()
+    rev, modified = inference_run.commit()
     chosen = [systems.SYSTEMS["eager"], Artifact("static", ""), Artifact("dynamic", "")]
     return {"benchmark": "dynamic shapes", "size": size, "target": args.target or args.device,
             "ranges": RANGES[size], "guard_calls": args.guard_calls, "commit": rev,

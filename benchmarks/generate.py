@@ -176,7 +176,7 @@ def main(argv=None) -> None:
     rate = copy_rate(device)
     rows = [bench_point(m, int(b), args, device, dtype, rate)
             for m in args.models.split(",") for b in args.batches.split(",")]
-    from benchmarks.dynamic import commit
+    from benchmarks.run import commit
     rev, modified = commit()
     meta = {"benchmark": "generation", "command": " ".join(["python -m benchmarks.generate",
                                                               *sys.argv[1:]]),

@@ -99,6 +99,19 @@ def environment(args, cfg: harness.Config, chosen: list, skipped: dict) -> dict:
             **machine_meta(args, cfg, chosen), "systems_skipped": skipped}
 
 
+def commit() -> tuple[str | None, list[str]]:
+    """(short commit, tracked files modified in the working tree): what was measured."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,   # noqa: E731
+                                    text=True, timeout=10).stdout
+    try:
+        return git("rev-parse", "--short", "HEAD").strip() or None, \
+            git("diff", "--name-only", "HEAD").split()
+    except (OSError, subprocess.SubprocessError):
+        return None, []
+
+
 def machine_meta(args, cfg: harness.Config, chosen: list,
                  libs: tuple = ("transformers", "torchvision")) -> dict:
     """The `meta` every benchmark records: device, dtype, systems, config, machine, versions."""
@@ -109,7 +122,11 @@ def machine_meta(args, cfg: harness.Config, chosen: list,
             "python": platform.python_version(), "torch": torch.__version__,
             "aotc": aotc.__version__, "matmul_precision": torch.get_float32_matmul_precision(),
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "load_average_at_start": _load_average()}
+            "load_average_at_start": _load_average(),
+            "command": " ".join(["python -m", Path(sys.argv[0]).parent.name + "." +
+                                 Path(sys.argv[0]).stem, *sys.argv[1:]]),
+            "runner": _aotc_runner()}
+    meta["commit"], meta["modified"] = commit()
     for lib in libs:
         try:
             meta[lib] = __import__(lib).__version__
@@ -118,6 +135,12 @@ def machine_meta(args, cfg: harness.Config, chosen: list,
     if args.device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name()
     return meta
+
+
+def _aotc_runner() -> str:
+    """The plan runner aotc's CPU artifacts get here (runtime/cpp_runner.py)."""
+    from aotc.runtime.cpp_runner import runner_status
+    return "cpp" if runner_status()[0] is not None else f"python ({runner_status()[1]})"
 
 
 def _load_average() -> float | None:

@@ -95,8 +95,12 @@ class AOTInductor(System):
 
 
 class Aotc(System):
-    name = "aotc"
+    """aotc with its default plan runner (the C++ one where installed), or with `runner`."""
     cache_env = "XDG_CACHE_HOME"   # aotc keeps compiled kernels under $XDG_CACHE_HOME/aotc
+
+    def __init__(self, runner: str | None = None):
+        self.runner = runner
+        self.name = "aotc" if runner is None else f"aotc:{runner}"
 
     def build(self, model, inputs, workdir):
         import aotc
@@ -105,14 +109,15 @@ class Aotc(System):
         path = aotc.export(model, inputs, workdir / "model.aotc", target=device.type)
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        module = aotc.load(path, device=device)
+        module = aotc.load(path, device=device, runner=self.runner)
         load_s = time.perf_counter() - t0
         return Built(call=lambda: module(*inputs), build_s=build_s, load_s=load_s,
                      artifact_bytes=directory_bytes(path))
 
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
-    Eager(), TorchCompile(), TorchCompile("reduce-overhead"), AOTInductor(), Aotc())}
+    Eager(), TorchCompile(), TorchCompile("reduce-overhead"), AOTInductor(), Aotc(),
+    Aotc("python"))}
 
 
 def select(names: list[str] | None, device: torch.device) -> tuple[list[System], dict[str, str]]:

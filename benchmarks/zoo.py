@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import zoo_report
-from benchmarks.dynamic import commit
+from benchmarks.run import commit
 from benchmarks.run import quiet
 from benchmarks.zoo_models import ZOO, qualified, zoo_spec
 

@@ -134,6 +134,7 @@ def inspect(ctx, artifact, as_json, code, fusion):
         from aotc.runtime.module import plan_sources
         art = Artifact(artifact)
         try:
+            art.verify_all()     # inspect vouches for every byte, weights shards included
             if as_json:
                 click.echo(art.manifest_bytes.decode(), nl=False)
                 return
@@ -164,9 +165,11 @@ def _trust_option(fn):
 @click.option("--size", "sizes", multiple=True, metavar="NAME=INT",
               help="Size of a dynamic dim for the random inputs, e.g. --size batch=4 "
                    "(default: the size it was exported with).")
+@click.option("--runner", type=click.Choice(["cpp", "python"]), default=None,
+              help="Plan runner (default: the C++ one for CPU plans where installed).")
 @click.pass_context
 @_trust_option
-def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
+def run(ctx, artifact, runs, warmup, device, seed, sizes, runner, trusted_keys):
     """Run an artifact on random inputs that satisfy its guards; print outputs and latency."""
     from aotc.cli.report import describe_outputs, time_calls
     parsed = _parse_sizes(sizes)
@@ -174,7 +177,7 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
     def body():
         import aotc
         t0 = time.perf_counter()
-        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
+        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys), runner=runner)
         load_s = time.perf_counter() - t0
         inputs = m.random_inputs(seed=seed, sizes=parsed)
         t0 = time.perf_counter()
@@ -182,6 +185,7 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes, trusted_keys):
         first_s = time.perf_counter() - t0
         times = time_calls(lambda: m(*inputs), runs, warmup, m.device)
         click.echo(m.signature())
+        click.echo(f"runner: {m.runtime}")
         click.echo(describe_outputs(out))
         click.echo(f"load {load_s * 1e3:.1f} ms, first call {first_s * 1e3:.2f} ms, "
                    f"median {times['median'] * 1e3:.3f} ms, p90 {times['p90'] * 1e3:.3f} ms "
@@ -215,6 +219,27 @@ def verify(ctx, artifact, rtol, atol, device, trusted_keys):
         import aotc
         m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
         click.echo(verify_artifact(m, rtol=rtol, atol=atol))
+
+    _run_guarded(ctx, body)
+
+
+@main.command("swap-weights")
+@click.argument("artifact", type=click.Path())
+@click.argument("weights", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=True, file_okay=False),
+              help="Artifact directory to write (may be ARTIFACT itself).")
+@_trust_option
+@click.pass_context
+def swap_weights(ctx, artifact, weights, output, trusted_keys):
+    """Write ARTIFACT with the state dict in WEIGHTS (safetensors) instead of its own weights,
+    sharing its compiled kernels and plans."""
+    def body():
+        from aotc.runtime.swap import swap_weights as swap
+        path, dropped = swap(artifact, weights, output, trusted_keys=list(trusted_keys))
+        if dropped:
+            click.echo(f"left out {', '.join(dropped)} (recorded with the old weights; "
+                       "`aotc verify` has nothing to compare with)", err=True)
+        click.echo(str(path))
 
     _run_guarded(ctx, body)
 
@@ -281,7 +306,9 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_
 
 
 from aotc.cli.bench import bench  # noqa: E402
+from aotc.cli.config import config  # noqa: E402
 main.add_command(bench)
+main.add_command(config)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import time
 import torch
 
 from aotc.errors import AotcError, VerifyError
+from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import TritonNative
 from aotc.runtime.schema.types import StepKind, size_json
@@ -135,6 +136,7 @@ def inspect_text(art, *, fusion: bool = False) -> str:
         from aotc.runtime.artifact import Artifact
         art = Artifact(art)
         try:
+            art.verify_all()
             return inspect_text(art, fusion=fusion)
         finally:
             art.close()
@@ -147,7 +149,7 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            f"target:  {t.device.value}{':' + ','.join(t.archs) if t.archs else ''}"
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
-           _signature_line(art)]
+           _signature_line(art), f"runner:  {expected_runner(m)}"]
     if isinstance(native, TritonNative) and native.autotune is not None:
         out.append(_autotune_text(native.autotune))
     for name, e in m.entries.items():
@@ -160,18 +162,44 @@ def inspect_text(art, *, fusion: bool = False) -> str:
                    f"{saved['count']} tensors, {_bytes(saved['bytes'])} per step")
     if m.generation is not None:
         out += _generation_lines(m)
+    out += _weights_lines(m)
+    out.append("files:")
+    out += [f"  {rel:<40} {_bytes(info.size):>10}  {_digest_text(info)}"
+            for rel, info in sorted(m.files.items())]
+    out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m.options.items())))
+    return "\n".join(out)
+
+
+def _weights_lines(m) -> list[str]:
+    """The weights: how many, how large, in which shards, which are the model's state."""
     w = m.weights
-    out.append(f"\nweights: {w.count} tensors, {_bytes(w.bytes)}"
-               + (f" ({len(w.aliases)} tied)" if w.aliases else ""))
+    stored = w.count - len(w.aliases)
+    out = [f"\nweights: {w.count} tensors, {_bytes(w.bytes)}"
+           + (f" ({len(w.aliases)} tied)" if w.aliases else "")
+           + f" in {len(w.shards)} shard{'s' if len(w.shards) != 1 else ''}"
+           + (f" (at most {m.options['shard_size']} each)"
+              if len(w.shards) > 1 and "shard_size" in m.options else "")]
+    if w.state_dict is not None:
+        rest = stored - len({w.stored(k) for k in w.state_dict})
+        out.append(f"  state_dict: {len(w.state_dict)} keys (parameters and persistent "
+                   f"buffers{', tied names included' if w.aliases else ''}); {rest} other "
+                   f"stored tensor{'s' if rest != 1 else ''} (non-persistent buffers, "
+                   "constants)")
     if w.transposed:
         out.append(f"  stored transposed ([K, N], for the CPU matmuls that read them): "
                    f"{len(w.transposed)}: " + ", ".join(w.transposed[:4])
                    + (", ..." if len(w.transposed) > 4 else ""))
-    out.append("files:")
-    out += [f"  {rel:<32} {_bytes(info.size):>10}  sha256 {info.sha256[:16]}"
-            for rel, info in sorted(m.files.items())]
-    out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m.options.items())))
-    return "\n".join(out)
+    return out
+
+
+def _digest_text(info) -> str:
+    """How a file is hashed: one sha256, or chunk digests (blake3 and sha256 per chunk)."""
+    if info.chunks is None:
+        return f"sha256 {info.sha256[:16]}"
+    c = info.chunks
+    algos = "blake3+sha256" if c.blake3 is not None else "sha256"
+    return f"{algos} in {len(c.sha256)} chunk{'s' if len(c.sha256) != 1 else ''} of " \
+           f"{_bytes(c.size)}"
 
 
 def _generation_lines(m) -> list[str]:

@@ -65,20 +65,21 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
             codegen: bool = True, isa: str = "auto", autotune: bool = False,
-            prove: bool = True, progress=None) -> Path:
+            prove: bool = True, progress=None, shard_size: int | None = None) -> Path:
     """`autotune` (CUDA): time candidate block sizes of each kernel on this machine's GPU,
     at the sizes the program was exported with (codegen/triton/autotune.py). Size proofs
     (masks, slice starts) hold over the dims' declared ranges, which the guards enforce.
     `prove`: load the written artifact and run it on the recorded samples against eager's
     outputs before it replaces `dest` (`aotc/prove.py`); `progress(message)` hears each
-    stage."""
+    stage. `shard_size`: the largest weights file, in bytes (runtime/shards.py)."""
     with declared_minima(program.symbols):
         return _compile(program, target, dest, codegen=codegen, isa=isa, autotune=autotune,
-                        prove=prove, progress=progress or (lambda message: None))
+                        prove=prove, progress=progress or (lambda message: None),
+                        shard_size=shard_size)
 
 
 def _compile(program: Program, target: Target, dest: str | Path, *, codegen: bool,
-             isa: str, autotune: bool, prove: bool, progress) -> Path:
+             isa: str, autotune: bool, prove: bool, progress, shard_size: int | None) -> Path:
     target = _resolve_archs(target, codegen)
     progress(f"lowering {len(program.graph['nodes'])} ops")
     parts = _lower_entries(program, target, codegen)
@@ -92,7 +93,6 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
              for name, (lowered, steps, decisions, kernels) in parts.items()}
     for name, plan in plans.items():   # written through the schema the runtime reads with
         files[fmt.plan_file(name)] = fmt.dumps(typed_plan(plan, name, program.symbols).to_json())
-    files[fmt.WEIGHTS] = save(weights)
     if program.samples is not None:
         ins, outs = program.samples
         own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
@@ -106,9 +106,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         "target": dict(target.to_json(portable=native is None), native=native),
         "options": program.options,
         "entries": _entries(program, plans),
-        "weights": {"count": len(program.weights),
-                    "bytes": sum(t.numel() * t.element_size() for t in weights.values()),
-                    "aliases": aliases, "transposed": transposed},
+        "weights": _weights_index(program, weights, aliases, transposed),
     }
     if program.training is not None:
         manifest["training"] = {k: v for k, v in program.training.items()
@@ -120,7 +118,24 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if check is not None:
         progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
                  "sample inputs")
-    return fmt.write_artifact(dest, files, build_manifest(manifest), check=check)
+    return fmt.write_artifact(dest, files, build_manifest(manifest), check=check,
+                              weights=weights, shard_size=shard_size)
+
+
+def _weights_index(program: Program, stored: dict, aliases: dict, transposed: list) -> dict:
+    """The manifest's weights section before the shards are written (format.write_artifact
+    adds them): counts, tied aliases, and the model's state_dict keys, a key tied to a weight
+    of another name becoming an alias of it."""
+    aliases = dict(aliases)
+    keys = None
+    if program.state_dict is not None:
+        keys = list(program.state_dict)
+        for key, name in program.state_dict.items():
+            if key not in stored and key not in aliases:
+                aliases[key] = aliases.get(name, name)
+    return {"count": len(stored) + len(aliases), "aliases": aliases, "transposed": transposed,
+            "bytes": sum(t.numel() * t.element_size() for t in stored.values()), "shards": [],
+            **({"state_dict": keys} if keys is not None else {})}
 
 
 def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
@@ -174,8 +189,8 @@ def _stored_weights(program: Program, parts: dict, target: Target, codegen: bool
     allowed = {n for n in pays if all(n in able[p] for p in args if n in read[p])}
     transposed = sorted({n for a in args.values() for n in transposed_matmul_weights(
         *a, bindings, weights, aliases, allowed=allowed, profit=False)})
-    for name in transposed:
-        weights[name] = weights[name].t().contiguous()
+    for name in transposed:   # a view: the shard writer makes it contiguous, one at a time
+        weights[name] = weights[name].t()
     return weights, aliases, transposed
 
 
@@ -324,7 +339,8 @@ def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
 
 
 def _dedup_weights(weights: dict) -> tuple[dict, dict]:
-    """Store tied weights once (safetensors refuses shared storage); the rest as fresh copies."""
+    """Store tied weights once (safetensors refuses shared storage). No copies: the shard writer
+    reads each tensor when it writes it (runtime/shards.py)."""
     stored, aliases, seen = {}, {}, {}
     for name in sorted(weights):
         t = weights[name]
@@ -334,5 +350,5 @@ def _dedup_weights(weights: dict) -> tuple[dict, dict]:
             aliases[name] = seen[key]
             continue
         seen[key] = name
-        stored[name] = t.detach().contiguous().clone()
+        stored[name] = t.detach()
     return stored, aliases

@@ -17,6 +17,7 @@ from aotc.exporter.capture import capture, locate
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import Program, graph_to_json
+from aotc.exporter.state import state_keys
 from aotc.exporter.symbols import SymbolNamer
 from aotc.options import ExportOptions
 from aotc.runtime.dtypes import dtype_name
@@ -60,10 +61,11 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
                "shape": graph["values"][ph["value"]]["shape"],
                "values": _value_range(a, (value_ranges or [None] * len(args))[i])}
               for i, (ph, a) in enumerate(zip(user, args))]
-    return Program(name=options.name or type(model).__name__, graph=graph, weights=weights,
-                   inputs=inputs, output_tree=spec, symbols=symbols,
-                   samples=(args, flat_out) if options.record_samples else None,
-                   source=source, options=options.to_json())
+    state, unread = state_keys(model, weights)
+    return Program(name=options.name or type(model).__name__, graph=graph,
+                   weights={**weights, **unread}, inputs=inputs, output_tree=spec,
+                   symbols=symbols, samples=(args, flat_out) if options.record_samples else None,
+                   source=source, options=options.to_json(), state_dict=state)
 
 
 def normalize_dynamic_shapes(dynamic_shapes, names: list[str], args: tuple):
@@ -220,9 +222,11 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     weights = {n: t.detach().contiguous() for n, t in
                list(model.named_parameters()) + list(model.named_buffers())}
     meta["backward_inputs"] = binputs
-    return Program(name=options.name or type(model).__name__, graph=fgraph, weights=weights,
-                   inputs=finputs, output_tree=spec, backward=bgraph, training=meta,
-                   samples=None, source=source, options=options.to_json())
+    state, unread = state_keys(model, weights)
+    return Program(name=options.name or type(model).__name__, graph=fgraph,
+                   weights={**weights, **unread}, inputs=finputs, output_tree=spec,
+                   backward=bgraph, training=meta, samples=None, source=source,
+                   options=options.to_json(), state_dict=state)
 
 
 def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:

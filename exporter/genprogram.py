@@ -14,6 +14,7 @@ from aotc.exporter.capture import capture
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs
 from aotc.exporter.program import Program, graph_to_json
+from aotc.exporter.state import state_keys
 from aotc.nn import set_mode
 from aotc.runtime.dtypes import dtype_name
 
@@ -45,8 +46,10 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
     generation = {"prefill": "prefill", "decode": "decode", "position": "pos",
                   "max_cache_len": max_len, "batch": batch, "vocab": vocab}
     first = entries["prefill"]
+    owner = g.decoder.model if isinstance(g.decoder, HFDecoder) else g.decoder
+    state_dict, unread = state_keys(owner, weights)   # stored names are the model's own
     return Program(name=options.name or type(g.decoder).__name__, graph=first["graph"],
-                   weights=weights, inputs=first["inputs"], output_tree=first["output_tree"],
+                   weights={**weights, **unread}, state_dict=state_dict, inputs=first["inputs"], output_tree=first["output_tree"],
                    symbols=first["symbols"], samples=((ids,), (samples,))
                    if options.record_samples else None, source=source,
                    options=options.to_json(), entries=entries, state=state,

@@ -51,6 +51,7 @@ class Program:
     entries: dict | None = None
     state: dict | None = None
     generation: dict | None = None
+    state_dict: dict | None = None   # the model's state_dict keys -> the weight each one is
 
     def entry_graphs(self) -> dict[str, dict]:
         """The graph of each entry point, by name: forward (and backward) or the generator's

@@ -14,7 +14,8 @@ __all__ = ["load", "CompiledModule", "format"]
 
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
          interpret: bool = False, cuda_graph: bool | None = None,
-         cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None) -> CompiledModule:
+         cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None, weights=None,
+         runner: str | None = None) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and every field of it, and the size and sha256 of every
@@ -37,6 +38,15 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     run on CPU tensors through Triton's interpreter (slow; needs triton installed; `device` must
     be "cpu" or None). It runs the artifact's kernel sources as Python (checked to be Triton
     kernels and nothing else): never use it on an artifact you do not trust.
+
+    `weights`: a safetensors file of the same model's state_dict (a fine-tuned variant) loaded
+    in place of the artifact's own, strictly (`load_state_dict(..., strict=True)`), reusing
+    its kernels and plans; `aotc swap-weights` writes such a variant as an artifact.
+
+    `runner`: which plan runner runs the entries (runtime/cpp_runner.py). None (the default)
+    picks aotc's C++ runner for CPU plans where it is installed, else the Python runner;
+    "python" forces the Python runner, "cpp" insists on the C++ one. `m.runtime` says which
+    runs, and why the Python one does.
     """
     from aotc.runtime.artifact import Artifact
     artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
@@ -44,14 +54,21 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
         dev = resolve_device(artifact.manifest, device, interpret)
         if artifact.manifest.generation is not None:
             from aotc.runtime.generate import GenerativeModule
-            return GenerativeModule(artifact, dev, check_guards=check_guards,
-                                    cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache)
-        if artifact.manifest.training is not None:
+            module = GenerativeModule(artifact, dev, check_guards=check_guards,
+                                      cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache,
+                                      runner=runner)
+        elif artifact.manifest.training is not None:
             from aotc.runtime.training import TrainableModule
-            return TrainableModule(artifact, dev, check_guards=check_guards,
-                                   cuda_graph=cuda_graph)
-        return CompiledModule(artifact, dev, check_guards=check_guards, cuda_graph=cuda_graph,
-                              cuda_graph_cache=cuda_graph_cache)
+            module = TrainableModule(artifact, dev, check_guards=check_guards,
+                                     cuda_graph=cuda_graph, runner=runner)
+        else:
+            module = CompiledModule(artifact, dev, check_guards=check_guards,
+                                    cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache,
+                                    runner=runner)
     except BaseException:
         artifact.close()
         raise
+    if weights is not None:
+        from aotc.runtime.statedict import read_weights_file
+        module.load_state_dict(read_weights_file(weights), strict=True)
+    return module

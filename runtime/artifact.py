@@ -5,14 +5,16 @@ refusing symlinks at every step and anything that is not a regular file, so no p
 manifest can reach outside the artifact. The manifest is parsed from the bytes whose self-hash
 was checked, with the typed schema (runtime/schema); a signature, when the caller requires
 one, is checked over those same bytes (runtime/signing.py). Every listed file is then checked
-against its size and sha256, from the bytes the runtime goes on to use: small files are read
-into memory and served from there, weights are memory-mapped privately from the descriptor
-that was hashed. Swapping a file on disk after this changes nothing that was loaded. Files the
-manifest does not list are never opened.
+against its size and digests (runtime/hashing.py), from the bytes the runtime goes on to use:
+small files are read into memory and checked at open; weights shards, which are large, are
+checked when they are used and before any tensor is made of them: memory-mapped privately from
+the descriptor and hashed from that mapping, chunks over all cores (`mapped`), or hashed chunk
+by chunk from the staging buffers that carry them to a GPU (`stream`, runtime/transfer.py).
+Swapping a file on disk after this changes nothing that was loaded. Files the manifest does not
+list are never opened.
 """
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import stat
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
+from aotc.runtime.hashing import Checker
 from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
 from aotc.runtime.schema.flow import check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
@@ -86,7 +89,36 @@ class Artifact:
         data = self._cache.get(rel)
         if data is not None:
             return data
-        return self._load(rel, mapped=True)[0]
+        data = self._cache[rel] = self._load(rel, mapped=True)[0]
+        return data
+
+    def mapping(self, rel: str) -> tuple[object, Checker]:
+        """(private mapping, checker) of a listed file whose size was checked, not yet hashed:
+        for a reader that checks every chunk before anything computed from it is used
+        (runtime/shards.py)."""
+        fd = self._open_sized(rel)
+        try:
+            size = self.manifest.files[rel].size
+            data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
+        finally:
+            os.close(fd)
+        return data, self.checker(rel)
+
+    def stream(self, rel: str) -> tuple[int, Checker]:
+        """(descriptor, checker) of a listed file whose size was checked, for a reader that
+        hashes each chunk from the very buffer it uses (runtime/transfer.py); the caller
+        closes the descriptor."""
+        fd = self._open_sized(rel)
+        return fd, self.checker(rel)
+
+    def checker(self, rel: str) -> Checker:
+        return Checker(self.manifest.files[rel], self.where(rel), rel, self.verify_hashes)
+
+    def verify_all(self) -> None:
+        """Check the files whose check waits for their first use (weights shards) now."""
+        for rel in self.manifest.weights.shards:
+            self.mapped(rel)
 
     def plan(self, entry: str):
         spec = self.manifest.entries[entry]
@@ -102,39 +134,46 @@ class Artifact:
 
     # ---------------------------------------------------------------------------- checking
     def _verify_all(self) -> None:
+        """Every listed file exists with its size; all but the weights shards (checked at
+        their first use, see the module doc) are read and hashed now."""
+        deferred = set(self.manifest.weights.shards)
         for rel in sorted(self.manifest.files):
+            if rel in deferred:
+                os.close(self._open_sized(rel))
+                continue
             data, _ = self._load(rel, mapped=self.manifest.files[rel].size >= MAPPED)
             self._cache[rel] = data
 
     def _load(self, rel: str, mapped: bool = False):
         """(bytes or mmap, size) of listed file `rel`, checked against the file table."""
+        size = self.manifest.files[rel].size
+        if mapped and size:
+            data, checker = self.mapping(rel)
+        else:
+            fd = self._open_sized(rel)
+            try:
+                data, checker = _read_fd(fd, size), self.checker(rel)
+            finally:
+                os.close(fd)
+        checker.check_all(data)
+        return data, size
+
+    def _open_sized(self, rel: str) -> int:
+        """A descriptor of listed file `rel`, whose size matches the file table."""
         entry = self.manifest.files.get(rel)
         if entry is None:
             raise ArtifactError(f"the artifact reads {rel}, which its manifest does not list",
                                 where=self.where(rel), expected="a file listed in the manifest",
                                 found="an unlisted file", fix="re-export the model")
         fd = self._open(rel)
-        try:
-            size = os.fstat(fd).st_size
-            if size != entry.size:
-                raise ArtifactError(f"artifact file {rel} has the wrong size (truncated or "
-                                    "modified)", where=self.where(rel),
-                                    expected=f"{entry.size} bytes", found=f"{size} bytes",
-                                    fix="re-export or re-copy the artifact")
-            if mapped and size:
-                data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
-                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            else:
-                data = _read_fd(fd, size)
-        finally:
+        size = os.fstat(fd).st_size
+        if size != entry.size:
             os.close(fd)
-        if self.verify_hashes:
-            digest = _sha256(data)
-            if digest != entry.sha256:
-                raise ArtifactError(f"artifact file {rel} is damaged (sha256 mismatch)",
-                                    where=self.where(rel), expected=entry.sha256, found=digest,
-                                    fix="re-export or re-copy the artifact")
-        return data, size
+            raise ArtifactError(f"artifact file {rel} has the wrong size (truncated or "
+                                "modified)", where=self.where(rel),
+                                expected=f"{entry.size} bytes", found=f"{size} bytes",
+                                fix="re-export or re-copy the artifact")
+        return fd
 
     def _read_file(self, rel: str, limit: int | None, optional: bool = False) -> bytes | None:
         """An unlisted file of the format (the manifest, signatures.json), size-bounded;
@@ -218,14 +257,6 @@ def _read_fd(fd: int, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-def _sha256(data) -> str:
-    h = hashlib.sha256()
-    view = memoryview(data)
-    for i in range(0, len(view), 1 << 24):
-        h.update(view[i:i + (1 << 24)])
-    return h.hexdigest()
 
 
 def load_json_obj(data, file: str):

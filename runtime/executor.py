@@ -107,6 +107,9 @@ class PlanFunction:
         self.state = state or {}
         self.line_steps: dict[int, int] = {}   # line of the source -> the plan step it runs
         self.device = device
+        # (global name, how to compute it again) of every tensor derived from weights at
+        # load: refreshed in place when weights are swapped (runtime/statedict.py)
+        self.derived: list[tuple[str, object]] = []
         self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided, "layout": _layout,
@@ -122,6 +125,22 @@ class PlanFunction:
         name = f"{base}{len(self.namespace)}"
         self.namespace[name] = value
         return name
+
+    def bind_derived(self, make, base: str, value=None) -> str:
+        """Bind `make()` (or `value`, which it made already), a tensor computed from weights,
+        and remember how to recompute it."""
+        name = self.bind(make() if value is None else value, base)
+        self.derived.append((name, make))
+        return name
+
+    def refresh(self) -> None:
+        """After weights were overwritten in place: recompute, in place, each derived tensor
+        that is a copy (views see the new values already), in the order they were made, so the
+        data pointers the plan and CUDA graphs captured stay valid."""
+        for name, make in self.derived:
+            held, fresh = self.namespace[name], make()
+            if fresh.data_ptr() != held.data_ptr() or fresh.stride() != held.stride():
+                held.copy_(fresh)
 
     def __call__(self, inputs, symbols):
         if self.threads is not None:
@@ -164,21 +183,19 @@ class _Emitter:
 
     def emit(self) -> str:
         plan = self.plan
+        bound = bound_tensors(plan, self.weights, self.fn.state)
         for i, s in enumerate(plan.slots):
             if s.kind is SlotKind.WEIGHT:
-                self.names[i] = self.fn.bind(_weight(s, self.weights), "w")
+                self.names[i] = self.fn.bind_derived(
+                    lambda s=s: _weight(s, self.weights), "w", value=bound[i])
                 if self.fn.static_weights:
                     self.folded.add(i)
             elif s.kind is SlotKind.STATE:   # bound, never folded: its values change
-                if s.state not in self.fn.state:
-                    raise ArtifactError(f"the plan uses state {s.state!r}, which the module "
-                                        "lacks", where=s.state, expected="a state of the "
-                                        "manifest", found="nothing", fix="re-export the model")
-                self.names[i] = self.fn.bind(self.fn.state[s.state], "st")
+                self.names[i] = self.fn.bind(bound[i], "st")
             else:
                 self.names[i] = f"v{i}"
         lines = [f"def plan_{plan.entry}(inputs, symbols):"]
-        lines += [f"    S_{n} = symbols[{n!r}]" for n in sorted(plan.symbols | self._sizes())]
+        lines += [f"    S_{n} = symbols[{n!r}]" for n in symbol_names(plan)]
         flagged = any(s.kind is StepKind.KERNEL and s.launch is not None
                       and s.launch.error_code for s in plan.steps)
         if flagged:
@@ -200,20 +217,6 @@ class _Emitter:
         lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(lines) + "\n"
 
-    def _sizes(self) -> set[str]:
-        out = set()
-        for s in self.plan.steps:
-            if s.kind is StepKind.KERNEL:
-                out |= set(s.sizes)
-                if s.launch is not None:
-                    for g in s.launch.grid:
-                        out |= ex.names(g)
-                for c in s.checks:
-                    out |= set() if isinstance(c.size, int) else ex.names(c.size)
-            elif s.kind is not StepKind.FREE:
-                out |= _arg_names((*s.args, *(v for _, v in s.kwargs)))
-        return out
-
     def _step(self, idx: int, step) -> list[str]:
         if step.kind is StepKind.FREE:
             dead = [self.names[i] for i in step.slots if i not in self.folded]
@@ -225,13 +228,10 @@ class _Emitter:
         args = [self._arg(a) for a in step.args]
         args += [f"{k}={self._arg(v)}" for k, v in step.kwargs]
         call = self._call(step, op, args)
-        reads = step.reads()
-        if step.kind is StepKind.VIEW and len(step.out) == 1 and step.out[0] is not None \
-                and reads and all(r in self.folded for r in reads) \
-                and not _arg_names(step.args) and not _arg_names(tuple(v for _, v in step.kwargs)):
+        if foldable(step, self.folded):
             out = step.out[0]   # a view of weights: taken once, here
-            value = eval(call, self.fn.namespace)  # noqa: S307 - source printed above
-            self.names[out] = self.fn.bind(value, "c")
+            self.names[out] = self.fn.bind_derived(   # (reshape may copy: then refreshed)
+                lambda: eval(call, self.fn.namespace), "c")  # noqa: S307 - source printed above
             self.folded.add(out)
             return []
         outs = [self.names[o] if o is not None else "_" for o in step.out]
@@ -308,8 +308,9 @@ class _Emitter:
         if s.kind in (SlotKind.WEIGHT, SlotKind.STATE):   # dense as allocated: as they are
             return ptr(name)
         if i in self.folded:   # a view of weights, taken at load: laid out once, here
-            t = _layout(self.fn.namespace[name], s.stride, s.contiguous)
-            self.fn.bind(t, "l")   # owns the memory the pointer points to
+            held = self.fn.bind_derived(   # owns the memory the pointer points to
+                lambda: _layout(self.fn.namespace[name], s.stride, s.contiguous), "l")
+            t = self.fn.namespace[held]
             return self.fn.bind(t if triton else t.data_ptr(), "p")
         if s.producer is not StepKind.KERNEL and i not in self.checked:
             self.checked.add(i)
@@ -338,3 +339,43 @@ def _arg_names(args) -> set[str]:
         elif isinstance(a, SymArg):
             out |= ex.names(a.expr)
     return out
+
+
+def symbol_names(plan) -> list[str]:
+    """Every size symbol the plan's slots, kernels and calls use, sorted."""
+    out = set(plan.symbols)
+    for s in plan.steps:
+        if s.kind is StepKind.KERNEL:
+            out |= set(s.sizes)
+            if s.launch is not None:
+                for g in s.launch.grid:
+                    out |= ex.names(g)
+            for c in s.checks:
+                out |= set() if isinstance(c.size, int) else ex.names(c.size)
+        elif s.kind is not StepKind.FREE:
+            out |= _arg_names((*s.args, *(v for _, v in s.kwargs)))
+    return sorted(out)
+
+
+def bound_tensors(plan, weights: dict, state: dict) -> dict[int, torch.Tensor]:
+    """The tensors a plan's weight and state slots are bound to at load, by slot."""
+    out = {}
+    for i, s in enumerate(plan.slots):
+        if s.kind is SlotKind.WEIGHT:
+            out[i] = _weight(s, weights)
+        elif s.kind is SlotKind.STATE:
+            if s.state not in state:
+                raise ArtifactError(f"the plan uses state {s.state!r}, which the module lacks",
+                                    where=s.state, expected="a state of the manifest",
+                                    found="nothing", fix="re-export the model")
+            out[i] = state[s.state]
+    return out
+
+
+def foldable(step, folded: set) -> bool:
+    """A view of values fixed at load (weights, views of them) with no size argument: taken
+    once, at load, not on every call."""
+    reads = step.reads()
+    return (step.kind is StepKind.VIEW and len(step.out) == 1 and step.out[0] is not None
+            and bool(reads) and all(r in folded for r in reads)
+            and not _arg_names((*step.args, *(v for _, v in step.kwargs))))

@@ -6,9 +6,10 @@ refuses anything damaged, tampered with, malformed or of an unknown version befo
 weight is read.
 
     NAME.aotc/
-      manifest.json              format version, producers, target, entry points, guards, and the
-                                 sha256 and size of every other file
-      weights.safetensors        parameters, buffers and constants (never pickle)
+      manifest.json              format version, producers, target, entry points, guards, the
+                                 weights index, and the size and digests of every other file
+      weights.safetensors        parameters, buffers and constants (never pickle), or several
+      weights-0000K-of-0000N.safetensors   shards of them (runtime/shards.py)
       plans/<entry>.json         the launch plan of each entry point
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
       samples/outputs.safetensors eager outputs for those inputs
@@ -31,7 +32,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -65,6 +66,17 @@ CHANGELOG = {
                       "aotc's own op aotc::decode_attention; the manifest's 'generation' names "
                       "the prefill and decode entries, the position state, the cache length, "
                       "batch and vocab; a reader of version 5 refuses them"),
+    7: ("2026-12-01", "weights may be several safetensors shards (weights-0000K-of-0000N."
+                      "safetensors; manifest weights.shards, and weights.map: tensor -> shard); "
+                      "a file entry may carry chunk digests instead of one sha256 (chunks: "
+                      "size, sha256 per chunk, optionally blake3 per chunk), checked in "
+                      "parallel and as the chunks stream to a GPU; weights.state_dict lists "
+                      "the model's state_dict keys (parameters and persistent buffers, tied "
+                      "names included); the other stored tensors are non-persistent buffers "
+                      "and constants; plans' call steps may name the model's source line "
+                      "('source') and the manifest may say whether export ran the artifact "
+                      "('export_check'), both for display; the C++ plan runner runs the same "
+                      "plans. Versions 5-6 are migrated when read (one shard, no index)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -117,36 +129,31 @@ def sha256_file(path: Path) -> str:
 # ----------------------------------------------------------------------------------------- write
 
 def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
-                   check=None) -> Path:
+                   check=None, weights: dict | None = None, shard_size: int | None = None
+                   ) -> Path:
     """Write `files` plus `manifest` (a schema Manifest) listing their hashes, atomically.
+    `weights` (stored name -> tensor or shards.Lazy) are written as safetensors shards of at
+    most `shard_size` bytes, tensor by tensor (runtime/shards.py), and indexed in the manifest.
 
     The directory is built beside `dest` and swapped into place in one rename, so a reader (or a
     killed export) sees either the previous artifact or the new one, never a mixture; the
-    manifest is checked by the same parser that loading uses before anything is written.
+    manifest is checked by the same parser that loading uses before the swap.
     `check(tmp_dir)`, if given, runs on the complete directory before the swap (raising keeps
     the previous artifact). Stale staging directories of killed exports are removed first.
     """
-    import dataclasses
-
-    from aotc.runtime.schema import parse_manifest
-    from aotc.runtime.schema.fields import At
     from aotc.runtime.staging import Staging
     dest = check_destination(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    entries = {rel: FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-               for rel, data in files.items()}
-    manifest = dataclasses.replace(manifest, format_version=FORMAT_VERSION, files=entries)
-    doc = manifest.to_json()
-    doc[SELF_HASH_KEY] = hashlib.sha256(dumps(doc)).hexdigest()
-    parse_manifest(At.root(MANIFEST, doc))     # written through the schema it is read with
     staging = Staging(f".{dest.name}.tmp-", dest.parent)
     try:
         tmp = staging.path
+        entries, manifest = _write_weights(tmp, manifest, weights, shard_size)
         for rel, data in sorted(files.items()):
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
-        (tmp / MANIFEST).write_bytes(dumps(doc))
+            entries[rel] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (tmp / MANIFEST).write_bytes(_manifest_bytes(manifest, entries))
         _fsync_tree(tmp)
         if check is not None:
             check(tmp)
@@ -154,6 +161,31 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
     finally:
         staging.remove()
     return dest
+
+
+def _write_weights(tmp: Path, manifest, weights: dict | None, shard_size: int | None):
+    """Shards of `weights` written under `tmp`: (their file entries, the manifest indexing
+    them)."""
+    import dataclasses
+    if weights is None:
+        return {}, manifest
+    from aotc.runtime.shards import DEFAULT_CAP, write_shards
+    entries, index = write_shards(tmp, weights, shard_size or DEFAULT_CAP)
+    w = dataclasses.replace(manifest.weights, shards=tuple(entries), map=index)
+    return entries, dataclasses.replace(manifest, weights=w)
+
+
+def _manifest_bytes(manifest, entries: dict) -> bytes:
+    """The manifest with its file table and self-hash, checked by the parser loading uses."""
+    import dataclasses
+
+    from aotc.runtime.schema import parse_manifest
+    from aotc.runtime.schema.fields import At
+    manifest = dataclasses.replace(manifest, format_version=FORMAT_VERSION, files=entries)
+    doc = manifest.to_json()
+    doc[SELF_HASH_KEY] = hashlib.sha256(dumps(doc)).hexdigest()
+    parse_manifest(At.root(MANIFEST, doc))     # written through the schema it is read with
+    return dumps(doc)
 
 
 def check_destination(dest) -> Path:
@@ -217,7 +249,10 @@ def read_manifest(path: str | os.PathLike, *, verify_hashes: bool = True, truste
     for anything missing, damaged, malformed or of another version."""
     from aotc.runtime.artifact import Artifact
     art = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
-    art.close()
+    try:
+        art.verify_all()
+    finally:
+        art.close()
     return art.manifest
 
 

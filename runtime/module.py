@@ -11,12 +11,14 @@ import torch
 
 from aotc.errors import ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
+from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
 from aotc.runtime.native import NativeLibrary, check_isa
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
+from aotc.runtime.shards import load_weights, start_weights
 from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
 
@@ -25,7 +27,8 @@ class Entry:
     """One entry point (`forward`, `backward`, ...): guards, compiled plan, output structure."""
 
     def __init__(self, name: str, spec, plan, weights: dict, device: torch.device,
-                 library=None, *, static_weights: bool = True, state: dict | None = None):
+                 library=None, *, static_weights: bool = True, state: dict | None = None,
+                 runner: str | None = None):
         self.name, self.spec = name, spec
         self.guards = Guards(spec.inputs, spec.symbols, spec.relations)
         self.plan = plan
@@ -36,25 +39,45 @@ class Entry:
                                 expected=f"symbols read from inputs: "
                                          f"{sorted(self.guards.bound_symbols)}",
                                 found=unbound, fix="re-export the model")
-        self.function = PlanFunction(plan, weights, device, library,
-                                     static_weights=static_weights, state=state)
+        self.function, self.runner = plan_function(plan, weights, device, library,
+                                                   runner=runner,
+                                                   static_weights=static_weights, state=state)
+        # the C++ runner checks guards and runs the plan in one call (runtime/cpp_runner.py)
+        self.direct = self.function.guarded(self.guards, device) if self.runner == "cpp" \
+            else None
         self.tree = spec.output_tree
 
 
 class CompiledModule:
     def __init__(self, artifact, device: torch.device, *, check_guards: bool,
-                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS):
+                 cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS,
+                 runner: str | None = None):
         self.artifact, self.path, self.device = artifact, artifact.root, device
         self.manifest = artifact.manifest
         self.check_guards = check_guards
-        self.weights = weights = load_weights(artifact, device)
-        self.library = load_library_for(artifact, device)
         self.state = {s.name: torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
                       for s in self.manifest.state}
-        self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
-                                    self.library, state=self.state)
-                        for name, spec in self.manifest.entries.items()}
+        # the plans are built while the weights' bytes are checked (and on a GPU copied) on
+        # other threads; what the plans derived from weights is recomputed once they are
+        loading = start_weights(artifact, device)
+        try:
+            self.weights = weights = loading.weights
+            self.library = load_library_for(artifact, device)
+            self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
+                                        self.library, state=self.state, runner=runner)
+                            for name, spec in self.manifest.entries.items()}
+            pending = loading.pending
+            loading.wait()
+        finally:
+            loading.close()
+        for entry in self.entries.values() if pending else ():
+            entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+
+    @property
+    def runtime(self) -> str:
+        """Which plan runner runs the entries: "cpp" (aotc's C++ runner), or "python (why)"."""
+        return runtime_of(self.entries)
 
     @property
     def signer(self) -> str | None:
@@ -91,9 +114,24 @@ class CompiledModule:
         """Run without rebuilding the output structure (benchmarks, `aotc verify`)."""
         e = self.entries[entry]
         args = tuple(args)
+        if e.direct is not None:
+            return e.direct(args, self.check_guards)
         symbols = e.guards.check(args, self.device) if self.check_guards else e.guards.bind(args)
         with torch.no_grad():
             return self.graphs.get(entry, e.function)(args, symbols)
+
+    # --------------------------------------------------------------------------------- weights
+    def state_dict(self):
+        """The model's state_dict (parameters and persistent buffers, by their own names), as
+        views of the loaded weights (runtime/statedict.py)."""
+        from aotc.runtime.statedict import StateMap, state_dict
+        return state_dict(StateMap(self.manifest, self.weights), self.weights)
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Copy `state_dict` into the loaded weights in place, with torch's checks and messages
+        (a StateDictError, which is a RuntimeError); kernels, plans and CUDA graphs are kept."""
+        from aotc.runtime.statedict import load_into
+        return load_into(self, state_dict, strict)
 
     # --------------------------------------------------------------------------- introspection
     @property
@@ -158,6 +196,14 @@ def _sample_key(k: str) -> int:
     return int(k)
 
 
+def runtime_of(entries: dict) -> str:
+    """One runner for every entry: its name; else each entry's."""
+    runners = {e.runner for e in entries.values()}
+    if len(runners) == 1:
+        return runners.pop()
+    return ", ".join(f"{name}: {e.runner}" for name, e in entries.items())
+
+
 def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
     """Whether to replay CUDA graphs given `aotc.load(cuda_graph=wanted)`: on a GPU unless
     turned off; insisting on them anywhere else is a UsageError."""
@@ -171,23 +217,6 @@ def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
                              fix="load on a GPU, or leave cuda_graph unset")
         return False
     return True
-
-
-def load_weights(artifact, device: torch.device) -> dict:
-    """The artifact's weights as views of the private mapping that was hashed (on CPU), with
-    tied names resolved."""
-    weights = tensors(artifact.mapped(fmt.WEIGHTS), fmt.WEIGHTS) \
-        if artifact.listed(fmt.WEIGHTS) else {}
-    for alias, original in artifact.manifest.weights.aliases.items():
-        if original not in weights:
-            raise ArtifactError(f"weight alias {alias!r} names {original!r}, which the weights "
-                                "file lacks", where="manifest weights.aliases",
-                                expected="a stored weight", found=original,
-                                fix="re-export the model")
-        weights[alias] = weights[original]
-    if device.type != "cpu":
-        weights = {k: v.to(device) for k, v in weights.items()}
-    return weights
 
 
 def load_library_for(artifact, device: torch.device | None = None):

@@ -88,6 +88,7 @@ class NativeLibrary:
         self._finalizer = weakref.finalize(self, _release, self.cdll._handle, self.fd, self.path)
         self.kernels = self._table() if native.table else None
         self.set_threads = self._own_function("aotc_set_num_threads", [ctypes.c_int], None)
+        self.set_threads_address = self._own_address("aotc_set_num_threads") or 0
 
     def _own_address(self, name: str) -> int | None:
         """The address of symbol `name` if this library itself defines it (None otherwise)."""
@@ -124,6 +125,13 @@ class NativeLibrary:
     def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]):
         """A callable for kernel `name` taking `nargs` data pointers and `nsizes` sizes; the
         library must define it with exactly that many arguments of those dtypes."""
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * nargs
+                                                 + [ctypes.c_int64] * nsizes))
+        return proto(self.kernel_address(name, nargs, nsizes, dtypes))
+
+    def kernel_address(self, name: str, nargs: int, nsizes: int, dtypes: list[str]) -> int:
+        """The address of kernel `name`, checked as `kernel` checks it (the C++ runner calls
+        kernels by address)."""
         if self.kernels is not None:
             entry = self.kernels.get(name)
             if entry is None:
@@ -140,9 +148,7 @@ class NativeLibrary:
             addr = self._own_address(name) if LEGACY_KERNEL.match(name) else None
             if addr is None:
                 raise _missing(name, [])
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * nargs
-                                                 + [ctypes.c_int64] * nsizes))
-        return proto(addr)
+        return addr
 
 
 def _missing(name: str, known: list) -> ArtifactError:

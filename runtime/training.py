@@ -3,7 +3,9 @@
 
 Parameters are real `nn.Parameter`s (owned copies of the artifact's weights, under their
 original dotted names), so `parameters()`, `named_parameters()`, `state_dict()`,
-`load_state_dict()` and any optimizer work unchanged. Buffers the forward updates (batch-norm
+`load_state_dict()` and any optimizer work unchanged: buffers the model registered as
+non-persistent stay out of the state dict, and tied names are one Parameter, as in the model,
+so the model's own `state_dict()` loads strictly. Buffers the forward updates (batch-norm
 running statistics) are copied back after each forward, as eager PyTorch does in place.
 """
 from __future__ import annotations
@@ -71,7 +73,7 @@ class TrainableModule(torch.nn.Module):
     """A training artifact, loaded: call it like the model; train it like the model."""
 
     def __init__(self, artifact, device: torch.device, *, check_guards: bool = True,
-                 cuda_graph: bool | None = None):
+                 cuda_graph: bool | None = None, runner: str | None = None):
         super().__init__()
         manifest = artifact.manifest
         meta = manifest.training
@@ -89,15 +91,21 @@ class TrainableModule(torch.nn.Module):
                 raise ArtifactError(f"training state {name!r} is missing from the weights file",
                                     where="manifest training", expected="a stored weight",
                                     found="nothing", fix="re-export the model")
+        keys = manifest.weights.state_dict   # None before format 6: every buffer persistent
         for name in meta.params:
             owned[name] = _install(self, name, torch.nn.Parameter(weights[name].clone()))
         for name in meta.buffers:
-            owned[name] = _install(self, name, weights[name].clone(), buffer=True)
+            owned[name] = _install(self, name, weights[name].clone(), buffer=True,
+                                   persistent=keys is None or name in keys)
+        for key in keys or ():    # a tied name: the same Parameter (or buffer) once more
+            tied = manifest.weights.aliases.get(key)
+            if key not in owned and tied in owned:
+                _install(self, key, owned[tied], buffer=tied not in meta.params)
         self.param_list = [owned[n] for n in meta.params]
         self.buffer_list = [owned[n] for n in meta.buffers]
         self.mutated_buffers = [owned[n] for n in meta.mutated]
         self.entries = {name: Entry(name, spec, artifact.plan(name), owned, device, library,
-                                    static_weights=False)
+                                    static_weights=False, runner=runner)
                         for name, spec in manifest.entries.items()}
         # backward's inputs: what forward saved, then the gradients of the outputs (tangents).
         # Only tangents come from outside; saved tensors may live on the host (CUDA attention
@@ -107,11 +115,17 @@ class TrainableModule(torch.nn.Module):
         self.graphs = _graphs(self, device, cuda_graph)
         self.params_only = None if self.graphs is not None else _params_only_backward(
             self.entries["backward"].plan, len(meta.params) + len(meta.buffers), owned,
-            device, library)
+            device, library, runner)
 
     def forward(self, *inputs):
         outs = _Step.apply(self, *self.param_list, *inputs)
         return unflatten(self.entries["forward"].spec.output_tree, outs)
+
+    @property
+    def runtime(self) -> str:
+        """Which plan runner runs the entries (runtime/module.py CompiledModule.runtime)."""
+        from aotc.runtime.module import runtime_of
+        return runtime_of(self.entries)
 
     def graph_status(self) -> dict[str, str]:
         """Per entry: 'graph' (replays a CUDA graph), 'pending' (captured on its first call),
@@ -128,18 +142,18 @@ class TrainableModule(torch.nn.Module):
         return f"artifact={str(self.path)!r}, training"
 
 
-def _params_only_backward(plan: dict, n_state: int, owned: dict, device, library):
+def _params_only_backward(plan: dict, n_state: int, owned: dict, device, library, runner):
     """The backward plan without the inputs' gradients, for calls whose inputs need none (the
     usual case: data does not require grad), or None when the backward computes no input
     gradient. Same kernels; only the steps the other gradients need run (for the sample MLP,
     one matmul of six in backward)."""
-    from aotc.runtime.executor import PlanFunction
+    from aotc.runtime.cpp_runner import plan_function
     from aotc.runtime.plan import without_outputs
     dropped = {i for i, o in enumerate(plan.outputs) if i >= n_state and o.slot is not None}
     if not dropped:
         return None
-    return PlanFunction(without_outputs(plan, dropped), owned, device, library,
-                        static_weights=False)
+    return plan_function(without_outputs(plan, dropped), owned, device, library,
+                         runner=runner, static_weights=False)[0]
 
 
 def _graphs(module, device: torch.device, wanted: bool | None):
@@ -168,7 +182,8 @@ def saved_for_backward(manifest: dict) -> dict:
             "tensors": [m.to_json() if m else None for m in metas]}
 
 
-def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False):
+def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False,
+             persistent: bool = True):
     """Register `value` under a dotted name, creating plain container modules on the way."""
     *path, leaf = dotted.split(".")
     mod = root
@@ -177,7 +192,7 @@ def _install(root: torch.nn.Module, dotted: str, value, buffer: bool = False):
             mod.add_module(part, torch.nn.Module())
         mod = getattr(mod, part)
     if buffer:
-        mod.register_buffer(leaf, value)
+        mod.register_buffer(leaf, value, persistent=persistent)
     else:
         mod.register_parameter(leaf, value)
     return getattr(mod, leaf)

@@ -20,6 +20,7 @@ _CODES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
           "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
           "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool, "C64": torch.complex64,
           "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+CODES = {dtype: code for code, dtype in _CODES.items()}     # what a writer records
 MAX_HEADER = 100 << 20
 MAX_DIMS = 16
 
@@ -30,15 +31,18 @@ def _bad(file: str, what: str, expected, found) -> ArtifactError:
                                           "not written by aotc)")
 
 
-def read_header(buf, file: str) -> tuple[int, dict]:
-    """(offset of the data, {name: (dtype, shape, start, end)}) of a safetensors buffer."""
-    total = len(buf)
-    if total < 8:
+def read_header(buf, file: str, total: int | None = None) -> tuple[int, dict]:
+    """(offset of the data, {name: (dtype, shape, start, end)}) of a safetensors buffer; `total`:
+    the file's size, where `buf` holds only its start (a shard streamed in chunks)."""
+    total = len(buf) if total is None else total
+    if total < 8 or len(buf) < 8:
         raise _bad(file, "too short", "an 8-byte header length", f"{total} bytes")
     (n,) = struct.unpack("<Q", bytes(buf[:8]))
     if n > min(MAX_HEADER, total - 8):
         raise _bad(file, "header length past the end", f"at most {min(MAX_HEADER, total - 8)}",
                    n)
+    if 8 + n > len(buf):
+        raise _bad(file, "header longer than the bytes read", f"at most {len(buf) - 8}", n)
     try:
         header = json.loads(bytes(buf[8:8 + n]))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 import aotc
-import aotc.runtime.module
+import aotc.runtime.shards
 from aotc.cli.main import main
 from aotc.cli.report import verify_artifact
 from aotc.errors import ArtifactError
@@ -33,7 +33,7 @@ def no_weight_reads(monkeypatch):
     """Fail the test if any weight (or sample) tensor is read from disk."""
     def forbidden(*args, **kwargs):
         raise WeightRead(f"weights tensors made with {args}")
-    monkeypatch.setattr(aotc.runtime.module, "tensors", forbidden)
+    monkeypatch.setattr(aotc.runtime.shards, "tensors", forbidden)
 
 
 def test_artifact_has_the_documented_files(mlp_artifact):
@@ -56,7 +56,7 @@ def test_weight_read_patch_is_effective(artifact_copy, no_weight_reads):
 def test_flipped_byte_in_every_file_is_refused(mlp_artifact, tmp_path, monkeypatch, where, mask):
     def forbidden(*args, **kwargs):
         raise WeightRead(f"weights read before the artifact was verified: {args}")
-    monkeypatch.setattr(aotc.runtime.module, "tensors", forbidden)
+    monkeypatch.setattr(aotc.runtime.shards, "tensors", forbidden)
     files = sorted(snapshot(mlp_artifact))
     assert EXPECTED_FILES <= set(files)
     for rel in files:

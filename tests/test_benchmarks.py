@@ -279,3 +279,23 @@ def test_dynamic_smoke_run_records_ratio_and_guard_cost(tmp_path):
     assert "| mlp | latency | 1 | - |" in md and "dynamic/static: geomean" in md
     assert dynamic.main(["--models", "mlp", "--points", "nosuchpoint",
                          "--out", str(tmp_path)]) == 2
+
+
+def test_every_import_of_the_benchmarks_and_scripts_resolves():
+    """Benchmarks and GPU scripts import from each other inside functions that only a long run
+    reaches: every `from benchmarks.X import Y` / `from aotc.X import Y` in them must name a
+    module and a name that exist (a name moved by a refactor broke three benchmarks once)."""
+    import ast
+    import importlib
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for path in sorted([*(root / "benchmarks").glob("*.py"), *(root / "scripts").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.module \
+                    or node.module.split(".")[0] not in ("benchmarks", "aotc"):
+                continue
+            module = importlib.import_module(node.module)
+            missing += [f"{path.name}:{node.lineno}: {node.module}.{a.name}" for a in node.names
+                        if not hasattr(module, a.name)
+                        and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+    assert not missing, missing

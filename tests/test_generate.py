@@ -248,3 +248,26 @@ def test_a_model_without_the_convention_is_refused(tmp_path):
     with pytest.raises(UsageError, match="cannot be exported for decoding"):
         aotc.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4, dtype=torch.int64),),
                     tmp_path / "x.aotc", decode=True)
+
+
+def test_a_generator_swaps_weights_and_generates_with_them(sample, tmp_path):
+    """A generator's state_dict is the model's (the caches are not in it); weights loaded into
+    it, or swapped into a copy of the artifact, generate what the model with them generates."""
+    model, ids, path = sample
+    m = aotc.load(path)
+    assert list(m.state_dict()) == list(_llama_sample().state_dict())
+    other = _llama_sample()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.2)
+    want = _eager_tokens(other, ids, 16)
+    assert not torch.equal(want, _eager_tokens(_llama_sample(), ids, 16))
+    m.load_state_dict(other.state_dict())
+    assert torch.equal(m.generate(ids, 16), want)
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in other.state_dict().items()}, tmp_path / "w.safetensors")
+    r = run_aotc("swap-weights", path, tmp_path / "w.safetensors", "-o", tmp_path / "swapped.aotc")
+    assert r.returncode == 0, r.stderr
+    assert torch.equal(aotc.load(tmp_path / "swapped.aotc").generate(ids, 16), want)
+    assert torch.equal(aotc.load(path, weights=tmp_path / "w.safetensors").generate(ids, 16),
+                       want)

@@ -93,10 +93,10 @@ def test_weights_headers_that_lie_are_refused(mlp_artifact, tmp_path, case):
 def test_bytes_swapped_after_the_check_are_never_used(exported, tmp_path, monkeypatch):
     """A file replaced on disk right after its hash was checked (the window between checking
     and opening again, which no longer exists): the module uses the verified bytes."""
-    import aotc.runtime.artifact as artifact
+    from aotc.runtime.hashing import Checker
     ex = exported("mlp")
     art = copy_artifact(ex.path, tmp_path / "a.aotc")
-    hashing = artifact._sha256
+    check_all = Checker.check_all
     evil = {k: torch.zeros_like(v) for k, v in
             aotc.load(art).weights.items() if k in ("fc1.weight", "fc1.bias", "fc2.weight",
                                                     "fc2.bias", "norm.weight", "norm.bias",
@@ -104,18 +104,17 @@ def test_bytes_swapped_after_the_check_are_never_used(exported, tmp_path, monkey
 
     calls, listed = [], len(json.loads((art / fmt.MANIFEST).read_bytes())["files"])
 
-    def hash_then_swap(data):
-        digest = hashing(data)
+    def hash_then_swap(self, data, pool=None):
+        check_all(self, data, pool)
         calls.append(1)
         if len(calls) < listed:    # swap once every file has been checked
-            return digest
+            return
         for rel, content in ((fmt.WEIGHTS, tensor_file(evil)),
                              (fmt.plan_file("forward"), b"{}"), (fmt.KERNEL_LIBRARY, b"\0" * 64)):
             new = art / (rel + ".new")
             new.write_bytes(content)
             os.replace(new, art / rel)    # a new file under the checked name
-        return digest
-    monkeypatch.setattr(artifact, "_sha256", hash_then_swap)
+    monkeypatch.setattr(Checker, "check_all", hash_then_swap)
     m = aotc.load(art)
     with torch.no_grad():
         want = ex.model(*ex.inputs)

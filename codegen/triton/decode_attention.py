@@ -113,9 +113,9 @@ def {name}({mo}, {mm}, {ml}, {o}):
 _WRITE_PRELUDE = '''    row = (b * {hkv} + g) * {d} + dims
     k_new = tl.load({kn} + row)
     v_new = tl.load({vn} + row)
-    mine = (at // {chunk}) == s
-    tl.store({k} + base + at * {d} + dims, k_new, mask=(dims < {d}) & mine)
-    tl.store({v} + base + at * {d} + dims, v_new, mask=(dims < {d}) & mine)
+    mine = (dims * 0 + at // {chunk}) == s   # a block mask: the interpreter of triton 3.9
+    tl.store({k} + base + at * {d} + dims, k_new, mask=mine)   # refuses a scalar one
+    tl.store({v} + base + at * {d} + dims, v_new, mask=mine)
 '''
 _WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n"
 _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)\n"

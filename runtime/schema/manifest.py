@@ -14,25 +14,16 @@ from dataclasses import dataclass, field
 
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
 from aotc.runtime.schema.trees import parse_tree
-from aotc.runtime.schema.types import (DTYPE_SET, HEX64, ITEMSIZE, WEIGHT_NAME, Device,
-                                       size_json)
+from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
 PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 ARCH = re.compile(r"sm_[0-9]{2,3}a?\Z")
 ISAS = frozenset({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "armv8-a"})
-MAX_FILE = 1 << 44
 MAX_DIM = 1 << 40
-
-
-@dataclass(frozen=True, slots=True)
-class FileEntry:
-    size: int
-    sha256: str
-
-    def to_json(self) -> dict:
-        return {"sha256": self.sha256, "size": self.size}
+__all__ = ["FileEntry", "Weights", "Manifest", "parse_manifest"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,18 +125,6 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Weights:
-    count: int
-    bytes: int
-    aliases: dict                    # alias -> stored name
-    transposed: tuple = ()
-
-    def to_json(self) -> dict:
-        return {"aliases": self.aliases, "bytes": self.bytes, "count": self.count,
-                "transposed": list(self.transposed)}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Training:
     params: tuple
     buffers: tuple
@@ -244,8 +223,8 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     m = Manifest(format_version=doc.get("format_version").int(1, 1 << 16),
                  producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
                  target=_target(doc.get("target")), options=_scalars(doc.get("options")),
-                 entries=entries, weights=_weights(doc.get("weights")), training=training,
-                 state=_states(doc.get("state", [])), files=_files(doc.get("files")),
+                 entries=entries, weights=parse_weights(doc.get("weights")), training=training,
+                 state=_states(doc.get("state", [])), files=parse_files(doc.get("files"), PATH),
                  export_check=display(doc.get("export_check")) if doc.has("export_check")
                  else None)
     if doc.has("generation"):
@@ -263,8 +242,7 @@ def _check_listed(m: Manifest, files: At) -> None:
         need += [native.library, native.source]
     elif isinstance(native, TritonNative):
         need += [f"kernels/{k}.{ext}" for k in native.kernels for ext in ("json", "py")]
-    if m.weights.count:
-        need.append("weights.safetensors")
+    need += m.weights.shards
     for rel in need:
         files.check(rel in m.files, f"{rel} listed (the artifact needs it)",
                     f"does not list {rel}")
@@ -296,18 +274,6 @@ def _model(a: At) -> dict:
             for k in ("name", "source")}
 
 
-def _files(a: At) -> dict:
-    out = {}
-    for path, entry in a.items(1 << 16):
-        entry.check(bool(PATH.match(path)) and ".." not in path.split("/"),
-                    "a relative path inside the artifact (letters, digits, _ . -; no ..)",
-                    f"names the path {path[:200]!r}")
-        entry.obj(required=("sha256", "size"))
-        out[path] = FileEntry(size=entry.get("size").int(0, MAX_FILE),
-                              sha256=entry.get("sha256").str(pattern=HEX64))
-    return out
-
-
 def _target(a: At) -> Target:
     a.obj(required=("device", "archs", "portable", "native"))
     device = a.get("device").enum(Device)
@@ -331,16 +297,6 @@ def _target(a: At) -> Target:
                                source=n.get("source").str(choices={"kernels/kernels.cpp"}),
                                table=n.get("table", False).bool())
     return Target(device=device, archs=archs, portable=a.get("portable").bool(), native=native)
-
-
-def _weights(a: At) -> Weights:
-    a.obj(required=("count", "bytes", "aliases"), optional=("transposed",))
-    aliases = {k: v.str(pattern=WEIGHT_NAME, max_len=1024)
-               for k, v in a.get("aliases").items(1 << 20)}
-    return Weights(count=a.get("count").int(0, 1 << 24), bytes=a.get("bytes").int(0, MAX_FILE),
-                   aliases=aliases,
-                   transposed=tuple(x.str(pattern=WEIGHT_NAME, max_len=1024)
-                                    for x in a.get("transposed", []).list()))
 
 
 MAX_STATE_BYTES = 1 << 40

@@ -1,15 +1,19 @@
 """Migrations: documents of older format versions rewritten into the current form before they
 are parsed (runtime/format.py's changelog says what each version added).
 
-Versions 1-4 differ from 5 in what 5 made explicit or added, never in meaning:
+Versions 1-6 differ from 7 in what later versions made explicit or added, never in meaning:
   * slots may lack `contiguous` (a dense row-major layout was assumed where it was missing);
-    it is computed from the slot's own shape and strides;
+    it is computed from the slot's own shape and strides (before 5);
   * slots may carry `local` (a kernel-internal buffer, informational; 5 drops it);
-  * a C++ kernel library has no kernel table (kernels are found by their aotc names).
+  * a C++ kernel library has no kernel table (kernels are found by their aotc names; before 5);
+  * the weights are one file, weights.safetensors, when there are any (before 7: `shards`
+    names it; no index `map`, no `state_dict` keys, which loading then takes to be every
+    weight name).
 """
 from __future__ import annotations
 
-CURRENT = 5
+CURRENT = 7
+_PLANS = 5     # the last version whose plans changed form
 
 
 def migrate_manifest(raw: dict, version: int | None = None) -> dict:
@@ -18,13 +22,17 @@ def migrate_manifest(raw: dict, version: int | None = None) -> dict:
         return raw
     out = dict(raw)
     native = (out.get("target") or {}).get("native")
-    if isinstance(native, dict) and "kind" not in native:
+    if version < 5 and isinstance(native, dict) and "kind" not in native:
         out["target"] = dict(out["target"], native=dict(native, table=False))
+    weights = out.get("weights")
+    if isinstance(weights, dict) and "shards" not in weights:
+        count = weights.get("count")
+        out["weights"] = dict(weights, shards=["weights.safetensors"] if count else [])
     return out
 
 
 def migrate_plan(raw, version: int) -> dict:
-    if version >= CURRENT or not isinstance(raw, dict) or not isinstance(raw.get("slots"), list):
+    if version >= _PLANS or not isinstance(raw, dict) or not isinstance(raw.get("slots"), list):
         return raw
     slots = []
     for s in raw["slots"]:

@@ -1,0 +1,108 @@
+"""Per-call cost of aotc's plan runners, against eager's cost of dispatching one op.
+
+    python -m benchmarks.overhead --threads 1 --out benchmarks/results/cpu-runner
+
+An artifact whose plan is a single pointwise kernel over 8 floats (`x * 2 + 1`, fused) does
+almost no work, so its call time is the runtime's own cost: guards, the plan runner, the
+kernel call. The same artifact is loaded twice, with the C++ runner and with the Python one,
+and timed with eager's single op (`torch.mul(x, 2)`: ATen's dispatch from Python) and eager's
+two-op model, all interleaved in one process: each round times a block of calls of every
+variant in turn, and the medians over rounds are reported, so load from other processes
+shifts every variant alike. "plan" variants call the entry's plan function alone (no guards),
+"call" variants what a user calls (`m(x)`: guards, plan, output structure).
+
+Output in --out: results.json (meta with versions, the commit and the command; the median
+us per call of every variant) and results.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+class Pointwise(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+
+
+def variants(path: Path, x: torch.Tensor) -> dict:
+    """name -> a no-argument callable, one per thing timed."""
+    import aotc
+    cpp, py = aotc.load(path), aotc.load(path, runner="python")
+    if cpp.runtime != "cpp":
+        raise SystemExit(f"the C++ runner is not in use: {cpp.runtime}")
+    fc, fp = cpp.entries["forward"].function, py.entries["forward"].function
+    model, args = Pointwise(), (x,)
+    return {"eager op (torch.mul)": lambda: torch.mul(x, 2),
+            "eager model (2 ops)": lambda: model(x),
+            "aotc plan, C++ runner": lambda: fc(args, {}),
+            "aotc plan, Python runner": lambda: fp(args, {}),
+            "aotc call, C++ runner": lambda: cpp(x),
+            "aotc call, Python runner": lambda: py(x)}
+
+
+def measure(calls: dict, rounds: int, block: int) -> dict:
+    """Median us per call of each variant over `rounds` interleaved blocks of `block` calls."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    with torch.no_grad():
+        for fn in calls.values():      # warm-up
+            for _ in range(block):
+                fn()
+        for _ in range(rounds):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                for _ in range(block):
+                    fn()
+                times[name].append((time.perf_counter() - t0) / block * 1e6)
+    return {name: round(statistics.median(ts), 3) for name, ts in times.items()}
+
+
+def report(result: dict) -> str:
+    m = result["us_per_call"]
+    eager = m["eager op (torch.mul)"]
+    lines = ["| variant | us per call | x eager op |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v:.2f} | {v / eager:.2f} |" for k, v in m.items()]
+    meta = result["meta"]
+    return "\n".join([f"# Runner overhead ({meta['threads']} thread(s), torch {meta['torch']}, "
+                      f"commit {meta['commit']})", "", f"`{meta['command']}`", "", *lines, ""])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=41)
+    p.add_argument("--block", type=int, default=2000)
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu-runner"))
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import aotc
+    from benchmarks.run import commit
+    x = torch.randn(8)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = aotc.export(Pointwise(), (x,), Path(tmp) / "pointwise.aotc")
+        plan_steps = len(aotc.load(path).entries["forward"].plan.steps)
+        us = measure(variants(path, x), args.rounds, args.block)
+    rev, modified = commit()
+    result = {"meta": {"benchmark": "runner overhead", "threads": torch.get_num_threads(),
+                       "torch": torch.__version__, "commit": rev, "modified": modified,
+                       "command": " ".join(["python -m benchmarks.overhead", *sys.argv[1:]]),
+                       "plan_steps": plan_steps, "rounds": args.rounds, "block": args.block},
+              "us_per_call": us}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "results.md").write_text(report(result))
+    print(report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

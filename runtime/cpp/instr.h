@@ -1,0 +1,59 @@
+// The runner's compiled instructions (internal to program.cpp and call.cpp): what a spec
+// becomes once its operators are resolved, its constant arguments built and its indices checked.
+#pragma once
+
+#include <optional>
+
+#include "program.h"
+
+namespace aotc {
+
+// Builds one value of an ATen call's argument stack from the registers and the call's
+// evaluated expressions.
+struct Program::Filler {
+  enum class Kind : uint8_t { Fixed, Slot, Sym, IntList, TensorList, OptTensorList };
+  Kind kind = Kind::Fixed;
+  bool as_double = false;   // a size passed where the schema takes a float
+  c10::IValue fixed;
+  int32_t index = 0;        // Slot: register; Sym: expression
+  std::vector<Filler> items;
+
+  c10::IValue make(const std::vector<c10::IValue>& regs, const int64_t* ev) const;
+};
+
+struct Program::Kernel {
+  intptr_t fn = 0;
+  std::vector<spec::KernelArg> args;
+  std::vector<at::Tensor> fixed;   // per arg: a constant laid out at load, or undefined
+  std::vector<spec::KernelOut> outs;
+  std::vector<c10::TensorOptions> options;   // per out
+  std::vector<int32_t> sizes;
+};
+
+using NativeOp = void (*)(torch::jit::Stack&);
+
+struct Program::Call {
+  std::optional<c10::OperatorHandle> op;   // an ATen operator, or
+  NativeOp native = nullptr;               // one of aotc's own ops (aotc::...)
+  std::vector<Filler> stack;
+  std::vector<int32_t> out;
+  bool single = true;
+};
+
+struct Program::Instr {
+  spec::Step::Kind kind = spec::Step::Kind::Free;
+  int32_t index = 0;
+  std::string name;
+  Kernel kernel;
+  Call call;
+  std::vector<int32_t> free;
+};
+
+// call.cpp
+Program::Call resolve_call(const spec::Step& s, const c10::Device& device, int32_t slots,
+                           size_t exprs);
+at::ScalarType dtype_named(const std::string& name, const std::string& where);
+constexpr size_t kMaxKernelArgs = 128;
+int call_kernel(intptr_t fn, const uint64_t* args, size_t n);
+
+}  // namespace aotc

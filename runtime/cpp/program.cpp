@@ -1,0 +1,322 @@
+// Program: a spec checked and compiled at load (constructor), run per call (run).
+#include <algorithm>
+#include <functional>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
+#include <c10/util/SmallVector.h>
+
+#include "expr.h"
+#include "instr.h"
+
+namespace aotc {
+
+namespace {
+
+using Dims = c10::SmallVector<int64_t, 8>;
+
+std::string at_step(const spec::Step& s) { return "plan step " + std::to_string(s.index); }
+
+void check_slot(int32_t slot, int32_t slots, const std::string& where) {
+  if (slot < 0 || slot >= slots)
+    throw SpecError("slot " + std::to_string(slot) + " out of range (the plan has " +
+                        std::to_string(slots) + ")", where);
+}
+
+void check_dims(const std::vector<spec::Dim>& dims, size_t exprs, const std::string& where) {
+  if (dims.size() > 64) throw SpecError("at most 64 dims", where);
+  for (const auto& d : dims)
+    if (d.expr >= 0 && size_t(d.expr) >= exprs) throw SpecError("an expression index", where);
+}
+
+Dims eval_dims(const std::vector<spec::Dim>& dims, const int64_t* ev) {
+  Dims out;
+  for (const auto& d : dims) out.push_back(d.expr >= 0 ? ev[d.expr] : d.value);
+  return out;
+}
+
+// `t` with the strides a kernel was compiled for: a copy only when they differ in a dim of
+// more than one element (runtime/executor.py `_layout`).
+at::Tensor laid_out(const at::Tensor& t, const spec::KernelArg& a, const int64_t* ev) {
+  if (a.contiguous) return t.is_contiguous() ? t : t.contiguous();
+  Dims stride = eval_dims(a.stride, ev);
+  if (size_t(t.dim()) != stride.size())
+    throw std::runtime_error("a kernel argument of rank " + std::to_string(t.dim()) +
+                             " where the plan has rank " + std::to_string(stride.size()));
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != stride[d])
+      return at::empty_strided(t.sizes(), stride, t.options()).copy_(t);
+  return t;
+}
+
+// OpenMP's thread count is a setting of the calling thread: the kernel library is told
+// torch's count whenever it changes for this thread (runtime/native.py ThreadCount).
+void follow_threads(intptr_t setter) {
+  struct Seen { intptr_t setter; int n; };
+  thread_local Seen seen[4] = {};
+  thread_local unsigned next = 0;
+  int n = at::get_num_threads();
+  for (auto& s : seen)
+    if (s.setter == setter) {
+      if (s.n != n) reinterpret_cast<void (*)(int)>(setter)(n), s.n = n;
+      return;
+    }
+  reinterpret_cast<void (*)(int)>(setter)(n);
+  seen[next++ % 4] = {setter, n};
+}
+
+Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, int32_t slots,
+                               int32_t symbols, size_t exprs) {
+  std::string where = at_step(s) + " (kernel " + s.name + ")";
+  if (!s.fn) throw SpecError("a kernel address", where);
+  if (s.args.size() + s.outs.size() + s.sizes.size() > kMaxKernelArgs)
+    throw Unsupported("kernel " + s.name + " takes more than 128 arguments");
+  if (s.outs.empty()) throw SpecError("a kernel that writes at least one slot", where);
+  Program::Kernel k;
+  k.fn = s.fn;
+  for (const auto& a : s.args) {
+    check_slot(a.slot, slots, where);
+    check_dims(a.stride, exprs, where);
+  }
+  for (const auto& o : s.outs) {
+    check_slot(o.slot, slots, where);
+    if (o.donor >= 0) check_slot(o.donor, slots, where);
+    check_dims(o.shape, exprs, where);
+    check_dims(o.stride, exprs, where);
+    if (o.shape.size() != o.stride.size()) throw SpecError("one stride per dim", where);
+    k.options.push_back(at::TensorOptions().dtype(dtype_named(o.dtype, where)).device(device));
+  }
+  for (int32_t sz : s.sizes)
+    if (sz < 0 || sz >= symbols) throw SpecError("a size symbol index", where);
+  k.args = s.args;
+  k.outs = s.outs;
+  k.sizes = s.sizes;
+  return k;
+}
+
+}  // namespace
+
+void bind_results(const Program::Call& c, torch::jit::Stack& st, std::vector<c10::IValue>& regs,
+                  int32_t index);
+
+Program::~Program() = default;
+
+Program::Program(spec::Program p)
+    : entry_(std::move(p.entry)), slots_(p.slots), symbols_(p.symbols),
+      exprs_(std::move(p.exprs)), device_(p.device), set_threads_(p.set_threads) {
+  const std::string where = "plan " + entry_;
+  if (slots_ < 0 || slots_ > (1 << 20)) throw SpecError("at most 2**20 slots", where);
+  if (symbols_ < 0 || symbols_ > 256) throw SpecError("at most 256 symbols", where);
+  for (const auto& e : exprs_) {
+    std::string problem = expr::check(e, symbols_);
+    if (!problem.empty()) throw SpecError("expression: expected " + problem, where);
+  }
+  for (auto& [slot, value] : p.constants) check_slot(slot, slots_, where);
+  for (int32_t slot : p.inputs) check_slot(slot, slots_, where);
+  for (const auto& o : p.outputs)
+    if (o.slot >= 0) check_slot(o.slot, slots_, where);
+  inputs_ = std::move(p.inputs);
+  outputs_ = std::move(p.outputs);
+  std::vector<c10::IValue> fixed(slots_);   // the constants, and views of them folded here
+  for (auto& [slot, value] : p.constants) fixed[slot] = value;
+  for (const spec::Step& s : p.steps) {
+    Instr in;
+    in.kind = s.kind;
+    in.index = s.index;
+    in.name = s.name;
+    if (s.kind == spec::Step::Kind::Kernel) {
+      in.kernel = compile_kernel(s, device_, slots_, symbols_, exprs_.size());
+      lay_out_constants(in.kernel, fixed, at_step(s));
+    } else if (s.kind == spec::Step::Kind::Call) {
+      for (int32_t o : s.out)
+        if (o != -1) check_slot(o, slots_, at_step(s));
+      in.call = resolve_call(s, device_, slots_, exprs_.size());
+      for (Filler& f : in.call.stack) bind_constants(f, fixed);
+      if (s.fold) {
+        fold(in.call, fixed, at_step(s));
+        continue;
+      }
+    } else {
+      for (int32_t slot : s.slots) check_slot(slot, slots_, at_step(s));
+      in.free = s.slots;
+    }
+    code_.push_back(std::move(in));
+  }
+  for (auto& o : outputs_)
+    if (o.slot >= 0 && !fixed[o.slot].isNone()) o.constant = fixed[o.slot], o.slot = -1;
+}
+
+// Constants (weights, state, folded views) are bound into the fillers that read them, once:
+// a call copies no constant into its registers.
+void Program::bind_constants(Filler& f, const std::vector<c10::IValue>& fixed) {
+  if (f.kind == Filler::Kind::Slot && !fixed[f.index].isNone()) {
+    f.fixed = fixed[f.index];
+    f.kind = Filler::Kind::Fixed;
+  }
+  for (Filler& item : f.items) bind_constants(item, fixed);
+}
+
+// Run a view of constants now and keep its results as constants (runtime/executor.py folds
+// the same steps).
+void Program::fold(const Call& c, std::vector<c10::IValue>& fixed, const std::string& where) {
+  std::function<bool(const Filler&)> constant = [&](const Filler& f) {
+    if (f.kind == Filler::Kind::Slot || f.kind == Filler::Kind::Sym) return false;
+    return std::all_of(f.items.begin(), f.items.end(), constant);
+  };
+  if (!std::all_of(c.stack.begin(), c.stack.end(), constant))
+    throw SpecError("a folded view reading only constants", where);
+  torch::jit::Stack st;
+  for (const Filler& f : c.stack) st.push_back(f.make(fixed, nullptr));
+  c.op ? c.op->callBoxed(st) : c.native(st);
+  std::vector<c10::IValue> regs(slots_);
+  bind_results(c, st, regs, 0);
+  for (int32_t o : c.out)
+    if (o >= 0) fixed[o] = regs[o];
+}
+
+// A kernel argument that is a constant is bound here, laid out once if it needs other strides.
+void Program::lay_out_constants(Kernel& k, const std::vector<c10::IValue>& fixed,
+                                 const std::string& where) {
+  k.fixed.resize(k.args.size());
+  for (size_t i = 0; i < k.args.size(); ++i) {
+    const spec::KernelArg& a = k.args[i];
+    if (!fixed[a.slot].isTensor()) continue;
+    if (!a.lay_out) {
+      k.fixed[i] = fixed[a.slot].toTensor();
+      continue;
+    }
+    for (const auto& d : a.stride)
+      if (d.expr >= 0) throw SpecError("a constant with static strides", where);
+    k.fixed[i] = laid_out(fixed[a.slot].toTensor(), a, nullptr);
+  }
+}
+
+void bind_results(const Program::Call& c, torch::jit::Stack& st, std::vector<c10::IValue>& regs,
+                  int32_t index) {
+  if (c.single) {
+    if (c.out.size() == 1 && c.out[0] >= 0)
+      regs[c.out[0]] = st.empty() ? c10::IValue() : std::move(st[0]);
+    return;
+  }
+  std::vector<c10::IValue> values;
+  if (st.size() == 1 && st[0].isList()) {
+    for (const c10::IValue& v : st[0].toListRef()) values.push_back(v);
+  } else {
+    values = std::move(st);
+  }
+  if (values.size() != c.out.size())
+    throw std::runtime_error("plan step " + std::to_string(index) + " returned " +
+                             std::to_string(values.size()) + " values, the plan binds " +
+                             std::to_string(c.out.size()));
+  for (size_t i = 0; i < values.size(); ++i)
+    if (c.out[i] >= 0) regs[c.out[i]] = std::move(values[i]);
+}
+
+namespace {
+
+void run_call(const Program::Call& c, std::vector<c10::IValue>& regs, const int64_t* ev,
+              int32_t index) {
+  torch::jit::Stack st;
+  st.reserve(c.stack.size());
+  for (const Program::Filler& f : c.stack) st.push_back(f.make(regs, ev));
+  if (c.native)
+    c.native(st);
+  else
+    c.op->callBoxed(st);
+  bind_results(c, st, regs, index);
+}
+
+// A kernel's output buffer; on the CPU straight from the CPU allocator, as the dispatcher's
+// CPU kernel for empty would (no dispatch for a few hundred bytes of metadata).
+at::Tensor allocate(const Dims& shape, const spec::KernelOut& o, const c10::TensorOptions& opt,
+                    const int64_t* ev) {
+  if (opt.device().is_cpu()) {
+    if (o.contiguous)
+      return at::detail::empty_cpu(shape, opt.dtype().toScalarType(), false, std::nullopt);
+    return at::detail::empty_strided_cpu(shape, eval_dims(o.stride, ev),
+                                         opt.dtype().toScalarType());
+  }
+  return o.contiguous ? at::empty(shape, opt) : at::empty_strided(shape, eval_dims(o.stride, ev), opt);
+}
+
+const at::Tensor& tensor_in(const std::vector<c10::IValue>& regs, int32_t slot) {
+  const c10::IValue& v = regs[slot];
+  if (!v.isTensor())
+    throw std::runtime_error("a kernel reads slot " + std::to_string(slot) + ", which holds " +
+                             (v.isNone() ? std::string("nothing") : v.tagKind()) +
+                             ", not a tensor");
+  return v.toTensor();
+}
+
+// Allocate a kernel's outputs, call it; false if it met an index out of range.
+bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const int64_t* ev,
+                const int64_t* syms) {
+  uint64_t a[kMaxKernelArgs];
+  size_t n = 0;
+  for (size_t i = 0; i < k.args.size(); ++i) {
+    const spec::KernelArg& arg = k.args[i];
+    if (k.fixed[i].defined()) {
+      a[n++] = reinterpret_cast<uint64_t>(k.fixed[i].data_ptr());
+      continue;
+    }
+    if (arg.lay_out) regs[arg.slot] = laid_out(tensor_in(regs, arg.slot), arg, ev);
+    a[n++] = reinterpret_cast<uint64_t>(tensor_in(regs, arg.slot).data_ptr());
+  }
+  for (size_t i = 0; i < k.outs.size(); ++i) {
+    const spec::KernelOut& o = k.outs[i];
+    Dims shape = eval_dims(o.shape, ev);
+    at::Tensor t;
+    if (o.donor >= 0) {   // memory planning: take over a dead buffer's storage
+      const at::Tensor& d = tensor_in(regs, o.donor);
+      t = o.donor_view ? d.view(shape) : d.as_strided(shape, eval_dims(o.stride, ev));
+      regs[o.donor] = c10::IValue();
+    } else {
+      t = allocate(shape, o, k.options[i], ev);
+    }
+    a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
+    regs[o.slot] = std::move(t);
+  }
+  for (int32_t s : k.sizes) a[n++] = static_cast<uint64_t>(syms[s]);
+  return call_kernel(k.fn, a, n) == 0;
+}
+
+}  // namespace
+
+RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols) const {
+  if (inputs.size() != inputs_.size() || symbols.size() != size_t(symbols_))
+    throw std::invalid_argument("plan " + entry_ + " takes " + std::to_string(inputs_.size()) +
+                                " inputs and " + std::to_string(symbols_) + " sizes, given " +
+                                std::to_string(inputs.size()) + " and " +
+                                std::to_string(symbols.size()));
+  if (set_threads_) follow_threads(set_threads_);
+  std::vector<c10::IValue> regs(slots_);
+  for (size_t i = 0; i < inputs.size(); ++i) regs[inputs_[i]] = std::move(inputs[i]);
+  inputs.clear();
+  Dims ev;
+  for (const auto& e : exprs_) ev.push_back(expr::eval(e, symbols.data()));
+  RunResult r;
+  for (const Instr& in : code_) {
+    switch (in.kind) {
+      case spec::Step::Kind::Free:
+        for (int32_t s : in.free) regs[s] = c10::IValue();
+        break;
+      case spec::Step::Kind::Call:
+        run_call(in.call, regs, ev.data(), in.index);
+        break;
+      case spec::Step::Kind::Kernel:
+        if (!run_kernel(in.kernel, regs, ev.data(), symbols.data())) {
+          r.failed_step = in.index;
+          const Kernel& k = in.kernel;
+          for (size_t i = 0; i < k.args.size(); ++i)
+            r.failed_args.push_back(k.fixed[i].defined() ? c10::IValue(k.fixed[i])
+                                                         : regs[k.args[i].slot]);
+          return r;
+        }
+        break;
+    }
+  }
+  for (const auto& o : outputs_) r.outputs.push_back(o.slot >= 0 ? regs[o.slot] : o.constant);
+  return r;
+}
+
+}  // namespace aotc

@@ -1,0 +1,160 @@
+// aotc's C++ plan runner: one entry's plan, already parsed and validated, as a compact
+// instruction list that runs with no per-step interpretation cost beyond a switch.
+//
+// Both front ends build a ProgramSpec from a plan the schema has checked (runtime/schema in
+// Python; runtime/cpp_runner.py turns the typed plan into this spec) and hand it to Program,
+// which checks every index, expression and op again before anything runs: a spec names only
+// slots below its slot count, symbols below its symbol count, expressions that evaluate on a
+// bounded stack, ATen operators the dispatcher knows, with arguments their schemas take.
+// Generated kernels are called through the addresses the kernel library's own table gave
+// (checked against the plan by the caller); extern ops go through the ATen dispatcher, their
+// operator handles and constant arguments resolved once, here.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace aotc {
+
+// A spec the runner refuses (a broken plan): what was expected, and where (the step); the
+// Python front end turns it into an ArtifactError.
+class SpecError : public std::runtime_error {
+ public:
+  SpecError(const std::string& expected, std::string where)
+      : std::runtime_error(where + ": expected " + expected), where_(std::move(where)) {}
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
+};
+
+// A spec the runner cannot run although it is sound (an argument type it does not handle):
+// the caller runs that plan with its other runner.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace spec {
+
+// One dimension of a shape or stride: a constant, or the value of expression `expr`.
+struct Dim {
+  int64_t value = 0;
+  int32_t expr = -1;
+};
+
+// An argument of an ATen call as the plan gives it.
+struct Arg {
+  enum class Kind : uint8_t { None, Bool, Int, Float, String, Slot, Sym, List, DType, Layout,
+                              MemoryFormat, Device };
+  Kind kind = Kind::None;
+  bool b = false;
+  int64_t i = 0;        // Int, Slot, Sym (expression index)
+  double f = 0;
+  std::string s;        // String; DType, Layout, MemoryFormat by name
+  std::vector<Arg> items;
+};
+
+struct KernelArg {
+  int32_t slot = 0;
+  bool lay_out = false;  // give the tensor the strides the kernel was compiled for
+  bool contiguous = true;
+  std::vector<Dim> stride;
+};
+
+struct KernelOut {
+  int32_t slot = 0;
+  std::string dtype;
+  std::vector<Dim> shape, stride;
+  bool contiguous = true;
+  int32_t donor = -1;    // take over this dead slot's storage
+  bool donor_view = false;  // both contiguous: a view; else as_strided
+};
+
+struct Step {
+  enum class Kind : uint8_t { Kernel, Call, Free };
+  Kind kind = Kind::Free;
+  int32_t index = 0;     // position in the plan, for messages
+  // Kernel
+  std::string name;
+  intptr_t fn = 0;
+  std::vector<KernelArg> args;
+  std::vector<KernelOut> outs;
+  std::vector<int32_t> sizes;   // symbol indices passed after the pointers
+  // Call
+  std::string op, overload;
+  std::vector<Arg> call_args;
+  std::vector<std::pair<std::string, Arg>> kwargs;
+  std::vector<int32_t> out;     // -1: result dropped
+  bool single = true;
+  bool fold = false;            // a view of constants: taken once, at load
+  // Free
+  std::vector<int32_t> slots;
+};
+
+struct Output {
+  int32_t slot = -1;
+  c10::IValue constant;
+};
+
+struct Program {
+  std::string entry;
+  int32_t slots = 0;
+  int32_t symbols = 0;
+  std::vector<std::vector<int64_t>> exprs;   // expression bytecode (expr.h)
+  std::vector<std::pair<int32_t, c10::IValue>> constants;   // weights, state, folded views
+  std::vector<int32_t> inputs;
+  std::vector<Step> steps;
+  std::vector<Output> outputs;
+  c10::Device device = c10::Device(c10::kCPU);
+  intptr_t set_threads = 0;   // the kernel library's aotc_set_num_threads, if it has one
+};
+
+}  // namespace spec
+
+struct RunResult {
+  std::vector<c10::IValue> outputs;
+  int32_t failed_step = -1;             // a kernel met an index out of range
+  std::vector<c10::IValue> failed_args; // that kernel's arguments, for the error message
+};
+
+class Program {
+ public:
+  explicit Program(spec::Program spec);
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+  // `inputs` are moved into the registers, so a caller that hands them over lets the plan's
+  // free steps release them; `symbols` in the spec's symbol order.
+  RunResult run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols) const;
+  const std::string& entry() const { return entry_; }
+
+  struct Filler;
+  struct Kernel;
+  struct Call;
+  struct Instr;
+
+ private:
+  void fold(const Call& c, std::vector<c10::IValue>& fixed, const std::string& where);
+  void lay_out_constants(Kernel& k, const std::vector<c10::IValue>& fixed,
+                         const std::string& where);
+  static void bind_constants(Filler& f, const std::vector<c10::IValue>& fixed);
+
+  std::string entry_;
+  int32_t slots_ = 0, symbols_ = 0;
+  std::vector<std::vector<int64_t>> exprs_;
+  std::vector<int32_t> inputs_;
+  std::vector<Instr> code_;
+  std::vector<spec::Output> outputs_;
+  c10::Device device_;
+  intptr_t set_threads_ = 0;
+};
+
+}  // namespace aotc

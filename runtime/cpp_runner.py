@@ -1,0 +1,340 @@
+"""Plan -> the C++ plan runner (runtime/cpp), for CPU plans.
+
+The runner is aotc's own C++ extension (`aotc.runtime._runner`), built at install time against
+the installed torch (setup.py); it is part of aotc, not of any artifact, so artifacts stay
+portable. A plan the schema has parsed and checked is turned here into a spec of plain tuples:
+slots by number, size expressions as postfix bytecode over the call's symbols, ATen ops by
+name with their arguments tagged, kernels by the address the library's own table gave for
+them (checked against the plan, runtime/native.py). The runner checks the spec again, resolves
+each op once against the dispatcher's schema, and runs calls with no Python in between: the
+per-step cost of the Python runner (one interpreted line, ~1 us, per step) goes.
+
+Where the runner is missing (no compiler or no torch at install time, or a build against
+another torch), or a plan holds something it does not run, the Python runner (executor.py) runs
+the plan instead and `runner_status` / `CompiledModule.runtime` say why.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from aotc.errors import ArtifactError
+from aotc.runtime.argcheck import check_call
+from aotc.runtime.executor import bound_tensors, foldable, resolve_op, symbol_names
+from aotc.runtime.indices import index_error
+from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
+from aotc.runtime.schema.types import SlotKind, StepKind
+
+RUNNERS = ("cpp", "python")
+_OPS = {"+": 3, "-": 4, "*": 5, "//": 6, "%": 7, "==": 10, "!=": 11, "<": 12, "<=": 13,
+        ">": 14, ">=": 15, "and": 16, "or": 17}
+
+
+@lru_cache(maxsize=1)
+def runner_status() -> tuple[object | None, str]:
+    """(the extension module, "") where the C++ runner can run here, else (None, why not)."""
+    import importlib.util
+    if importlib.util.find_spec("aotc.runtime._runner") is None:
+        return None, ("aotc was installed without its C++ runner (it builds at install time "
+                      "with torch importable: pip install --no-build-isolation .)")
+    try:
+        from aotc.runtime import _runner
+    except ImportError as e:
+        return None, f"the C++ runner does not load with this torch: {str(e)[:200]}"
+    if _runner.TORCH_VERSION != torch.__version__:
+        return None, (f"the C++ runner was built against torch {_runner.TORCH_VERSION}, this is "
+                      f"torch {torch.__version__} (reinstall aotc to rebuild it)")
+    return _runner, ""
+
+
+class CppPlanFunction:
+    """A plan run by the C++ runner: `fn(inputs, symbols) -> tuple of outputs`, as
+    executor.PlanFunction."""
+
+    def __init__(self, plan, weights: dict[str, torch.Tensor], device: torch.device,
+                 library=None, *, static_weights: bool = True, state: dict | None = None):
+        runner, why = runner_status()
+        if runner is None:
+            raise RuntimeError(why)
+        self.plan, self.library, self.device = plan, library, device
+        self._python_source = (weights, static_weights, state)
+        self._build(runner)
+
+    def _build(self, runner) -> None:
+        weights, static_weights, state = self._python_source
+        spec = _Spec(self.plan, weights, self.device, self.library, static_weights, state or {})
+        try:
+            self.program = runner.Program(spec.as_dict())
+        except runner.SpecError as e:
+            raise ArtifactError(f"the C++ runner refuses plan {self.plan.entry}: {e}",
+                                where=f"plans/{self.plan.entry}.json",
+                                expected="a plan it runs", found=str(e)[:300],
+                                fix="re-export the model") from None
+        self.symbols, self.derives = spec.symbols, spec.derives
+        self.fn = self.program.run
+
+    def refresh(self) -> None:
+        """After weights were overwritten in place (a verified load's checks finishing, a
+        load_state_dict): the views of weights the runner folded and the weights it laid out
+        for kernels at build time are taken again (weights bound as they are see the new
+        values already)."""
+        if self.derives:
+            self._build(runner_status()[0])
+
+    def __call__(self, inputs, symbols):
+        out = self.fn(inputs, [symbols[n] for n in self.symbols] if self.symbols else ())
+        if out.__class__ is tuple:
+            return out
+        step = self.plan.steps[out[0]]
+        raise index_error(self.plan, step, dict(enumerate(out[1:])), inputs, symbols)
+
+    def guarded(self, guards, device: torch.device):
+        """What a user's call runs (CompiledModule.run_flat): `fn(args, check) -> outputs`,
+        the guards checked in C++ (runtime/cpp/guards.h) and the plan run with grad mode off,
+        in one call into the runner. A call that fails a guard is checked again by `guards`
+        (runtime/guards.py), which raise the GuardError. None where the plan reads a symbol no
+        input binds (the Python guards then bind them, as before)."""
+        spec = guard_spec(guards, self.symbols, device)
+        if spec is None:
+            return None
+        checks = runner_status()[0].Guards(spec)
+
+        def run(args: tuple, check: bool) -> tuple:
+            out = self.program.call(checks, args, check)   # (refresh may rebuild the program)
+            if out.__class__ is tuple:
+                return out
+            symbols = guards.check(args, device) if check else guards.bind(args)
+            if out is None:   # a guard failed in C++: the Python guards raise its error
+                with torch.no_grad():
+                    return self(args, symbols)
+            raise index_error(self.plan, self.plan.steps[out[0]], dict(enumerate(out[1:])),
+                              args, symbols)
+        return run
+
+    @property
+    def source(self) -> str:
+        """The plan as the Python runner would run it (the C++ runner runs the same steps)."""
+        from aotc.runtime.executor import PlanFunction
+        from aotc.runtime.module import _SourceOnly
+        weights, static, state = self._python_source
+        lib = _SourceOnly() if self.library is not None else None
+        return PlanFunction(self.plan, weights, self.device, lib, static_weights=static,
+                            state=state).source
+
+
+class _Spec:
+    """The runner's spec of one plan (see the module doc)."""
+
+    def __init__(self, plan, weights, device, library, static_weights: bool, state: dict):
+        self.plan, self.library, self.device = plan, library, device
+        self.symbols = symbol_names(plan)
+        self.exprs: dict = {}
+        bound = bound_tensors(plan, weights, state)
+        self.constants = [(i, t) for i, t in bound.items()]
+        stored = {t.data_ptr() for t in weights.values()}   # a weight bound as a copy derives
+        self.derives = any(plan.slots[i].kind is SlotKind.WEIGHT and t.data_ptr() not in stored
+                           for i, t in bound.items())
+        self.folded = {i for i, s in enumerate(plan.slots)
+                       if s.kind is SlotKind.WEIGHT and static_weights}
+        self.checked: set[int] = set()
+        self.steps = [self._step(i, s) for i, s in enumerate(plan.steps)]
+
+    def as_dict(self) -> dict:
+        outputs = [(o.slot, None) if o.slot is not None else (-1, o.const)
+                   for o in self.plan.outputs]
+        lib = self.library
+        return {"entry": self.plan.entry, "slots": len(self.plan.slots),
+                "symbols": len(self.symbols), "exprs": [c for _, c in self.exprs.values()],
+                "constants": self.constants, "inputs": list(self.plan.inputs),
+                "steps": self.steps, "outputs": outputs, "device": str(self.device),
+                "set_threads": getattr(lib, "set_threads_address", 0) if lib else 0}
+
+    # ----------------------------------------------------------------------------- steps
+    def _step(self, idx: int, step) -> tuple:
+        if step.kind is StepKind.FREE:
+            return ("free", idx, list(step.slots))
+        if step.kind is StepKind.KERNEL:
+            return self._kernel(idx, step)
+        check_call(resolve_op(step.op), step, self.plan.slots)
+        fold = foldable(step, self.folded)
+        if fold:
+            self.folded.add(step.out[0])
+            self.derives = True
+        op, overload = step.op.rsplit(".", 1)
+        return ("call", idx, op, overload, [self._arg(a) for a in step.args],
+                [(k, self._arg(v)) for k, v in step.kwargs],
+                [o if o is not None else -1 for o in step.out], step.single, fold)
+
+    def _kernel(self, idx: int, step) -> tuple:
+        lib = self.library
+        if lib is None:
+            raise ArtifactError(f"the plan calls kernel {step.name} but the artifact has no "
+                                "kernel library", where=step.name, expected="kernels/",
+                                found="none", fix="re-export the model")
+        slots = self.plan.slots
+        dtypes = [slots[s].dtype for s in (*step.args, *step.out)]
+        fn = lib.kernel_address(step.name, len(step.args) + len(step.out), len(step.sizes),
+                                dtypes)
+        args = [self._kernel_arg(i) for i in step.args]
+        reuse = dict(step.reuse)
+        outs = []
+        for o in step.out:
+            s, donor = slots[o], reuse.get(o, -1)
+            view = donor >= 0 and s.contiguous and slots[donor].contiguous
+            outs.append((o, s.dtype, self._dims(s.shape), self._dims(s.stride), s.contiguous,
+                         donor, view))
+        sizes = [self.symbols.index(n) for n in step.sizes]
+        return ("kernel", idx, step.name, fn, args, outs, sizes)
+
+    def _kernel_arg(self, i: int) -> tuple:
+        """(slot, lay out?, contiguous, strides): values not written by a kernel get the
+        strides the kernel was compiled for, at their first kernel use (weights are bound as
+        their slots want them; views of weights are laid out once, at load)."""
+        s = self.plan.slots[i]
+        lay_out = s.kind not in (SlotKind.WEIGHT, SlotKind.STATE) and (
+            i in self.folded or (s.producer is not StepKind.KERNEL and i not in self.checked))
+        if lay_out and i not in self.folded:
+            self.checked.add(i)
+        self.derives |= lay_out and i in self.folded
+        return (i, lay_out, s.contiguous, self._dims(s.stride))
+
+    # ------------------------------------------------------------------------- arguments
+    def _arg(self, a) -> tuple:
+        if a is None:
+            return ("n",)
+        if isinstance(a, bool):
+            return ("b", a)
+        if isinstance(a, int):
+            return ("i", a)
+        if isinstance(a, float):
+            return ("f", a)
+        if isinstance(a, str):
+            return ("s", a)
+        if isinstance(a, tuple):
+            return ("list", [self._arg(x) for x in a])
+        if isinstance(a, SlotRef):
+            return ("slot", a.slot)
+        if isinstance(a, SymArg):
+            return ("sym", self._expr(a.expr))
+        if isinstance(a, Tagged):
+            if a.tag == "device":
+                return ("device",)   # plans run on the device the artifact is loaded on
+            return ("f", float(a.value)) if a.tag == "float" else (a.tag, a.value)
+        raise ArtifactError(f"an argument the C++ runner cannot pass: {type(a).__name__}",
+                            where=f"plans/{self.plan.entry}.json", expected="a plan argument",
+                            found=type(a).__name__, fix="re-export the model")
+
+    def _dims(self, dims) -> list:
+        return [d if isinstance(d, int) else [self._expr(d)] for d in dims]
+
+    def _expr(self, node) -> int:
+        """The index of `node`'s bytecode in the spec's expression table (shared by text)."""
+        key = ex.text(node)
+        if key not in self.exprs:
+            code: list[int] = []
+            _emit(node, self.symbols, code)
+            self.exprs[key] = (len(self.exprs), code)
+        return self.exprs[key][0]
+
+
+def guard_spec(guards, plan_symbols: list[str], device: torch.device) -> dict | None:
+    """The C++ guards' spec of runtime/guards.py `guards` (runtime/cpp/guards.h), binding
+    `plan_symbols` in that order; None where a plan symbol is not read from an input."""
+    names = sorted(set(guards.symbols) | guards.bound_symbols)
+    if not set(plan_symbols) <= guards.bound_symbols:
+        return None
+    exprs: dict = {}
+
+    def expr(node) -> int:
+        if ex.text(node) not in exprs:
+            code: list[int] = []
+            _emit(node, names, code)
+            exprs[ex.text(node)] = (len(exprs), code)
+        return exprs[ex.text(node)][0]
+
+    def dim(d) -> tuple:   # (0, a static size) | (1, a symbol) | (2, an expression)
+        if isinstance(d, int):
+            return 0, d
+        return (1, names.index(d.name)) if isinstance(d, ex.Sym) else (2, expr(d))
+    inputs = [(str(g.dtype).removeprefix("torch."), [dim(d) for d in g.shape])
+              for g in guards.inputs]
+    relations = [expr(r) for r in guards.relations]
+    return {"symbols": len(names), "exprs": [c for _, c in exprs.values()],
+            "ranges": [guards.symbols.get(n, (-2**63, 2**63 - 1)) for n in names],
+            "relations": relations, "inputs": inputs, "device": device.type,
+            "plan_symbols": [names.index(n) for n in plan_symbols]}
+
+
+def _emit(n, symbols: list[str], code: list[int]) -> None:
+    """Postfix bytecode of an integer expression node (runtime/cpp/expr.h)."""
+    if isinstance(n, ex.Const):
+        code += [0, n.value]
+    elif isinstance(n, ex.Sym):
+        code += [1, symbols.index(n.name)]
+    elif isinstance(n, (ex.Neg, ex.Not)):
+        _emit(n.arg, symbols, code)
+        code.append(2 if isinstance(n, ex.Neg) else 18)
+    elif isinstance(n, ex.Bin) and n.op in _OPS:
+        _emit(n.left, symbols, code)
+        _emit(n.right, symbols, code)
+        code.append(_OPS[n.op])
+    elif isinstance(n, ex.Call):
+        for a in n.args:
+            _emit(a, symbols, code)
+        code += [8 if n.fn == "min" else 9, len(n.args)]
+    else:
+        raise ArtifactError(f"an expression the runner does not know: {ex.text(n)}",
+                            where="plan sizes", expected="the schema's expression grammar",
+                            found=ex.text(n), fix="re-export the model")
+
+
+def plan_function(plan, weights: dict, device: torch.device, library=None, *,
+                  runner: str | None = None, static_weights: bool = True,
+                  state: dict | None = None) -> tuple[object, str]:
+    """(the plan's function, which runner runs it: "cpp", or "python" with the reason).
+    `runner`: None picks the C++ runner where it runs this plan, "python" forces the Python
+    runner, "cpp" insists (a UsageError says why it cannot)."""
+    from aotc.runtime.executor import PlanFunction
+    why = _why_python(device, runner,
+                      triton=library is not None and not hasattr(library, "kernel_address"))
+    if why is None:
+        try:
+            return CppPlanFunction(plan, weights, device, library, static_weights=static_weights,
+                                   state=state), "cpp"
+        except runner_status()[0].Unsupported as e:
+            why = f"the C++ runner does not run plan {plan.entry}: {e}"
+    if runner == "cpp":
+        from aotc.errors import UsageError
+        raise UsageError(f"the C++ runner cannot run this artifact: {why}",
+                         where="aotc.load(runner='cpp')", expected="a CPU artifact and aotc "
+                         "installed with its C++ runner", found=why,
+                         fix="load with runner=None (the Python runner then runs it)")
+    return PlanFunction(plan, weights, device, library, static_weights=static_weights,
+                        state=state), f"python ({why})"
+
+
+def expected_runner(manifest) -> str:
+    """The runner `aotc.load(path)` runs this artifact's plans with here (`aotc inspect`)."""
+    from aotc.runtime.schema.manifest import TritonNative
+    target = manifest.target
+    why = _why_python(torch.device(target.device.value), None,
+                      triton=isinstance(target.native, TritonNative))
+    return "cpp (aotc's C++ plan runner)" if why is None else f"python ({why})"
+
+
+def _why_python(device: torch.device, runner: str | None, *, triton: bool) -> str | None:
+    """Why the Python runner runs a plan, or None when the C++ runner is to."""
+    if runner not in (None, *RUNNERS):
+        from aotc.errors import UsageError
+        raise UsageError(f"unknown runner {runner!r}", where="aotc.load(runner=)",
+                         expected=["cpp", "python", None], found=repr(runner)[:40],
+                         fix="pass runner='cpp', runner='python', or leave it unset")
+    if runner == "python":
+        return "asked for"
+    if device.type != "cpu":
+        return f"the C++ runner runs CPU plans; this one runs on {device.type}"
+    if triton:
+        return "the C++ runner calls C++ kernels; these are Triton kernels (interpret=True)"
+    return runner_status()[1] or None

@@ -1,0 +1,63 @@
+"""`aotc swap-weights ART NEW.safetensors -o OUT`: the same compiled model with other weights.
+
+A fine-tuned (or LoRA-merged) variant of the exported model shares its kernels and plans; only
+the weights differ. The new artifact copies every file of the old one byte for byte except the
+weights, which are rewritten from the new state dict into the layout the plans read (a weight
+the CPU plans store transposed is stored transposed again; dtypes cast to the artifact's, as
+`load_state_dict` casts), with the non-persistent buffers and constants the plans need carried
+over from the old artifact. The new state dict is checked first, as strictly as
+`load_state_dict` checks it. The recorded samples are dropped (their outputs were computed with
+the old weights), and so is any signature: the result is a new artifact, to be signed anew.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from aotc.runtime import format as fmt
+from aotc.runtime.artifact import Artifact
+from aotc.runtime.shards import Lazy, resolve_aliases, stored_tensors
+from aotc.runtime.statedict import StateMap, check, read_weights_file
+
+SAMPLES = (fmt.SAMPLE_INPUTS, fmt.SAMPLE_OUTPUTS)
+PLANS_CHANGED = 5      # plans of earlier versions are migrated when read (schema/migrate.py)
+
+
+def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path, list[str]]:
+    """Write the artifact at `source` with the weights of `weights_file` to `dest`:
+    (its path, the files left out)."""
+    import dataclasses
+    fmt.check_destination(dest)
+    art = Artifact(source, trusted_keys=trusted_keys)
+    try:
+        old = stored_tensors(art)
+        named = resolve_aliases(dict(old), art.manifest)
+        smap = StateMap(art.manifest, named)
+        copies, _, _ = check(smap, named, read_weights_file(weights_file), True,
+                             f"artifact {Path(source).name}")
+        stored = dict(old)
+        for c in copies:    # last one wins within a tied group, as in load_state_dict
+            held = old[c.stored]
+            flip = c.stored in smap.transposed
+            stored[c.stored] = Lazy(tuple(held.shape), held.dtype,
+                                    lambda s=c.source, d=held.dtype, f=flip:
+                                    (s.t() if f else s).to(d))
+        dropped = [rel for rel in SAMPLES if art.listed(rel)]
+        keep = set(art.manifest.weights.shards) | set(dropped)
+        files = {rel: art.read(rel) for rel in art.manifest.files if rel not in keep}
+        if art.version < PLANS_CHANGED:   # written in the current form, as loading migrated them
+            files.update({spec.plan: fmt.dumps(art.plan(name).to_json())
+                          for name, spec in art.manifest.entries.items()})
+        manifest = dataclasses.replace(
+            art.manifest, weights=dataclasses.replace(art.manifest.weights, shards=(), map=None))
+        cap = _cap(art.manifest)
+        path = fmt.write_artifact(dest, files, manifest, weights=stored, shard_size=cap)
+        return path, dropped
+    finally:
+        art.close()
+
+
+def _cap(manifest) -> int | None:
+    """The shard size the artifact was exported with (None: the default)."""
+    from aotc.options import ExportOptions
+    size = manifest.options.get("shard_size")
+    return ExportOptions(shard_size=size).shard_bytes() if isinstance(size, str) else None

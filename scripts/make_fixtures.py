@@ -1,0 +1,49 @@
+"""Write the format fixtures of the current FORMAT_VERSION into tests/fixtures.
+
+    python scripts/make_fixtures.py            # format_v<N>_tiny.aotc and format_v<N>_kernels.aotc
+
+`tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for the x86-64
+baseline. The model has what the weights index must describe: three shards (a 64-byte shard
+size), a tied weight and a non-persistent buffer. Fixtures of earlier versions are never
+rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+import aotc
+from aotc.runtime import format as fmt
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+        self.b.weight = self.a.weight                       # tied
+        self.register_buffer("scale", torch.full((4,), 0.5), persistent=False)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x)))) * self.scale
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    model, x = Tiny().eval(), torch.randn(2, 4)
+    for kind, options in (("tiny", {"codegen": False}), ("kernels", {"isa": "x86-64"})):
+        dest = FIXTURES / f"format_v{fmt.FORMAT_VERSION}_{kind}.aotc"
+        if dest.exists():
+            shutil.rmtree(dest)
+        aotc.export(model, (x,), dest, shard_size="64B", **options)
+        print(dest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
