@@ -69,6 +69,7 @@ def prove(path: Path, inputs, expected) -> None:
     except AotcError:
         raise
     except Exception as e:   # noqa: BLE001 - any failure of a plan step is the finding
+        module, e = _on_python_runner(module, path, inputs, e)
         raise step_error(module, path, e) from e
     for i, (g, w) in enumerate(zip(got, expected)):
         ok, diff = compare(g, w)
@@ -119,6 +120,24 @@ def step_error(module, path: Path, exc: BaseException) -> LoweringError:
                          f"{type(exc).__name__}: {reason[:300]}", where=where,
                          expected="the plan runs the samples as eager did", found=found,
                          fix=_FIX)
+
+
+def _on_python_runner(module, path: Path, inputs, exc: BaseException):
+    """The C++ runner reports no plan line: run the samples again on the Python runner, whose
+    lines map to steps, to name the step that fails. (module, exception) to report: the
+    Python runner's, or the C++ runner's own where only it fails."""
+    if "cpp" not in getattr(module, "runtime", ""):
+        return module, exc
+    import aotc
+    python = aotc.load(path, runner="python")
+    try:
+        if getattr(python, "generation", None) is not None:
+            python.generate(inputs[0], 1)
+        else:
+            python.run_flat("forward", tuple(inputs))
+    except Exception as again:   # noqa: BLE001 - the same failure, located
+        return python, again
+    return module, exc
 
 
 def _plan_frame(exc) -> tuple[str, int | None]:
