@@ -311,14 +311,14 @@ def seed_for(name: str, dtype) -> int:
     return zlib.crc32(f"{name}/{dtype}".encode())
 
 
-def batch(name: str, dtype: torch.dtype) -> Batched:
-    op = opinfo_of(name)
+def _usable_samples(name: str, op, dtype: torch.dtype, skipped: Counter) -> tuple[list, int]:
+    """(the OpInfo samples of `name` the batch takes, capped and with aotc's extra ones; how
+    many OpInfo gave): the ones left out are counted in `skipped` by reason."""
     torch.manual_seed(seed_for(name, dtype))
     if group_of(name) in REFERENCE_INPUT_GROUPS and op.reference_inputs_func is not None:
         samples = list(op.reference_inputs("cpu", dtype, requires_grad=False))
     else:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
-    kept, skipped = [], Counter()
     usable = []
     for sample in samples:
         reason = skip_reason(name, sample, dtype)
@@ -331,6 +331,13 @@ def batch(name: str, dtype: torch.dtype) -> Batched:
         skipped[f"over the per-case cap of {MAX_SAMPLES} samples"] += len(usable) - len(chosen)
         usable = [u for i, u in enumerate(usable) if i in chosen]
     usable += EXTRA_SAMPLES[name](dtype) if name in EXTRA_SAMPLES else []
+    return usable, len(samples)
+
+
+def batch(name: str, dtype: torch.dtype) -> Batched:
+    op = opinfo_of(name)
+    kept, skipped = [], Counter()
+    usable, total = _usable_samples(name, op, dtype, skipped)
     for sample in usable:
         args = tuple(sample.args)
         if name == "__getitem__":
@@ -371,7 +378,7 @@ def batch(name: str, dtype: torch.dtype) -> Batched:
             outs += [t.clone() for t in outs]
         return tuple(outs)
     fn.__name__ = name.replace(".", "_").replace("!", "_")
-    return Batched(name, dtype, fn, tuple(inputs), outputs_of, skipped, len(samples), len(kept))
+    return Batched(name, dtype, fn, tuple(inputs), outputs_of, skipped, total, len(kept))
 
 
 def once_per_call(fn):
