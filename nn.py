@@ -62,6 +62,20 @@ def _decode_attention_write_fake(query, key_cache, value_cache, position, key, v
     return torch.empty_like(query)
 
 
+@torch.library.custom_op("aotc::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """The sum of `x` over the ranks of a tensor-parallel artifact, as a new tensor (functional,
+    so capture keeps it as one step of the graph). Export traces one rank in one process, where
+    the sum over that rank alone is `x`; the runtime's implementation (runtime/aotc_ops.py)
+    reduces over torch.distributed's default process group."""
+    return x.clone()
+
+
+@all_reduce.register_fake
+def _all_reduce_fake(x):
+    return torch.empty_like(x)
+
+
 class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc)."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from aotc.runtime import format
 from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.module import CompiledModule, resolve_device
+from aotc.runtime.parallel import select_rank
 
 __all__ = ["load", "CompiledModule", "format"]
 
@@ -51,6 +52,7 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     from aotc.runtime.artifact import Artifact
     artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
     try:
+        select_rank(artifact)     # tensor-parallel artifacts: this rank's weights
         dev = resolve_device(artifact.manifest, device, interpret)
         if artifact.manifest.generation is not None:
             from aotc.runtime.generate import GenerativeModule

@@ -7,6 +7,10 @@ position [1] int64, scale)`: one query token per sequence attending the cache's 
 ATen's attention over the valid prefix only; elsewhere it masks the rest of the cache, so no
 value is read back from the device (CUDA artifacts launch a flash-decoding kernel instead,
 codegen/triton/decode_attention.py).
+
+`aotc::all_reduce.default(x)`: the sum of `x` over the ranks of the default process group of
+torch.distributed, as a new tensor (tensor-parallel artifacts, after each row-parallel
+projection); the C++ runner does not run it (runtime/cpp_runner.py says so in `m.runtime`).
 """
 from __future__ import annotations
 
@@ -35,5 +39,13 @@ def decode_attention_write(query, key_cache, value_cache, position, key, value, 
     return decode_attention(query, key_cache, value_cache, position, scale)
 
 
-OPS = {"aotc::decode_attention.default": (decode_attention, 5),   # name: (function, arity)
+def all_reduce(x):
+    import torch.distributed as dist
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out)
+    return out
+
+
+COLLECTIVES = frozenset({"aotc::all_reduce.default"})
+OPS = {"aotc::all_reduce.default": (all_reduce, 1),"aotc::decode_attention.default": (decode_attention, 5),   # name: (function, arity)
        "aotc::decode_attention_write.default": (decode_attention_write, 7)}

@@ -1,0 +1,101 @@
+"""One rank of a tensor-parallel run (tests/test_tensor_parallel.py starts one process per rank;
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment, as torchrun sets
+them).
+
+    python tests/tp_worker.py ARTIFACT OUT_DIR [--new-tokens N] [--time N] [--no-group]
+
+Loads ARTIFACT after init_process_group("gloo") and runs it on its recorded sample inputs:
+a forward artifact's outputs, or a generator's greedy tokens; writes them to
+OUT_DIR/rank<R>.safetensors with a JSON line of facts (runner, timings). `--time N` also times
+N calls, and N calls of the same all-reduces alone (tensors of the plans' all-reduce shapes),
+to measure what the collectives cost. `--no-group` loads without a process group and records
+the error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+import aotc
+from aotc.errors import AotcError
+
+
+def _collective_shapes(m, entry: str) -> list:
+    plan = m.entries[entry].plan
+    return [plan.slots[a.slot].shape for s in plan.steps if getattr(s, "op", "") ==
+            "aotc::all_reduce.default" for a in s.args[:1]]
+
+
+def _time_collectives(shapes, calls: int) -> float:
+    tensors = [torch.randn([d if isinstance(d, int) else 1 for d in sh]) for sh in shapes]
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        for t in tensors:
+            dist.all_reduce(t.clone())
+    return (time.perf_counter() - start) / calls
+
+
+def _run(m, args, facts) -> dict:
+    inputs, _ = m.recorded_samples()
+    if getattr(m, "generation", None) is not None:
+        out = {"tokens": m.generate(inputs[0], args.new_tokens)}
+        entry, call = "decode", lambda: m.decode(inputs[0][:, -1:])
+    else:
+        out = {str(i): t for i, t in enumerate(m.run_flat("forward", inputs))}
+        entry, call = "forward", lambda: m.run_flat("forward", inputs)
+    if args.time:
+        if entry == "decode":
+            m.reset()
+            m.prefill(inputs[0])
+        call()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(args.time):
+            call()
+        facts["call_s"] = (time.perf_counter() - start) / args.time
+        shapes = _collective_shapes(m, entry)
+        facts["collectives"] = len(shapes)
+        facts["collectives_s"] = _time_collectives(shapes, args.time)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("artifact")
+    p.add_argument("out")
+    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--time", type=int, default=0)
+    p.add_argument("--no-group", action="store_true")
+    args = p.parse_args()
+    rank = int(os.environ["RANK"])
+    facts = {"rank": rank}
+    if not args.no_group:
+        dist.init_process_group("gloo")
+    try:
+        m = aotc.load(args.artifact)
+    except AotcError as e:
+        facts.update(error=type(e).__name__, what=e.what, expected=str(e.expected),
+                     found=str(e.found), fix=e.fix)
+        m = None
+    out = {}
+    if m is not None:
+        facts["runtime"] = m.runtime
+        out = _run(m, args, facts)
+    save_file({k: v.contiguous() for k, v in out.items()},
+              str(Path(args.out) / f"rank{rank}.safetensors"))
+    (Path(args.out) / f"rank{rank}.json").write_text(json.dumps(facts))
+    if not args.no_group:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
