@@ -139,3 +139,32 @@ def test_a_projection_no_rule_splits_is_refused(tmp_path):
     with pytest.raises(ExportError) as info:
         aotc.export(model, (torch.randn(2, 8),), tmp_path / "x.aotc", tensor_parallel=2)
     assert info.value.where == "0" and "no tensor-parallel rule" in info.value.what
+
+
+def test_transformers_qwen2_generator_matches_generate(tmp_path):
+    """Qwen2 (biases on q/k/v, split with them) as a generator: transformers' own greedy
+    tokens with a static cache."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = tf.Qwen2ForCausalLM(tf.Qwen2Config(
+        vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).eval()
+    model.generation_config.eos_token_id = None
+    ids = torch.randint(0, 500, (1, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16,
+                              do_sample=False, cache_implementation="static", pad_token_id=0)
+    path = aotc.export(model, (ids,), tmp_path / "qwen-tp2.aotc", decode=True,
+                       max_cache_len=CACHE, tensor_parallel=2)
+    for _, out in launch(2, path, tmp_path / "out", "--new-tokens", "16"):
+        assert torch.equal(out["tokens"], want)
+
+
+def test_gpt2_fused_attention_is_refused_by_name(tmp_path):
+    tf = pytest.importorskip("transformers")
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2,
+                                             n_positions=32, use_cache=False)).eval()
+    with pytest.raises(ExportError) as info:
+        aotc.export(model, (torch.zeros(1, 4, dtype=torch.int64),), tmp_path / "x.aotc",
+                    tensor_parallel=2)
+    assert info.value.where == "transformer.h.0.attn.c_attn"
