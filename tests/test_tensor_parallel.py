@@ -168,3 +168,24 @@ def test_gpt2_fused_attention_is_refused_by_name(tmp_path):
         aotc.export(model, (torch.zeros(1, 4, dtype=torch.int64),), tmp_path / "x.aotc",
                     tensor_parallel=2)
     assert info.value.where == "transformer.h.0.attn.c_attn"
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "format_v8_tp.aotc"
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda tp: tp.update(world_size=3), "ranks"),                         # too few ranks
+    (lambda tp: tp["ranks"][1].update(shards=["../weights-rank1.safetensors"]), "shards"),
+    (lambda tp: tp["ranks"][1].update(shards=tp["ranks"][0]["shards"]), "shards"),  # rank 0's
+    (lambda tp: tp["ranks"][1]["map"].pop("w2.weight"), "ranks"),          # a tensor missing
+    (lambda tp: tp["sharding"].update({"nope": 0}), "sharding"),
+    (lambda tp: tp["sharding"].update({"w2.weight": "1"}), "sharding"),
+])
+def test_a_damaged_tensor_parallel_section_is_refused(tmp_path, edit, field):
+    from aotc.errors import ArtifactError
+    from hostile import copy_artifact, edit_json
+    path = copy_artifact(FIXTURE, tmp_path / "tp.aotc")
+    edit_json(path, "manifest.json", lambda m: (edit(m["tensor_parallel"]), m)[1])
+    with pytest.raises(ArtifactError) as info:
+        aotc.load(path)
+    assert "tensor_parallel" in info.value.where and field in info.value.where

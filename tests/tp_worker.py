@@ -8,7 +8,8 @@ Loads ARTIFACT after init_process_group("gloo") and runs it on its recorded samp
 a forward artifact's outputs, or a generator's greedy tokens; writes them to
 OUT_DIR/rank<R>.safetensors with a JSON line of facts (runner, timings). `--time N` also times
 N calls, and N calls of the same all-reduces alone (tensors of the plans' all-reduce shapes),
-to measure what the collectives cost. `--no-group` loads without a process group and records
+to measure what the collectives cost; `--identity` replaces the all-reduce by a copy (the
+outputs are then partial sums: for timing the rest of the call). `--no-group` loads without a process group and records
 the error.
 """
 from __future__ import annotations
@@ -75,11 +76,16 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--time", type=int, default=0)
     p.add_argument("--no-group", action="store_true")
+    p.add_argument("--identity", action="store_true",
+                   help="replace the all-reduce by a copy (timing only: outputs are partial)")
     args = p.parse_args()
     rank = int(os.environ["RANK"])
     facts = {"rank": rank}
     if not args.no_group:
         dist.init_process_group("gloo")
+    if args.identity:
+        from aotc.runtime import aotc_ops
+        aotc_ops.OPS["aotc::all_reduce.default"] = (torch.clone, 1)
     try:
         m = aotc.load(args.artifact)
     except AotcError as e:
@@ -90,6 +96,7 @@ def main() -> None:
     if m is not None:
         facts["runtime"] = m.runtime
         out = _run(m, args, facts)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in out.items()},
               str(Path(args.out) / f"rank{rank}.safetensors"))
     (Path(args.out) / f"rank{rank}.json").write_text(json.dumps(facts))
