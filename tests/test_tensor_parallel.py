@@ -189,3 +189,11 @@ def test_a_damaged_tensor_parallel_section_is_refused(tmp_path, edit, field):
     with pytest.raises(ArtifactError) as info:
         aotc.load(path)
     assert "tensor_parallel" in info.value.where and field in info.value.where
+
+
+def test_swapping_the_weights_of_a_split_artifact_is_refused(tmp_path):
+    from aotc.errors import UsageError
+    from aotc.runtime.swap import swap_weights
+    with pytest.raises(UsageError) as info:
+        swap_weights(FIXTURE, tmp_path / "w.safetensors", tmp_path / "out.aotc")
+    assert "--tensor-parallel 2" in info.value.fix
