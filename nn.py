@@ -76,6 +76,21 @@ def _all_reduce_fake(x):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("aotc::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor, dim: int, world: int) -> torch.Tensor:
+    """The `world` ranks' `x` concatenated along `dim`, rank 0's first (a tensor-parallel
+    artifact's vocabulary-parallel LM head). Export's stand-in, in one process: `world` copies
+    of `x`; the runtime's (runtime/aotc_ops.py) gathers over torch.distributed's default group."""
+    return torch.cat([x] * world, dim)
+
+
+@all_gather.register_fake
+def _all_gather_fake(x, dim, world):
+    shape = list(x.shape)
+    shape[dim] *= world
+    return x.new_empty(shape)
+
+
 class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc)."""
 

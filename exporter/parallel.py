@@ -8,8 +8,10 @@ Rules, by module (`RULES`; the first whose projections a module has claims it):
     heads); the output projection row-parallel, its partial sums added by `aotc::all_reduce`;
   * SwiGLU MLPs (w1/w3/w2, or gate_proj/up_proj/down_proj): gate and up column-parallel by the
     intermediate size, down row-parallel with an all-reduce;
-  * embeddings, the LM head (a projection onto the vocabulary) and norms: replicated (a first
-    version: vocabulary-parallel embeddings and heads would save their memory on each rank).
+  * the LM head (a projection onto the vocabulary): split by vocabulary, its logits gathered
+    (`aotc::all_gather`), where the ranks divide the vocabulary; replicated otherwise;
+  * embeddings and norms: replicated (a vocabulary-parallel embedding would save its memory
+    on each rank; a tied LM head is split all the same, the embedding keeping its own copy).
 Any other projection is an ExportError naming it. Every rank model has the same shapes, so one
 captured graph (rank 0's) serves all ranks; the others contribute only their weights, under
 the same names. The samples an artifact records are the unsharded model's, which every rank
@@ -42,6 +44,21 @@ class RowParallelLinear(nn.Module):
     def forward(self, x):
         y = torch.ops.aotc.all_reduce(F.linear(x, self.weight))
         return y if self.bias is None else y + self.bias
+
+
+class VocabParallelHead(nn.Module):
+    """An LM head over this rank's slice of the vocabulary: every rank's logits gathered
+    (`aotc::all_gather`) along the last dim, rank 0's first."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, world: int):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.world = world
+
+    def forward(self, x):
+        y = F.linear(x, self.weight, self.bias)
+        return torch.ops.aotc.all_gather(y, y.dim() - 1, self.world)
 
 
 def _split(n: int, world: int, unit: int, what: str, where: str) -> tuple[int, int]:
@@ -140,6 +157,7 @@ def shard_model(model: nn.Module, rank: int, world: int) -> tuple[nn.Module, dic
                 claimed |= {f"{where}.{a}" if where else a for a in attrs}
                 break
     _refuse_unclaimed(m, claimed)
+    sharding |= _shard_heads(m, claimed, rank, world)
     if not sharding:
         raise ExportError(f"no module of {type(model).__name__} matches a tensor-parallel rule",
                           where=type(model).__name__, expected=_EXPECTED, found="none",
@@ -156,11 +174,29 @@ def _refuse_unclaimed(m: nn.Module, claimed: set) -> None:
         if not linear or name in claimed or isinstance(mod, RowParallelLinear):
             continue
         if isinstance(mod, nn.Linear) and mod.out_features in vocab:
-            continue    # the LM head: replicated
+            continue    # the LM head (_shard_heads)
         raise ExportError(f"{name} ({type(mod).__name__}) matches no tensor-parallel rule",
                           where=name, expected=_EXPECTED, found=type(mod).__name__,
                           fix="export without --tensor-parallel (GPT-2's fused c_attn is not "
                               "split yet)")
+
+
+def _shard_heads(m: nn.Module, claimed: set, rank: int, world: int) -> dict:
+    """LM heads (projections onto the vocabulary) split by vocabulary where it divides by the
+    ranks, their logits gathered; replicated otherwise."""
+    vocab = {e.num_embeddings for e in m.modules() if isinstance(e, nn.Embedding)}
+    out = {}
+    for name, mod in list(m.named_modules()):
+        if type(mod) is not nn.Linear or name in claimed or mod.out_features not in vocab \
+                or mod.out_features % world:
+            continue
+        n = mod.out_features // world
+        w = mod.weight.detach()[rank * n:(rank + 1) * n].clone()
+        b = None if mod.bias is None else mod.bias.detach()[rank * n:(rank + 1) * n].clone()
+        parent, _, attr = name.rpartition(".")
+        setattr(m.get_submodule(parent) if parent else m, attr, VocabParallelHead(w, b, world))
+        out |= {f"{name}.weight": 0, **({f"{name}.bias": 0} if b is not None else {})}
+    return out
 
 
 def rank_weights(model: nn.Module, names, rank0: dict, rank: int) -> dict:

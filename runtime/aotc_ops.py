@@ -10,7 +10,9 @@ codegen/triton/decode_attention.py).
 
 `aotc::all_reduce.default(x)`: the sum of `x` over the ranks of the default process group of
 torch.distributed, as a new tensor (tensor-parallel artifacts, after each row-parallel
-projection); the C++ runner does not run it (runtime/cpp_runner.py says so in `m.runtime`).
+projection); `aotc::all_gather.default(x, dim, world)`: the ranks' `x` concatenated along
+`dim` (the vocabulary-parallel LM head's logits). The C++ runner runs neither
+(runtime/cpp_runner.py says so in `m.runtime`).
 """
 from __future__ import annotations
 
@@ -46,6 +48,20 @@ def all_reduce(x):
     return out
 
 
-COLLECTIVES = frozenset({"aotc::all_reduce.default"})
-OPS = {"aotc::all_reduce.default": (all_reduce, 1),"aotc::decode_attention.default": (decode_attention, 5),   # name: (function, arity)
+def all_gather(x, dim, world):
+    import torch.distributed as dist
+    if world != dist.get_world_size():
+        from aotc.errors import ArtifactError
+        raise ArtifactError("the plan gathers over another number of ranks than the process "
+                            "group has", where="aotc::all_gather", expected=dist.get_world_size(),
+                            found=world, fix="re-export the model")
+    parts = [torch.empty_like(x, memory_format=torch.contiguous_format) for _ in range(world)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, dim)
+
+
+COLLECTIVES = frozenset({"aotc::all_reduce.default", "aotc::all_gather.default"})
+OPS = {"aotc::all_reduce.default": (all_reduce, 1),      # name: (function, arity)
+       "aotc::all_gather.default": (all_gather, 3),
+       "aotc::decode_attention.default": (decode_attention, 5),
        "aotc::decode_attention_write.default": (decode_attention_write, 7)}

@@ -332,8 +332,8 @@ def expected_runner(manifest) -> str:
     why = _why_python(torch.device(target.device.value), None,
                       triton=isinstance(target.native, TritonNative))
     if why is None and manifest.tensor_parallel is not None:
-        why = ("the plans call collectives (aotc::all_reduce), which the C++ runner does not "
-               "run; the Python runner calls torch.distributed")
+        why = ("the plans call collectives (aotc::all_reduce, aotc::all_gather), which the "
+               "C++ runner does not run; the Python runner calls torch.distributed")
     return "cpp (aotc's C++ plan runner)" if why is None else f"python ({why})"
 
 

@@ -81,7 +81,8 @@ CHANGELOG = {
                       "size; 'sharding': weight -> the dim split over the ranks; 'ranks': each "
                       "rank's shards and index, weights-rank<R>[-0000K-of-0000N].safetensors, "
                       "rank 0's being the 'weights' section's) and plans calling aotc's own "
-                      "op aotc::all_reduce (a sum over torch.distributed's default group); "
+                      "collectives aotc::all_reduce and aotc::all_gather (over "
+                      "torch.distributed's default group); "
                       "loading needs a process group of that world size. Versions 5-7 load "
                       "as they are"),
 }

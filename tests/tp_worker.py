@@ -7,9 +7,9 @@ them).
 Loads ARTIFACT after init_process_group("gloo") and runs it on its recorded sample inputs:
 a forward artifact's outputs, or a generator's greedy tokens; writes them to
 OUT_DIR/rank<R>.safetensors with a JSON line of facts (runner, timings). `--time N` also times
-N calls, and N calls of the same all-reduces alone (tensors of the plans' all-reduce shapes),
-to measure what the collectives cost; `--identity` replaces the all-reduce by a copy (the
-outputs are then partial sums: for timing the rest of the call). `--no-group` loads without a process group and records
+N calls, and N calls of the same collectives alone (tensors of the plans' collective shapes),
+to measure what the collectives cost; `--identity` replaces the collectives by copies (the
+outputs are then wrong: for timing the rest of the call). `--no-group` loads without a process group and records
 the error.
 """
 from __future__ import annotations
@@ -29,19 +29,26 @@ import aotc
 from aotc.errors import AotcError
 
 
-def _collective_shapes(m, entry: str) -> list:
+def _collectives(m, entry: str) -> list:
+    """(op, shape of its tensor) of each collective step of the entry's plan."""
     plan = m.entries[entry].plan
-    return [plan.slots[a.slot].shape for s in plan.steps if getattr(s, "op", "") ==
-            "aotc::all_reduce.default" for a in s.args[:1]]
+    return [(s.op, plan.slots[s.args[0].slot].shape) for s in plan.steps
+            if getattr(s, "op", "") in ("aotc::all_reduce.default", "aotc::all_gather.default")]
 
 
-def _time_collectives(shapes, calls: int) -> float:
-    tensors = [torch.randn([d if isinstance(d, int) else 1 for d in sh]) for sh in shapes]
+def _time_collectives(steps, calls: int) -> float:
+    """Seconds per call of the same collectives alone, on tensors of their shapes."""
+    world = dist.get_world_size()
+    tensors = [(op, torch.randn([d if isinstance(d, int) else 1 for d in shape]))
+               for op, shape in steps]
     dist.barrier()
     start = time.perf_counter()
     for _ in range(calls):
-        for t in tensors:
-            dist.all_reduce(t.clone())
+        for op, t in tensors:
+            if op == "aotc::all_gather.default":
+                dist.all_gather([torch.empty_like(t) for _ in range(world)], t)
+            else:
+                dist.all_reduce(t.clone())
     return (time.perf_counter() - start) / calls
 
 
@@ -63,9 +70,9 @@ def _run(m, args, facts) -> dict:
         for _ in range(args.time):
             call()
         facts["call_s"] = (time.perf_counter() - start) / args.time
-        shapes = _collective_shapes(m, entry)
-        facts["collectives"] = len(shapes)
-        facts["collectives_s"] = _time_collectives(shapes, args.time)
+        steps = _collectives(m, entry)
+        facts["collectives"] = [op.split("::")[1] for op, _ in steps]
+        facts["collectives_s"] = _time_collectives(steps, args.time)
     return out
 
 
@@ -77,7 +84,7 @@ def main() -> None:
     p.add_argument("--time", type=int, default=0)
     p.add_argument("--no-group", action="store_true")
     p.add_argument("--identity", action="store_true",
-                   help="replace the all-reduce by a copy (timing only: outputs are partial)")
+                   help="replace the collectives by copies (timing only: outputs are wrong)")
     args = p.parse_args()
     rank = int(os.environ["RANK"])
     facts = {"rank": rank}
@@ -86,6 +93,8 @@ def main() -> None:
     if args.identity:
         from aotc.runtime import aotc_ops
         aotc_ops.OPS["aotc::all_reduce.default"] = (torch.clone, 1)
+        aotc_ops.OPS["aotc::all_gather.default"] = (
+            lambda x, dim, world: torch.cat([x] * world, dim), 3)
     try:
         m = aotc.load(args.artifact)
     except AotcError as e:
