@@ -49,9 +49,10 @@ class ExportOptions:
                                     "tokens generated after it, together).")
     tensor_parallel: int = _opt(1, "Split the model over N ranks, Megatron-style (column-"
                                    "parallel q/k/v and gate/up projections, row-parallel output "
-                                   "and down projections followed by an all-reduce; embeddings, "
-                                   "LM head and norms replicated): one plan, one weights shard "
-                                   "per rank, run under torch.distributed (exporter/parallel.py).")
+                                   "and down projections followed by an all-reduce, the LM head "
+                                   "split by vocabulary; embeddings and norms replicated): one "
+                                   "plan, each rank's own weights shards, run under "
+                                   "torch.distributed (exporter/parallel.py).")
     shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
                                   "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
 

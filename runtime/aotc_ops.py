@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
+
 
 def decode_attention(query, key_cache, value_cache, position, scale):
     gqa = query.shape[1] != key_cache.shape[1]
@@ -60,7 +62,6 @@ def all_gather(x, dim, world):
     return torch.cat(parts, dim)
 
 
-COLLECTIVES = frozenset({"aotc::all_reduce.default", "aotc::all_gather.default"})
 OPS = {"aotc::all_reduce.default": (all_reduce, 1),      # name: (function, arity)
        "aotc::all_gather.default": (all_gather, 3),
        "aotc::decode_attention.default": (decode_attention, 5),

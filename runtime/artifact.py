@@ -24,7 +24,7 @@ from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.hashing import Checker
 from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
-from aotc.runtime.schema.flow import check_states
+from aotc.runtime.schema.flow import check_collectives, check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
 
 MAX_MANIFEST = 64 << 20
@@ -135,6 +135,8 @@ class Artifact:
         doc = load_json_obj(raw, spec.plan)
         plan = parse_plan(doc, entry, set(spec.symbols), spec)
         check_states(plan, {s.name: s for s in self.manifest.state}, doc)
+        tp = self.manifest.tensor_parallel
+        check_collectives(plan, tp.world_size if tp is not None else None, doc)
         return plan
 
     def launch(self, kernel: str, symbols):

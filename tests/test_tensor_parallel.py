@@ -199,3 +199,13 @@ def test_swapping_the_weights_of_a_split_artifact_is_refused(tmp_path):
     with pytest.raises(UsageError) as info:
         swap_weights(FIXTURE, tmp_path / "w.safetensors", tmp_path / "out.aotc")
     assert "--tensor-parallel 2" in info.value.fix
+
+
+def test_collectives_outside_a_tensor_parallel_artifact_are_refused(tmp_path):
+    from aotc.errors import ArtifactError
+    from hostile import copy_artifact, edit_json
+    path = copy_artifact(FIXTURE, tmp_path / "tp.aotc")
+    edit_json(path, "manifest.json", lambda m: m.pop("tensor_parallel") and m)
+    with pytest.raises(ArtifactError) as info:
+        aotc.load(path)
+    assert "collectives only in a tensor-parallel artifact" in str(info.value.expected)
