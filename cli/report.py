@@ -211,7 +211,7 @@ def _parallel_lines(tp) -> list[str]:
             + ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
             for d, names in sorted(dims.items())]
     out.append(f"  replicated: {len(tp.ranks[0].map) - len(tp.sharding)} stored tensors "
-               "(embeddings, norms, buffers; an LM head the ranks do not divide)")
+               "(norms, buffers, and what the ranks do not divide)")
     return out
 
 

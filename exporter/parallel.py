@@ -10,11 +10,14 @@ Rules, by module (`RULES`; the first whose projections a module has claims it):
     intermediate size, down row-parallel with an all-reduce;
   * the LM head (a projection onto the vocabulary): split by vocabulary, its logits gathered
     (`aotc::all_gather`), where the ranks divide the vocabulary; replicated otherwise;
-  * embeddings and norms: replicated (a vocabulary-parallel embedding would save its memory
-    on each rank; a tied LM head is split all the same, the embedding keeping its own copy).
+  * the embedding of that vocabulary: split by vocabulary too, each rank looking up the ids it
+    holds (zeros for the others), summed by an all-reduce; a tied head and embedding share
+    their slice;
+  * norms, and what the ranks do not divide: replicated.
 Any other projection is an ExportError naming it. Every rank model has the same shapes, so one
 captured graph (rank 0's) serves all ranks; the others contribute only their weights, under
-the same names. The samples an artifact records are the unsharded model's, which every rank
+the same names (so whatever differs between ranks is tensor data, never a Python constant the
+graph would bake in: the embedding's first id is a buffer). The samples an artifact records are the unsharded model's, which every rank
 must reproduce.
 """
 from __future__ import annotations
@@ -59,6 +62,24 @@ class VocabParallelHead(nn.Module):
     def forward(self, x):
         y = F.linear(x, self.weight, self.bias)
         return torch.ops.aotc.all_gather(y, y.dim() - 1, self.world)
+
+
+class VocabParallelEmbedding(nn.Module):
+    """An embedding of this rank's slice of the vocabulary (ids `start`..): the rows of the ids
+    it holds, zeros for the others, summed over the ranks (`aotc::all_reduce`)."""
+
+    def __init__(self, weight: torch.Tensor, start: int):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        # a tensor, not a Python number: the graph captured on rank 0 serves every rank, so
+        # what differs between ranks must be data of the rank's weights
+        self.register_buffer("start", torch.tensor(start, dtype=torch.int64), persistent=False)
+
+    def forward(self, ids):
+        local = ids - self.start
+        held = (local >= 0) & (local < self.weight.shape[0])
+        rows = F.embedding(torch.where(held, local, torch.zeros_like(local)), self.weight)
+        return torch.ops.aotc.all_reduce(rows * held.unsqueeze(-1).to(rows.dtype))
 
 
 def _split(n: int, world: int, unit: int, what: str, where: str) -> tuple[int, int]:
@@ -181,20 +202,37 @@ def _refuse_unclaimed(m: nn.Module, claimed: set) -> None:
                               "split yet)")
 
 
+def _replace(m: nn.Module, name: str, new: nn.Module) -> None:
+    parent, _, attr = name.rpartition(".")
+    setattr(m.get_submodule(parent) if parent else m, attr, new)
+
+
 def _shard_heads(m: nn.Module, claimed: set, rank: int, world: int) -> dict:
-    """LM heads (projections onto the vocabulary) split by vocabulary where it divides by the
-    ranks, their logits gathered; replicated otherwise."""
-    vocab = {e.num_embeddings for e in m.modules() if isinstance(e, nn.Embedding)}
-    out = {}
-    for name, mod in list(m.named_modules()):
-        if type(mod) is not nn.Linear or name in claimed or mod.out_features not in vocab \
-                or mod.out_features % world:
-            continue
-        n = mod.out_features // world
-        w = mod.weight.detach()[rank * n:(rank + 1) * n].clone()
-        b = None if mod.bias is None else mod.bias.detach()[rank * n:(rank + 1) * n].clone()
-        parent, _, attr = name.rpartition(".")
-        setattr(m.get_submodule(parent) if parent else m, attr, VocabParallelHead(w, b, world))
+    """LM heads (projections onto the vocabulary) and the embeddings of that vocabulary, split
+    by vocabulary where the ranks divide it (a tied pair stays tied); replicated otherwise."""
+    heads = {name: mod for name, mod in m.named_modules() if type(mod) is nn.Linear
+             and name not in claimed and not mod.out_features % world}
+    vocab = {h.out_features for h in heads.values()}
+    embeds = {name: mod for name, mod in m.named_modules()
+              if type(mod) is nn.Embedding and mod.num_embeddings in vocab}
+    heads = {n: h for n, h in heads.items()
+             if h.out_features in {e.num_embeddings for e in embeds.values()}}
+    out, split = {}, {}
+    for name, e in embeds.items():
+        n = e.num_embeddings // world
+        new = VocabParallelEmbedding(e.weight.detach()[rank * n:(rank + 1) * n].clone(),
+                                     rank * n)
+        split[id(e.weight)] = new.weight
+        _replace(m, name, new)
+        out[f"{name}.weight"] = 0
+    for name, h in heads.items():
+        n = h.out_features // world
+        w = h.weight.detach()[rank * n:(rank + 1) * n].clone()
+        b = None if h.bias is None else h.bias.detach()[rank * n:(rank + 1) * n].clone()
+        new = VocabParallelHead(w, b, world)
+        if id(h.weight) in split:      # tied to an embedding: the same slice, one tensor
+            new.weight = split[id(h.weight)]
+        _replace(m, name, new)
         out |= {f"{name}.weight": 0, **({f"{name}.bias": 0} if b is not None else {})}
     return out
 

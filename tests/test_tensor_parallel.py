@@ -1,6 +1,6 @@
 """Tensor-parallel artifacts (`--tensor-parallel N`) run on 2 CPU processes with gloo: each
 rank's output equals the unsharded model's (forward of samples/llama.py and of a transformers
-LLaMA with tied embeddings; greedy tokens of the sample and of a transformers Qwen2 as
+LLaMA with tied embeddings, split by vocabulary; greedy tokens of the sample and of a transformers Qwen2 as
 generators equal their eager tokens), and loading refuses
 a world size other than the artifact's, or no process group, with a TargetError."""
 from __future__ import annotations
@@ -82,10 +82,11 @@ def test_the_artifact_records_its_ranks_and_sharding(forward):
     assert tp["sharding"]["layers.0.attn.wo.weight"] == 1
     assert tp["sharding"]["layers.1.w2.weight"] == 1
     assert tp["sharding"]["output.weight"] == 0             # the LM head, by vocabulary
-    assert "embed.weight" not in tp["sharding"]             # replicated
+    assert tp["sharding"]["embed.weight"] == 0              # the embedding too
+    assert "layers.0.attn_norm.weight" not in tp["sharding"]   # replicated
     from aotc.cli.report import inspect_text
     text = inspect_text(path)
-    assert "world size 2" in text and "all_gather x1, all_reduce x4" in text
+    assert "world size 2" in text and "all_gather x1, all_reduce x5" in text
     assert "split along dim 1 of the model's tensor: 4" in text
 
 
@@ -119,11 +120,13 @@ def test_transformers_llama_forward(tmp_path):
     model = tf.LlamaForCausalLM(tf.LlamaConfig(
         vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        use_cache=False, tie_word_embeddings=True)).eval()    # the head split, the embedding not
+        use_cache=False, tie_word_embeddings=True)).eval()    # head and embedding: one slice
     ids = torch.randint(0, 500, (2, 10), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = model(ids).logits
     path = aotc.export(model, (ids,), tmp_path / "hf-tp2.aotc", tensor_parallel=2)
+    weights = json.loads((path / "manifest.json").read_text())["weights"]
+    assert weights["aliases"] == {"lm_head.weight": "model.embed_tokens.weight"}   # still tied
     for _, out in launch(2, path, tmp_path / "out"):
         torch.testing.assert_close(out["0"], want, rtol=1e-4, atol=1e-4)
 
