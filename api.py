@@ -28,16 +28,24 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
                          fix="leave dynamic_shapes out")
     with untouched(model):   # capture runs the model; the caller gets it back as it was
         captured, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
-        if opts.decode:
-            from aotc.exporter.generate import export_generator
-            program = export_generator(captured, example_inputs, opts, source=source,
-                                       value_ranges=value_ranges)
-        elif opts.train:
-            program = exporter.export_training(captured, example_inputs, opts, source=source,
-                                               value_ranges=value_ranges)
+
+        def capture_one(m):
+            if opts.decode:
+                from aotc.exporter.generate import export_generator
+                return export_generator(m, example_inputs, opts, source=source,
+                                        value_ranges=value_ranges)
+            if opts.train:
+                return exporter.export_training(m, example_inputs, opts, source=source,
+                                                value_ranges=value_ranges)
+            return exporter.export(m, example_inputs, opts, source=source,
+                                   value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
+        if opts.tensor_parallel > 1:
+            from aotc.exporter.parallel import export_parallel
+            step(f"splitting the model over {opts.tensor_parallel} ranks")
+            program = export_parallel(captured, tuple(example_inputs) if not isinstance(
+                example_inputs, torch.Tensor) else (example_inputs,), opts, capture_one)
         else:
-            program = exporter.export(captured, example_inputs, opts, source=source,
-                                      value_ranges=value_ranges, dynamic_shapes=dynamic_shapes)
+            program = capture_one(captured)
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
                            autotune=opts.autotune, prove=opts.prove, progress=step,
                            shard_size=opts.shard_bytes())

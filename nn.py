@@ -62,6 +62,35 @@ def _decode_attention_write_fake(query, key_cache, value_cache, position, key, v
     return torch.empty_like(query)
 
 
+@torch.library.custom_op("aotc::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """The sum of `x` over the ranks of a tensor-parallel artifact, as a new tensor (functional,
+    so capture keeps it as one step of the graph). Export traces one rank in one process, where
+    the sum over that rank alone is `x`; the runtime's implementation (runtime/aotc_ops.py)
+    reduces over torch.distributed's default process group."""
+    return x.clone()
+
+
+@all_reduce.register_fake
+def _all_reduce_fake(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("aotc::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor, dim: int, world: int) -> torch.Tensor:
+    """The `world` ranks' `x` concatenated along `dim`, rank 0's first (a tensor-parallel
+    artifact's vocabulary-parallel LM head). Export's stand-in, in one process: `world` copies
+    of `x`; the runtime's (runtime/aotc_ops.py) gathers over torch.distributed's default group."""
+    return torch.cat([x] * world, dim)
+
+
+@all_gather.register_fake
+def _all_gather_fake(x, dim, world):
+    shape = list(x.shape)
+    shape[dim] *= world
+    return x.new_empty(shape)
+
+
 class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc)."""
 

@@ -47,6 +47,12 @@ class ExportOptions:
                                "the example input is a prompt of token ids [batch, T].")
     max_cache_len: int = _opt(2048, "Generators: the KV cache's length (the prompt and the "
                                     "tokens generated after it, together).")
+    tensor_parallel: int = _opt(1, "Split the model over N ranks, Megatron-style (column-"
+                                   "parallel q/k/v and gate/up projections, row-parallel output "
+                                   "and down projections followed by an all-reduce, the LM head "
+                                   "split by vocabulary; embeddings and norms replicated): one "
+                                   "plan, each rank's own weights shards, run under "
+                                   "torch.distributed (exporter/parallel.py).")
     shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
                                   "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
 
@@ -64,6 +70,14 @@ class ExportOptions:
                              where="--autotune", expected="a cuda target, e.g. --target cuda",
                              found=f"--target {self.target}",
                              fix="drop --autotune, or export for --target cuda[:sm_XX]")
+        if not 1 <= self.tensor_parallel <= 64:
+            raise UsageError(f"--tensor-parallel {self.tensor_parallel} is out of range",
+                             where="--tensor-parallel", expected="1..64",
+                             found=self.tensor_parallel, fix="choose a number of ranks")
+        if self.tensor_parallel > 1 and self.train:
+            raise UsageError("--tensor-parallel exports inference artifacts", where="--train",
+                             expected="no --train with --tensor-parallel", found="both",
+                             fix="export the training step without --tensor-parallel")
         self.shard_bytes()
 
     @classmethod

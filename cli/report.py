@@ -7,6 +7,7 @@ import time
 import torch
 
 from aotc.errors import AotcError, VerifyError
+from aotc.runtime.aotc_ops import COLLECTIVES
 from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import TritonNative
@@ -57,6 +58,10 @@ def _entry_lines(name: str, e, art, fusion: bool) -> list[str]:
     if fallback:
         out.append("  extern:   " + ", ".join(f"{op.split('::')[1]} x{n}"
                                               for op, n in _by_count(fallback)))
+    collectives = {op: n for op, n in fallback.items() if op in COLLECTIVES}
+    if collectives:
+        out.append("  collectives (torch.distributed, per call): " + ", ".join(
+            f"{op.split('::')[1].split('.')[0]} x{n}" for op, n in collectives.items()))
     if st.get("rewrites"):
         out.append("  rewrites: " + ", ".join(f"{r} x{n}" for r, n in st["rewrites"].items()))
     peak = st.get("peak_bytes", 0)
@@ -185,10 +190,28 @@ def _weights_lines(m) -> list[str]:
                    f"buffers{', tied names included' if w.aliases else ''}); {rest} other "
                    f"stored tensor{'s' if rest != 1 else ''} (non-persistent buffers, "
                    "constants)")
+    if m.tensor_parallel is not None:
+        out += _parallel_lines(m.tensor_parallel)
     if w.transposed:
         out.append(f"  stored transposed ([K, N], for the CPU matmuls that read them): "
                    f"{len(w.transposed)}: " + ", ".join(w.transposed[:4])
                    + (", ..." if len(w.transposed) > 4 else ""))
+    return out
+
+
+def _parallel_lines(tp) -> list[str]:
+    """Tensor-parallel artifacts: the ranks, and which weights are split along which dim."""
+    dims: dict[int, list] = {}
+    for name, d in sorted(tp.sharding.items()):
+        dims.setdefault(d, []).append(name)
+    out = [f"  tensor parallel: world size {tp.world_size} (torch.distributed; the counts above "
+           "are rank 0's); each rank loads its own shards: "
+           + "; ".join(f"rank {r}: {', '.join(w.shards)}" for r, w in enumerate(tp.ranks))]
+    out += [f"  split along dim {d} of the model's tensor: {len(names)}: "
+            + ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            for d, names in sorted(dims.items())]
+    out.append(f"  replicated: {len(tp.ranks[0].map) - len(tp.sharding)} stored tensors "
+               "(norms, buffers, and what the ranks do not divide)")
     return out
 
 

@@ -115,11 +115,30 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
     check, manifest["export_check"] = artifact_check(program.samples, target.device, prove)
+    ranks = None
+    if program.tensor_parallel is not None:
+        tp = program.tensor_parallel
+        ranks = [_rank_stored(w, weights, transposed) for w in tp["ranks"]]
+        manifest["tensor_parallel"] = {"world_size": tp["world_size"], "ranks": [],
+                                       "sharding": {k: d for k, d in tp["sharding"].items()
+                                                    if k in weights}}
+        check, manifest["export_check"] = None, {
+            "ran": False, "why": f"a tensor-parallel artifact runs on {tp['world_size']} ranks "
+                                 "under torch.distributed, not in the exporting process"}
     if check is not None:
         progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
                  "sample inputs")
     return fmt.write_artifact(dest, files, build_manifest(manifest), check=check,
-                              weights=weights, shard_size=shard_size)
+                              weights=weights, shard_size=shard_size, rank_weights=ranks)
+
+
+def _rank_stored(rank: dict, stored: dict, transposed: list) -> dict:
+    """Another rank's weights stored as rank 0's are (`stored`): the same names, the same
+    transposed layouts, tied names stored once."""
+    out = {name: rank[name] for name in stored}
+    for name in transposed:
+        out[name] = out[name].t()
+    return out
 
 
 def _weights_index(program: Program, stored: dict, aliases: dict, transposed: list) -> dict:

@@ -52,6 +52,9 @@ class Program:
     state: dict | None = None
     generation: dict | None = None
     state_dict: dict | None = None   # the model's state_dict keys -> the weight each one is
+    # tensor-parallel programs (exporter/parallel.py): {"world_size", "sharding": {weight: dim},
+    # "ranks": [the weights of ranks 1.., by the names of `weights`]}; `weights` are rank 0's
+    tensor_parallel: dict | None = None
 
     def entry_graphs(self) -> dict[str, dict]:
         """The graph of each entry point, by name: forward (and backward) or the generator's

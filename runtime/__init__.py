@@ -8,6 +8,7 @@ from __future__ import annotations
 from aotc.runtime import format
 from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.module import CompiledModule, resolve_device
+from aotc.runtime.parallel import select_rank
 
 __all__ = ["load", "CompiledModule", "format"]
 
@@ -47,24 +48,18 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     picks aotc's C++ runner for CPU plans where it is installed, else the Python runner;
     "python" forces the Python runner, "cpp" insists on the C++ one. `m.runtime` says which
     runs, and why the Python one does.
+
+    A tensor-parallel artifact (`--tensor-parallel N`) loads this process's rank's weights, the
+    rank and world size read from torch.distributed's default process group, which must exist
+    and have N ranks (runtime/parallel.py); every rank then calls it with the same inputs.
     """
     from aotc.runtime.artifact import Artifact
     artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
     try:
+        select_rank(artifact)     # tensor-parallel artifacts: this rank's weights
         dev = resolve_device(artifact.manifest, device, interpret)
-        if artifact.manifest.generation is not None:
-            from aotc.runtime.generate import GenerativeModule
-            module = GenerativeModule(artifact, dev, check_guards=check_guards,
-                                      cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache,
-                                      runner=runner)
-        elif artifact.manifest.training is not None:
-            from aotc.runtime.training import TrainableModule
-            module = TrainableModule(artifact, dev, check_guards=check_guards,
-                                     cuda_graph=cuda_graph, runner=runner)
-        else:
-            module = CompiledModule(artifact, dev, check_guards=check_guards,
-                                    cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache,
-                                    runner=runner)
+        module = _module(artifact, dev, check_guards=check_guards, cuda_graph=cuda_graph,
+                         cuda_graph_cache=cuda_graph_cache, runner=runner)
     except BaseException:
         artifact.close()
         raise
@@ -72,3 +67,15 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
         from aotc.runtime.statedict import read_weights_file
         module.load_state_dict(read_weights_file(weights), strict=True)
     return module
+
+
+def _module(artifact, dev, *, cuda_graph_cache, **kwargs) -> CompiledModule:
+    """The loaded module of the artifact's kind: a generator, a training artifact, or a plain
+    inference artifact."""
+    if artifact.manifest.generation is not None:
+        from aotc.runtime.generate import GenerativeModule
+        return GenerativeModule(artifact, dev, cuda_graph_cache=cuda_graph_cache, **kwargs)
+    if artifact.manifest.training is not None:
+        from aotc.runtime.training import TrainableModule
+        return TrainableModule(artifact, dev, **kwargs)
+    return CompiledModule(artifact, dev, cuda_graph_cache=cuda_graph_cache, **kwargs)

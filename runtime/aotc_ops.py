@@ -7,11 +7,19 @@ position [1] int64, scale)`: one query token per sequence attending the cache's 
 ATen's attention over the valid prefix only; elsewhere it masks the rest of the cache, so no
 value is read back from the device (CUDA artifacts launch a flash-decoding kernel instead,
 codegen/triton/decode_attention.py).
+
+`aotc::all_reduce.default(x)`: the sum of `x` over the ranks of the default process group of
+torch.distributed, as a new tensor (tensor-parallel artifacts, after each row-parallel
+projection); `aotc::all_gather.default(x, dim, world)`: the ranks' `x` concatenated along
+`dim` (the vocabulary-parallel LM head's logits). The C++ runner runs neither
+(runtime/cpp_runner.py says so in `m.runtime`).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
 def decode_attention(query, key_cache, value_cache, position, scale):
@@ -35,5 +43,26 @@ def decode_attention_write(query, key_cache, value_cache, position, key, value, 
     return decode_attention(query, key_cache, value_cache, position, scale)
 
 
-OPS = {"aotc::decode_attention.default": (decode_attention, 5),   # name: (function, arity)
+def all_reduce(x):
+    import torch.distributed as dist
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out)
+    return out
+
+
+def all_gather(x, dim, world):
+    import torch.distributed as dist
+    if world != dist.get_world_size():
+        from aotc.errors import ArtifactError
+        raise ArtifactError("the plan gathers over another number of ranks than the process "
+                            "group has", where="aotc::all_gather", expected=dist.get_world_size(),
+                            found=world, fix="re-export the model")
+    parts = [torch.empty_like(x, memory_format=torch.contiguous_format) for _ in range(world)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, dim)
+
+
+OPS = {"aotc::all_reduce.default": (all_reduce, 1),      # name: (function, arity)
+       "aotc::all_gather.default": (all_gather, 3),
+       "aotc::decode_attention.default": (decode_attention, 5),
        "aotc::decode_attention_write.default": (decode_attention_write, 7)}

@@ -24,7 +24,7 @@ from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.hashing import Checker
 from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
-from aotc.runtime.schema.flow import check_states
+from aotc.runtime.schema.flow import check_collectives, check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
 
 MAX_MANIFEST = 64 << 20
@@ -53,6 +53,7 @@ class Artifact:
                                  where="aotc.load(verify_hashes=False)", expected="True",
                                  found=False, fix="leave verify_hashes on with trusted keys")
             self._cache: dict[str, object] = {}
+            self.rank = None     # tensor-parallel artifacts: set when loading selects one
             self._verify_all()
         except BaseException:
             self.close()
@@ -116,9 +117,17 @@ class Artifact:
         return Checker(self.manifest.files[rel], self.where(rel), rel, self.verify_hashes)
 
     def verify_all(self) -> None:
-        """Check the files whose check waits for their first use (weights shards) now."""
-        for rel in self.manifest.weights.shards:
+        """Check the files whose check waits for their first use (weights shards, every
+        rank's) now."""
+        for rel in self.weight_shards():
             self.mapped(rel)
+
+    def weight_shards(self) -> tuple:
+        """The weights shards of the artifact: every rank's for a tensor-parallel one, until
+        loading selects a rank (runtime/parallel.py)."""
+        tp = self.manifest.tensor_parallel
+        return self.manifest.weights.shards if tp is None or self.rank is not None \
+            else tp.shards()
 
     def plan(self, entry: str):
         spec = self.manifest.entries[entry]
@@ -126,6 +135,8 @@ class Artifact:
         doc = load_json_obj(raw, spec.plan)
         plan = parse_plan(doc, entry, set(spec.symbols), spec)
         check_states(plan, {s.name: s for s in self.manifest.state}, doc)
+        tp = self.manifest.tensor_parallel
+        check_collectives(plan, tp.world_size if tp is not None else None, doc)
         return plan
 
     def launch(self, kernel: str, symbols):
@@ -136,7 +147,7 @@ class Artifact:
     def _verify_all(self) -> None:
         """Every listed file exists with its size; all but the weights shards (checked at
         their first use, see the module doc) are read and hashed now."""
-        deferred = set(self.manifest.weights.shards)
+        deferred = set(self.weight_shards())
         for rel in sorted(self.manifest.files):
             if rel in deferred:
                 os.close(self._open_sized(rel))

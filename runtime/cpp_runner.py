@@ -300,6 +300,8 @@ def plan_function(plan, weights: dict, device: torch.device, library=None, *,
     why = _why_python(device, runner,
                       triton=library is not None and not hasattr(library, "kernel_address"))
     if why is None:
+        why = _collectives(plan)
+    if why is None:
         try:
             return CppPlanFunction(plan, weights, device, library, static_weights=static_weights,
                                    state=state), "cpp"
@@ -315,12 +317,23 @@ def plan_function(plan, weights: dict, device: torch.device, library=None, *,
                         state=state), f"python ({why})"
 
 
+def _collectives(plan) -> str | None:
+    """Why the C++ runner declines a plan that calls torch.distributed, or None."""
+    from aotc.runtime.aotc_ops import COLLECTIVES
+    ops = sorted({s.op for s in plan.steps if getattr(s, "op", None) in COLLECTIVES})
+    return (f"plan {plan.entry} calls collectives ({', '.join(ops)}), which the C++ runner "
+            "does not run; the Python runner calls torch.distributed") if ops else None
+
+
 def expected_runner(manifest) -> str:
     """The runner `aotc.load(path)` runs this artifact's plans with here (`aotc inspect`)."""
     from aotc.runtime.schema.manifest import TritonNative
     target = manifest.target
     why = _why_python(torch.device(target.device.value), None,
                       triton=isinstance(target.native, TritonNative))
+    if why is None and manifest.tensor_parallel is not None:
+        why = ("the plans call collectives (aotc::all_reduce, aotc::all_gather), which the "
+               "C++ runner does not run; the Python runner calls torch.distributed")
     return "cpp (aotc's C++ plan runner)" if why is None else f"python ({why})"
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -77,6 +77,14 @@ CHANGELOG = {
                       "('source') and the manifest may say whether export ran the artifact "
                       "('export_check'), both for display; the C++ plan runner runs the same "
                       "plans. Versions 5-6 are migrated when read (one shard, no index)"),
+    8: ("2026-12-01", "tensor-parallel artifacts: the manifest's 'tensor_parallel' (world "
+                      "size; 'sharding': weight -> the dim split over the ranks; 'ranks': each "
+                      "rank's shards and index, weights-rank<R>[-0000K-of-0000N].safetensors, "
+                      "rank 0's being the 'weights' section's) and plans calling aotc's own "
+                      "collectives aotc::all_reduce and aotc::all_gather (over "
+                      "torch.distributed's default group); "
+                      "loading needs a process group of that world size. Versions 5-7 load "
+                      "as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -129,8 +137,8 @@ def sha256_file(path: Path) -> str:
 # ----------------------------------------------------------------------------------------- write
 
 def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
-                   check=None, weights: dict | None = None, shard_size: int | None = None
-                   ) -> Path:
+                   check=None, weights: dict | None = None, shard_size: int | None = None,
+                   rank_weights: list | None = None) -> Path:
     """Write `files` plus `manifest` (a schema Manifest) listing their hashes, atomically.
     `weights` (stored name -> tensor or shards.Lazy) are written as safetensors shards of at
     most `shard_size` bytes, tensor by tensor (runtime/shards.py), and indexed in the manifest.
@@ -140,6 +148,8 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
     manifest is checked by the same parser that loading uses before the swap.
     `check(tmp_dir)`, if given, runs on the complete directory before the swap (raising keeps
     the previous artifact). Stale staging directories of killed exports are removed first.
+    `rank_weights`: tensor-parallel artifacts, the weights of ranks 1.. (`weights` are rank
+    0's), each rank's written as its own shards (`weights-rank<R>...`).
     """
     from aotc.runtime.staging import Staging
     dest = check_destination(dest)
@@ -147,7 +157,7 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
     staging = Staging(f".{dest.name}.tmp-", dest.parent)
     try:
         tmp = staging.path
-        entries, manifest = _write_weights(tmp, manifest, weights, shard_size)
+        entries, manifest = _write_weights(tmp, manifest, weights, shard_size, rank_weights)
         for rel, data in sorted(files.items()):
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -163,16 +173,28 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
     return dest
 
 
-def _write_weights(tmp: Path, manifest, weights: dict | None, shard_size: int | None):
-    """Shards of `weights` written under `tmp`: (their file entries, the manifest indexing
-    them)."""
+def _write_weights(tmp: Path, manifest, weights: dict | None, shard_size: int | None,
+                   rank_weights: list | None = None):
+    """Shards of `weights` (and of each rank's) written under `tmp`: (their file entries, the
+    manifest indexing them)."""
     import dataclasses
     if weights is None:
         return {}, manifest
+    from aotc.runtime.schema.parallel import RankWeights
     from aotc.runtime.shards import DEFAULT_CAP, write_shards
-    entries, index = write_shards(tmp, weights, shard_size or DEFAULT_CAP)
-    w = dataclasses.replace(manifest.weights, shards=tuple(entries), map=index)
-    return entries, dataclasses.replace(manifest, weights=w)
+    if rank_weights is None:
+        entries, index = write_shards(tmp, weights, shard_size or DEFAULT_CAP)
+        w = dataclasses.replace(manifest.weights, shards=tuple(entries), map=index)
+        return entries, dataclasses.replace(manifest, weights=w)
+    entries, ranks = {}, []
+    for rank, part in enumerate([weights, *rank_weights]):
+        files, index = write_shards(tmp, part, shard_size or DEFAULT_CAP,
+                                    prefix=f"weights-rank{rank}")
+        entries.update(files)
+        ranks.append(RankWeights(shards=tuple(files), map=index))
+    w = dataclasses.replace(manifest.weights, shards=ranks[0].shards, map=ranks[0].map)
+    tp = dataclasses.replace(manifest.tensor_parallel, ranks=tuple(ranks))
+    return entries, dataclasses.replace(manifest, weights=w, tensor_parallel=tp)
 
 
 def _manifest_bytes(manifest, entries: dict) -> bytes:

@@ -88,7 +88,7 @@ class CompiledModule:
         """Entries that replay CUDA graphs (runtime/graphs.py): on a GPU, by default;
         `cuda_graph=False` turns them off, `True` insists (and says why it cannot). Entries with
         dynamic dims keep up to `cache` graphs, one per set of sizes."""
-        if not graphs_wanted(self.device, wanted):
+        if not graphs_wanted(self.device, wanted, self.manifest.tensor_parallel is not None):
             return {}
         samples = lambda: [s[0]] if (s := self.recorded_samples()) else []   # noqa: E731
         state = list(self.state.values())
@@ -204,11 +204,18 @@ def runtime_of(entries: dict) -> str:
     return ", ".join(f"{name}: {e.runner}" for name, e in entries.items())
 
 
-def graphs_wanted(device: torch.device, wanted: bool | None) -> bool:
+def graphs_wanted(device: torch.device, wanted: bool | None, collectives: bool = False) -> bool:
     """Whether to replay CUDA graphs given `aotc.load(cuda_graph=wanted)`: on a GPU unless
-    turned off; insisting on them anywhere else is a UsageError."""
-    if wanted is False:
+    turned off, or the plans call collectives (not captured in graphs yet: a multi-GPU
+    issue); insisting on them anywhere else is a UsageError."""
+    if wanted is False or (collectives and not wanted):
         return False
+    if collectives:
+        from aotc.errors import UsageError
+        raise UsageError("CUDA graphs of tensor-parallel plans (with collectives) are not "
+                         "supported yet", where="aotc.load(cuda_graph=True)",
+                         expected="cuda_graph unset or False", found=True,
+                         fix="load without cuda_graph=True")
     if device.type != "cuda":
         if wanted:
             from aotc.errors import UsageError

@@ -35,9 +35,11 @@ from aotc.runtime.weights import CODES, MAX_HEADER, tensors
 DEFAULT_CAP = 2 << 30
 
 
-def shard_name(index: int, count: int) -> str:
-    return SINGLE_SHARD if count == 1 else \
-        f"weights-{index + 1:05d}-of-{count:05d}.safetensors"
+def shard_name(index: int, count: int, prefix: str = "weights") -> str:
+    """`prefix`: weights-rank<R> for the shards of one rank (tensor-parallel artifacts)."""
+    if count == 1:
+        return SINGLE_SHARD if prefix == "weights" else f"{prefix}.safetensors"
+    return f"{prefix}-{index + 1:05d}-of-{count:05d}.safetensors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +103,15 @@ def _host_bytes(t) -> memoryview:
 
 
 def write_shards(directory: Path, stored: dict, cap: int = DEFAULT_CAP,
-                 chunk: int | None = None) -> tuple[dict, dict]:
+                 chunk: int | None = None, prefix: str = "weights") -> tuple[dict, dict]:
     """Write `stored` (name -> tensor or Lazy) as shards under `directory`:
-    ({shard file: FileEntry}, {name: shard file}); `chunk`: bytes per digest (hashing.CHUNK)."""
+    ({shard file: FileEntry}, {name: shard file}); `chunk`: bytes per digest (hashing.CHUNK);
+    `prefix`: the shards' names (`shard_name`)."""
     chunk = chunk or hashing.CHUNK
     groups = layout(stored, cap)
     files, index = {}, {}
     for i, names in enumerate(groups):
-        rel = shard_name(i, len(groups))
+        rel = shard_name(i, len(groups), prefix)
         path = Path(directory) / rel
         with open(path, "wb") as f:
             f.write(_header(names, stored))

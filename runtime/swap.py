@@ -29,6 +29,7 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
     fmt.check_destination(dest)
     art = Artifact(source, trusted_keys=trusted_keys)
     try:
+        _refuse_parallel(art.manifest, source)
         old = stored_tensors(art)
         named = resolve_aliases(dict(old), art.manifest)
         smap = StateMap(art.manifest, named)
@@ -54,6 +55,20 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
         return path, dropped
     finally:
         art.close()
+
+
+def _refuse_parallel(manifest, source) -> None:
+    """A tensor-parallel artifact's weights are split per rank; a state dict is the whole
+    model's, which this does not split (yet)."""
+    tp = manifest.tensor_parallel
+    if tp is not None:
+        from aotc.errors import UsageError
+        raise UsageError(f"{source} is split over {tp.world_size} ranks; swapping its weights "
+                         "would need the state dict split the same way",
+                         where="aotc swap-weights", expected="an artifact that is not "
+                         "tensor-parallel", found=f"tensor_parallel world size {tp.world_size}",
+                         fix="re-export the model with the new weights and --tensor-parallel "
+                             f"{tp.world_size}")
 
 
 def _cap(manifest) -> int | None:

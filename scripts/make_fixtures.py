@@ -1,10 +1,13 @@
 """Write the format fixtures of the current FORMAT_VERSION into tests/fixtures.
 
     python scripts/make_fixtures.py            # format_v<N>_tiny.aotc and format_v<N>_kernels.aotc
+    python scripts/make_fixtures.py tp         # format_v<N>_tp.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for the x86-64
 baseline. The model has what the weights index must describe: three shards (a 64-byte shard
-size), a tied weight and a non-persistent buffer. Fixtures of earlier versions are never
+size), a tied weight and a non-persistent buffer. `tp` is extern-only and tensor-parallel over
+2 ranks (a SwiGLU MLP split by its intermediate size, format 8): each rank's weights in shards
+of 64 bytes, one all-reduce per call. Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
 from __future__ import annotations
@@ -33,10 +36,25 @@ class Tiny(torch.nn.Module):
         return torch.relu(self.b(torch.relu(self.a(x)))) * self.scale
 
 
-def main() -> int:
-    torch.manual_seed(0)
-    model, x = Tiny().eval(), torch.randn(2, 4)
-    for kind, options in (("tiny", {"codegen": False}), ("kernels", {"isa": "x86-64"})):
+class TinyMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w3 = torch.nn.Linear(4, 8, bias=False), torch.nn.Linear(4, 8, bias=False)
+        self.w2 = torch.nn.Linear(8, 4, bias=False)
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "x86-64"}),
+         "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2})}
+
+
+def main(kinds=("tiny", "kernels")) -> int:
+    for kind in kinds:
+        make, options = KINDS[kind]
+        torch.manual_seed(0)
+        model, x = make().eval(), torch.randn(2, 4)
         dest = FIXTURES / f"format_v{fmt.FORMAT_VERSION}_{kind}.aotc"
         if dest.exists():
             shutil.rmtree(dest)
@@ -46,4 +64,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:] or ("tiny", "kernels")))

@@ -25,7 +25,7 @@ MIN_CHUNK, MAX_CHUNK = 1 << 10, 1 << 30
 MAX_CHUNKS = 1 << 22
 MAX_WEIGHTS = 1 << 20
 SINGLE_SHARD = "weights.safetensors"
-SHARD = re.compile(r"weights(?:-[0-9]{5}-of-[0-9]{5})?\.safetensors\Z")
+SHARD = re.compile(r"weights(?:-rank[0-9]{1,2})?(?:-[0-9]{5}-of-[0-9]{5})?\.safetensors\Z")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

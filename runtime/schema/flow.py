@@ -122,3 +122,22 @@ def check_states(plan, states: dict, doc: At) -> None:
         slots.check(spec is not None and spec.dtype == s.dtype and spec.shape == s.shape,
                     f"state slots matching the manifest's state (one named {s.state!r})",
                     f"has slot {s.id} for state {s.state!r} as {s.dtype}{list(s.shape)}")
+
+
+COLLECTIVES = frozenset({"aotc::all_reduce.default", "aotc::all_gather.default"})
+
+
+def check_collectives(plan, world: int | None, doc: At) -> None:
+    """Collective steps only in a tensor-parallel artifact, and gathers over its world size."""
+    steps = doc.get("steps")
+    for i, step in enumerate(plan.steps):
+        op = getattr(step, "op", None)
+        if op not in COLLECTIVES:
+            continue
+        at = steps.child(i, f"step {i}")
+        at.check(world is not None, "collectives only in a tensor-parallel artifact "
+                 "(manifest tensor_parallel)", f"calls {op}")
+        if op == "aotc::all_gather.default" and len(step.args) == 3:
+            at.check(step.args[2] == world and type(step.args[1]) is int,
+                     f"a gather over the artifact's {world} ranks along a constant dim",
+                     f"gathers over {step.args[2]!r}")

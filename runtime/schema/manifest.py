@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
+from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
 from aotc.runtime.schema.trees import parse_tree
 from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
@@ -188,6 +189,7 @@ class Manifest:
     state: tuple = ()                            # StateSpec, ...
     generation: Generation | None = None
     export_check: dict | None = None             # display: whether export ran the artifact
+    tensor_parallel: TensorParallel | None = None   # format 8: split over ranks
     files: dict = field(default_factory=dict)   # path -> FileEntry
 
     def to_json(self) -> dict:
@@ -205,6 +207,8 @@ class Manifest:
             out["generation"] = self.generation.to_json()
         if self.export_check is not None:
             out["export_check"] = self.export_check
+        if self.tensor_parallel is not None:
+            out["tensor_parallel"] = self.tensor_parallel.to_json()
         return out
 
 
@@ -214,7 +218,7 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     (False while codegen builds the manifest, before the files are written)."""
     doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
                       "weights", "files", "manifest_sha256"),
-            optional=("training", "state", "generation", "export_check"))
+            optional=("training", "state", "generation", "export_check", "tensor_parallel"))
     entries = {name: _entry(a, name) for name, a in doc.get("entries").items(16)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
     training = _training(doc.get("training")) if doc.has("training") else None
@@ -229,6 +233,11 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
                  else None)
     if doc.has("generation"):
         m = dataclasses.replace(m, generation=_generation(doc.get("generation"), m))
+    if doc.has("tensor_parallel"):
+        doc.get("tensor_parallel").check(m.format_version >= 8, "format version 8 or later",
+                                         "appears in an earlier format")
+        m = dataclasses.replace(m, tensor_parallel=parse_parallel(
+            doc.get("tensor_parallel"), m.weights, complete=complete))
     if complete:
         _check_listed(m, doc.get("files"))
     return m
@@ -243,6 +252,8 @@ def _check_listed(m: Manifest, files: At) -> None:
     elif isinstance(native, TritonNative):
         need += [f"kernels/{k}.{ext}" for k in native.kernels for ext in ("json", "py")]
     need += m.weights.shards
+    if m.tensor_parallel is not None:
+        need += m.tensor_parallel.shards()
     for rel in need:
         files.check(rel in m.files, f"{rel} listed (the artifact needs it)",
                     f"does not list {rel}")

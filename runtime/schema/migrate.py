@@ -1,7 +1,9 @@
 """Migrations: documents of older format versions rewritten into the current form before they
 are parsed (runtime/format.py's changelog says what each version added).
 
-Versions 1-6 differ from 7 in what later versions made explicit or added, never in meaning:
+Version 8 only adds an optional section (tensor_parallel), so documents of 7 are read as they
+are. Versions 1-6 differ from 7 in what later versions made explicit or added, never in
+meaning:
   * slots may lack `contiguous` (a dense row-major layout was assumed where it was missing);
     it is computed from the slot's own shape and strides (before 5);
   * slots may carry `local` (a kernel-internal buffer, informational; 5 drops it);
