@@ -114,7 +114,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.state is not None:
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
-    check, manifest["export_check"] = artifact_check(program.samples, target.device, prove)
+    check, manifest["export_check"] = artifact_check(program.samples, target.device, prove,
+                                                      native)
     if check is not None:
         progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
                  "sample inputs")
@@ -206,11 +207,13 @@ def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: 
     if target.device == "cuda":
         return _build_triton(parts, groups, target, hints, autotune)
     from aotc.codegen import cpp
-    level = cpp.resolve_isa(isa)
-    source, library, signatures = cpp.generate(groups, level)
-    files = {fmt.KERNEL_SOURCE: source.encode(), fmt.KERNEL_LIBRARY: library}
-    native = {"isa": level, "compiler": cpp.compiler_description(),
-              "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE, "table": True}
+    levels = cpp.resolve_isa(isa)
+    source, libraries, signatures = cpp.generate(groups, levels)
+    files = {fmt.KERNEL_SOURCE: source.encode(),
+             **{fmt.kernel_library(level): lib for level, lib in libraries.items()}}
+    native = {"compiler": cpp.compiler_description(levels), "source": fmt.KERNEL_SOURCE,
+              "libraries": {level: fmt.kernel_library(level) for level in levels},
+              "table": True}
     return files, native, signatures
 
 

@@ -15,7 +15,7 @@ __all__ = ["load", "CompiledModule", "format"]
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
          interpret: bool = False, cuda_graph: bool | None = None,
          cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None, weights=None,
-         runner: str | None = None) -> CompiledModule:
+         runner: str | None = None, isa: str | None = None) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and every field of it, and the size and sha256 of every
@@ -47,9 +47,13 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     picks aotc's C++ runner for CPU plans where it is installed, else the Python runner;
     "python" forces the Python runner, "cpp" insists on the C++ one. `m.runtime` says which
     runs, and why the Python one does.
+
+    `isa`: a CPU artifact carries its kernels built for several CPU levels; the best this CPU
+    supports is loaded, or the level named here (e.g. "x86-64-v2", to run the baseline);
+    `m.library.level` says which.
     """
     from aotc.runtime.artifact import Artifact
-    artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
+    artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys, isa=isa)
     try:
         dev = resolve_device(artifact.manifest, device, interpret)
         if artifact.manifest.generation is not None:

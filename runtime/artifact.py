@@ -35,10 +35,12 @@ class Artifact:
     """An artifact directory opened for reading (see the module doc)."""
 
     def __init__(self, path, *, verify_hashes: bool = True, trusted_keys=None,
-                 signature_policy: bool = True):
+                 signature_policy: bool = True, isa: str | None = None):
         """`signature_policy=False`: require no signature whatever AOTC_TRUSTED_KEYS says (for
-        `aotc sign`, which adds one)."""
+        `aotc sign`, which adds one). `isa`: the CPU level whose kernel library to load (None:
+        the best this host supports; runtime/native.py select_level)."""
         self.root = Path(path)
+        self.isa = _check_isa(isa)
         self.verify_hashes = verify_hashes
         self.dirfd = _open_root(self.root)
         try:
@@ -234,6 +236,15 @@ class Artifact:
                                 expected="a regular file, no symlinks on the way",
                                 found=os.strerror(e.errno), fix="re-export the model; never "
                                 "place links in an artifact") from None
+
+
+def _check_isa(isa):
+    from aotc.runtime.cpu import LEVELS
+    if isa is not None and isa not in LEVELS:
+        raise UsageError(f"unknown CPU level {isa!r}", where="aotc.load(isa=)",
+                         expected=sorted(LEVELS), found=repr(isa)[:60],
+                         fix="pass one of the levels `aotc inspect` lists, or leave isa unset")
+    return isa
 
 
 def _open_root(root: Path) -> int:

@@ -14,7 +14,8 @@ weight is read.
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
       samples/outputs.safetensors eager outputs for those inputs
       kernels/kernels.cpp        generated C++ kernels (readable source)
-      kernels/kernels.so         the same, compiled for the ISA the manifest names
+      kernels/kernels-<level>.so the same, compiled for each CPU level the manifest names
+                                 (x86-64-v2, -v3, -v4; before format 8 one kernels/kernels.so)
       kernels/<name>.py          CUDA artifacts: one Triton kernel (readable, self-contained)
       kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
       kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
@@ -32,7 +33,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -77,6 +78,13 @@ CHANGELOG = {
                       "('source') and the manifest may say whether export ran the artifact "
                       "('export_check'), both for display; the C++ plan runner runs the same "
                       "plans. Versions 5-6 are migrated when read (one shard, no index)"),
+    8: ("2026-12-01", "a CPU artifact may carry its C++ kernels built for several CPU levels: "
+                      "target.native.libraries (level -> kernels/kernels-<level>.so, one arch, "
+                      "lowest first) replaces target.native.isa and .library; the loader runs "
+                      "the best level this CPU supports. An artifact may also travel as one "
+                      "file, a package (runtime/package.py; the same manifest and files, "
+                      "aligned, with an index). Versions 1-7 are migrated when read (their one "
+                      "library, kernels/kernels.so, at their one level)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -91,7 +99,13 @@ SAMPLE_INPUTS = "samples/inputs.safetensors"
 SAMPLE_OUTPUTS = "samples/outputs.safetensors"
 KERNELS_DIR = "kernels"
 KERNEL_SOURCE = "kernels/kernels.cpp"
-KERNEL_LIBRARY = "kernels/kernels.so"
+LEGACY_KERNEL_LIBRARY = "kernels/kernels.so"     # formats 1-7: the one library
+
+
+def kernel_library(level: str) -> str:
+    """The C++ kernel library built for CPU level `level` (format >= 8)."""
+    return f"{KERNELS_DIR}/kernels-{level}.so"
+
 SELF_HASH_KEY = "manifest_sha256"
 SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
 
@@ -191,6 +205,17 @@ def _manifest_bytes(manifest, entries: dict) -> bytes:
 def check_destination(dest) -> Path:
     """`dest` as an absolute path an artifact can be written to, or a UsageError / an
     ArtifactError saying why not (checked before any slow work)."""
+    dest = check_destination_parent(dest)
+    if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
+        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
+                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
+                            found="a file or a directory without a manifest",
+                            fix="choose another output path (-o) or remove it yourself")
+    return dest
+
+
+def check_destination_parent(dest) -> Path:
+    """`dest` as an absolute path under a writable directory, or a UsageError saying why not."""
     from aotc.errors import UsageError
     if str(dest).strip() == "":
         raise UsageError("the output path is empty", where="-o / path", expected="a path",
@@ -205,11 +230,6 @@ def check_destination(dest) -> Path:
         raise UsageError(f"cannot write {dest}: {parent} is not writable", where=str(parent),
                          expected="a writable directory", found="no write permission",
                          fix="choose a writable output path (-o)")
-    if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
-        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
-                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
-                            found="a file or a directory without a manifest",
-                            fix="choose another output path (-o) or remove it yourself")
     return dest
 
 

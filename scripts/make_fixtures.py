@@ -2,8 +2,9 @@
 
     python scripts/make_fixtures.py            # format_v<N>_tiny.aotc and format_v<N>_kernels.aotc
 
-`tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for the x86-64
-baseline. The model has what the weights index must describe: three shards (a 64-byte shard
+`tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
+level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 8; the
+fixtures of formats 4-7 hold one library for the x86-64 baseline). The model has what the weights index must describe: three shards (a 64-byte shard
 size), a tied weight and a non-persistent buffer. Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
@@ -36,7 +37,7 @@ class Tiny(torch.nn.Module):
 def main() -> int:
     torch.manual_seed(0)
     model, x = Tiny().eval(), torch.randn(2, 4)
-    for kind, options in (("tiny", {"codegen": False}), ("kernels", {"isa": "x86-64"})):
+    for kind, options in (("tiny", {"codegen": False}), ("kernels", {"isa": "auto"})):
         dest = FIXTURES / f"format_v{fmt.FORMAT_VERSION}_{kind}.aotc"
         if dest.exists():
             shutil.rmtree(dest)

@@ -27,6 +27,9 @@ SAMPLES_DIR = AOTC_ROOT / "samples"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 RTOL = ATOL = 1e-5
+# the kernel library an artifact exported here (`--isa auto`) loads on this host: its best level
+from aotc.runtime.cpu import best_level  # noqa: E402
+LIBRARY = fmt.kernel_library(best_level())
 
 
 # --------------------------------------------------------------------------------- importing

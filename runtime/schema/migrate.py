@@ -1,7 +1,7 @@
 """Migrations: documents of older format versions rewritten into the current form before they
 are parsed (runtime/format.py's changelog says what each version added).
 
-Versions 1-6 differ from 7 in what later versions made explicit or added, never in meaning:
+Versions 1-7 differ from 8 in what later versions made explicit or added, never in meaning:
   * slots may lack `contiguous` (a dense row-major layout was assumed where it was missing);
     it is computed from the slot's own shape and strides (before 5);
   * slots may carry `local` (a kernel-internal buffer, informational; 5 drops it);
@@ -12,7 +12,7 @@ Versions 1-6 differ from 7 in what later versions made explicit or added, never 
 """
 from __future__ import annotations
 
-CURRENT = 7
+CURRENT = 8
 _PLANS = 5     # the last version whose plans changed form
 
 
@@ -24,6 +24,11 @@ def migrate_manifest(raw: dict, version: int | None = None) -> dict:
     native = (out.get("target") or {}).get("native")
     if version < 5 and isinstance(native, dict) and "kind" not in native:
         out["target"] = dict(out["target"], native=dict(native, table=False))
+    native = (out.get("target") or {}).get("native")
+    if isinstance(native, dict) and "kind" not in native and isinstance(native.get("isa"), str):
+        rest = {k: v for k, v in native.items() if k not in ("isa", "library")}
+        out["target"] = dict(out["target"], native=dict(
+            rest, libraries={native["isa"]: native.get("library")}))
     weights = out.get("weights")
     if isinstance(weights, dict) and "shards" not in weights:
         count = weights.get("count")
