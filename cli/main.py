@@ -305,6 +305,35 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_
     _run_guarded(ctx, body)
 
 
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Package file to write, e.g. model.aotcpkg.")
+@click.pass_context
+def pack(ctx, artifact, output):
+    """Write ARTIFACT as one uncompressed package file that aotc.load reads in place
+    (members aligned, weights memory-mapped; the same manifest, hashes and signatures)."""
+    def body():
+        from aotc.runtime.package import pack as write
+        click.echo(str(write(artifact, output)))
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=True, file_okay=False),
+              help="Artifact directory to write.")
+@click.pass_context
+def unpack(ctx, package, output):
+    """Write PACKAGE as an artifact directory, byte-identical to the one it was packed from."""
+    def body():
+        from aotc.runtime.package import unpack as write
+        click.echo(str(write(package, output)))
+
+    _run_guarded(ctx, body)
+
+
 from aotc.cli.bench import bench  # noqa: E402
 from aotc.cli.config import config  # noqa: E402
 main.add_command(bench)
