@@ -226,8 +226,9 @@ def verify(ctx, artifact, rtol, atol, device, trusted_keys):
 @main.command("swap-weights")
 @click.argument("artifact", type=click.Path())
 @click.argument("weights", type=click.Path(dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=True, file_okay=False),
-              help="Artifact directory to write (may be ARTIFACT itself).")
+@click.option("--output", "-o", required=True, type=click.Path(),
+              help="Artifact directory to write (may be ARTIFACT itself), or a package "
+                   "(OUT.aotcpkg).")
 @_trust_option
 @click.pass_context
 def swap_weights(ctx, artifact, weights, output, trusted_keys):

@@ -150,6 +150,9 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
            _signature_line(art), f"runner:  {expected_runner(m)}"]
+    if art.package is not None:
+        out.append(f"package: {len(art.package.members)} members in one file of "
+                   f"{_bytes(art.package.size)} (read in place; `aotc unpack` for a directory)")
     if isinstance(native, TritonNative) and native.autotune is not None:
         out.append(_autotune_text(native.autotune))
     if isinstance(native, CppNative):

@@ -12,6 +12,11 @@ the descriptor and hashed from that mapping, chunks over all cores (`mapped`), o
 by chunk from the staging buffers that carry them to a GPU (`stream`, runtime/transfer.py).
 Swapping a file on disk after this changes nothing that was loaded. Files the manifest does not
 list are never opened.
+
+A path that is a regular file is a package (runtime/package.py): the same files as members of
+one file, whose layout is checked when it is opened; each member is then read, mapped or
+streamed from its offset in the package exactly as the file of the same name is from a
+directory, and a member the manifest does not list is refused.
 """
 from __future__ import annotations
 

@@ -20,6 +20,9 @@ weight is read.
       kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
       kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
       signatures.json            optional: Ed25519 signatures over manifest.json (aotc sign)
+
+    NAME.aotcpkg                 the same files as one uncompressed file, read in place
+                                 (aotc pack; layout in runtime/package.py)
 """
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ manifest does not list or listed files that are not members (runtime/artifact.py
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,11 @@ class Package:
                                 where=str(path), expected="a package written by `aotc pack`",
                                 found=os.strerror(e.errno), fix=_FIX) from None
         try:
-            self.size = os.fstat(self.fd).st_size
+            st = os.fstat(self.fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._fail(f"{path} is not a regular file", "header", "a package file",
+                                 stat.filemode(st.st_mode))
+            self.size = st.st_size
             self.members = {m.name: m for m in self._index()}
         except BaseException:
             self.close()
@@ -221,7 +226,7 @@ def write_package(art, dest, signatures: bytes | None = None) -> Path:
     """Write the open, verified artifact `art` as a package at `dest`, atomically (a partial
     file beside it, renamed into place). `signatures`: signatures.json to store instead of
     the artifact's own (`aotc sign` of a package)."""
-    dest = _package_destination(dest)
+    dest = check_package_destination(dest)
     members = _members(art, signatures)
     head, rows = _layout(members)
     part = dest.with_name(f".{dest.name}.part-{os.getpid()}")
@@ -240,7 +245,7 @@ def write_package(art, dest, signatures: bytes | None = None) -> Path:
     return dest
 
 
-def _package_destination(dest) -> Path:
+def check_package_destination(dest) -> Path:
     dest = fmt.check_destination_parent(dest)
     if dest.exists() and not (dest.is_file() and _has_magic(dest)):
         raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc package",

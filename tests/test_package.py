@@ -141,3 +141,21 @@ def test_a_signed_package_verifies_and_a_tampered_one_does_not(packed, tmp_path)
     with pytest.raises(ArtifactError):
         m = aotc.load(pkg, trusted_keys=[pub])
         m(*m.random_inputs())
+
+
+def test_swap_weights_reads_and_writes_packages(exported, packed, tmp_path):
+    import copy
+
+    import torch
+    from safetensors.torch import save_file
+    ex = exported("mlp")
+    sd = {k: v.detach().clone() * 0.5 for k, v in ex.model.state_dict().items()}
+    save_file(sd, tmp_path / "ft.safetensors")
+    out = tmp_path / "ft.aotcpkg"
+    proc = run_aotc("swap-weights", packed, tmp_path / "ft.safetensors", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    model = copy.deepcopy(ex.model)
+    model.load_state_dict(sd)
+    with torch.no_grad():
+        torch.testing.assert_close(aotc.load(out)(*ex.inputs), model(*ex.inputs),
+                                   rtol=1e-4, atol=1e-4)
