@@ -97,6 +97,21 @@ class Exported:
     path: Path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_cpu_level():
+    """Exports in this process build their C++ kernels for this host's CPU level only, not for
+    each level from the x86-64-v2 baseline up as `--isa auto` does: a third of the compiles on
+    a 2-core machine, for tests that do not care which levels an artifact carries. Yields the
+    real `auto_levels`; tests of the levels (test_levels.py) put it back, and exports in
+    subprocesses (the CLI tests, `cli_mlp_artifact`) build every level."""
+    from aotc.codegen.cpp import build
+    patch = pytest.MonkeyPatch()
+    real = build.auto_levels
+    patch.setattr(build, "auto_levels", lambda: (best_level(),))
+    yield real
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory):
     """exported(name) -> Exported: the sample exported once per session through the Python API.

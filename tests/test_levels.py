@@ -19,7 +19,28 @@ from conftest import read_raw_manifest, run_aotc
 pytestmark = pytest.mark.skipif(host_arch() != "x86_64", reason="x86-64 levels")
 
 
-def test_auto_carries_every_level_and_the_baseline_gives_the_same_outputs(mlp_artifact):
+@pytest.fixture(autouse=True)
+def every_level(one_cpu_level, monkeypatch):
+    """`--isa auto` as shipped: every level up to the host's (conftest pins one level)."""
+    from aotc.codegen.cpp import build
+    monkeypatch.setattr(build, "auto_levels", one_cpu_level)
+
+
+@pytest.fixture(scope="module")
+def all_levels_artifact(one_cpu_level, tmp_path_factory):
+    from aotc.codegen.cpp import build
+    from conftest import SAMPLES
+    patch = pytest.MonkeyPatch()
+    patch.setattr(build, "auto_levels", one_cpu_level)
+    try:
+        return aotc.export(SAMPLES["mlp"].build(), SAMPLES["mlp"].inputs(0),
+                           tmp_path_factory.mktemp("levels") / "mlp.aotc")
+    finally:
+        patch.undo()
+
+
+def test_auto_carries_every_level_and_the_baseline_gives_the_same_outputs(all_levels_artifact):
+    mlp_artifact = all_levels_artifact
     native = read_raw_manifest(mlp_artifact)["target"]["native"]
     assert list(native["libraries"]) == list(auto_levels())
     assert native["libraries"]["x86-64-v2"] == fmt.kernel_library("x86-64-v2")
@@ -69,9 +90,9 @@ def test_a_cross_target_without_its_compiler_is_a_usage_error():
     assert "aarch64-linux-gnu-g++" in e.value.what and "apt-get install" in e.value.fix
 
 
-def test_a_library_of_no_level_is_refused(mlp_artifact, tmp_path):
+def test_a_library_of_no_level_is_refused(all_levels_artifact, tmp_path):
     from hostile import copy_artifact, edit_json
-    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    art = copy_artifact(all_levels_artifact, tmp_path / "a.aotc")
     edit_json(art, fmt.MANIFEST,
               lambda m: m["target"]["native"]["libraries"].pop("x86-64-v2") and None)
     with pytest.raises(aotc.ArtifactError, match="a library of no level"):
