@@ -29,8 +29,11 @@ class ExportOptions:
     codegen: bool = _opt(True, "Generate fused kernels (C++ for cpu, Triton for cuda) for the "
                                "ops aotc lowers; --no-codegen calls ATen for every op "
                                "(portable to any device).")
-    isa: str = _opt("auto", "CPU instruction set the kernels are built for: auto (this host's "
-                            "best), or a level such as x86-64-v3 for hosts without AVX-512.")
+    isa: str = _opt("auto", "CPU levels the kernels are built for: auto (one library per level "
+                            "from the x86-64-v2 baseline up to this host's; the loader runs "
+                            "the best its CPU has), native (this host's level only), or one "
+                            "level such as x86-64-v3 (exactly that one; armv8-a cross-builds "
+                            "with aarch64-linux-gnu-g++).")
     autotune: bool = _opt(False, "CUDA: time a few block sizes and warp counts of each generated "
                                  "kernel on this machine's GPU and keep the fastest (recorded in "
                                  "the manifest). Without a GPU of a target arch, the heuristic "
@@ -79,6 +82,9 @@ class ExportOptions:
                              expected="no --train with --tensor-parallel", found="both",
                              fix="export the training step without --tensor-parallel")
         self.shard_bytes()
+        if self.codegen and self.target.strip().lower().partition(":")[0] == "cpu":
+            from aotc.codegen.cpp.build import resolve_isa
+            resolve_isa(self.isa)      # an unknown level or a missing cross compiler, now
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":

@@ -38,9 +38,11 @@ def compare(got: torch.Tensor, want: torch.Tensor, rtol=None, atol=None) -> tupl
     return bool(torch.allclose(g, w, rtol=r, atol=a, equal_nan=True)), diff
 
 
-def artifact_check(samples, device: str, wanted: bool = True):
+def artifact_check(samples, device: str, wanted: bool = True, native: dict | None = None):
     """(the check to run on the complete temporary directory or None, the manifest's
-    `export_check` record)."""
+    `export_check` record). A CPU artifact with kernels for several CPU levels is run once per
+    level (the library of each level is proven, not only the one this host would pick); one
+    with kernels for another architecture is not run."""
     if not wanted:
         return None, {"ran": False, "why": "turned off (--no-prove)"}
     if samples is None:
@@ -48,16 +50,26 @@ def artifact_check(samples, device: str, wanted: bool = True):
     if device != "cpu":
         return None, {"ran": False, "why": f"a {device} artifact is not run on the exporting "
                       "machine; run `aotc verify` on the target"}
+    from aotc.runtime.cpu import host_arch, supported
+    levels = list((native or {}).get("libraries", {}))
+    if levels and not all(supported(level) for level in levels):
+        return None, {"ran": False, "why": f"kernels for {', '.join(levels)} do not run on "
+                      f"this {host_arch()} host; run `aotc verify` on the target"}
     inputs, outputs = samples
-    return (lambda tmp: prove(Path(tmp), inputs, outputs)), \
-        {"ran": True, "samples": len(inputs), "outputs": len(outputs)}
+
+    def check(tmp):
+        for level in levels or [None]:
+            prove(Path(tmp), inputs, outputs, level)
+    record = {"ran": True, "samples": len(inputs), "outputs": len(outputs)}
+    return check, (dict(record, levels=levels) if levels else record)
 
 
-def prove(path: Path, inputs, expected) -> None:
-    """Load the artifact at `path`, run it on `inputs`, and compare with `expected`."""
+def prove(path: Path, inputs, expected, isa: str | None = None) -> None:
+    """Load the artifact at `path` (its kernels for CPU level `isa`, None: the best), run it
+    on `inputs`, and compare with `expected`."""
     import aotc
     try:
-        module = aotc.load(path)
+        module = aotc.load(path, isa=isa)
     except AotcError as e:
         raise LoweringError(f"the artifact just written does not load: {e.what}",
                             where=e.where or str(path), expected="an artifact aotc.load accepts",

@@ -42,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated model names (default: the suite's)")
     p.add_argument("--systems", type=_names, default=None,
                    help=f"comma-separated, from {', '.join(systems.SYSTEMS)} (default: all "
-                        "that run on the device; eager always runs)")
+                        "that run on the device but the aotc:<level> ones; eager always runs)")
     p.add_argument("--points", type=_names, default=list(models.POINTS),
                    help="latency,throughput (default: both)")
     p.add_argument("--part", type=_part, default=(1, 1), help="K/N: run part K of N")

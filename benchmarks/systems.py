@@ -98,9 +98,17 @@ class Aotc(System):
     """aotc with its default plan runner (the C++ one where installed), or with `runner`."""
     cache_env = "XDG_CACHE_HOME"   # aotc keeps compiled kernels under $XDG_CACHE_HOME/aotc
 
-    def __init__(self, runner: str | None = None):
-        self.runner = runner
-        self.name = "aotc" if runner is None else f"aotc:{runner}"
+    def __init__(self, runner: str | None = None, isa: str | None = None):
+        """`isa`: load the kernels of that CPU level (the export builds every level, as
+        `--isa auto` does) instead of the best this CPU has."""
+        self.runner, self.isa = runner, isa
+        self.name = "aotc" if runner is None and isa is None else f"aotc:{runner or isa}"
+
+    def available(self, device):
+        from aotc.runtime.cpu import supported
+        if self.isa is not None and (device.type != "cpu" or not supported(self.isa)):
+            return f"kernels for {self.isa} do not run on this {device.type} host"
+        return None
 
     def build(self, model, inputs, workdir):
         import aotc
@@ -109,7 +117,7 @@ class Aotc(System):
         path = aotc.export(model, inputs, workdir / "model.aotc", target=device.type)
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        module = aotc.load(path, device=device, runner=self.runner)
+        module = aotc.load(path, device=device, runner=self.runner, isa=self.isa)
         load_s = time.perf_counter() - t0
         return Built(call=lambda: module(*inputs), build_s=build_s, load_s=load_s,
                      artifact_bytes=directory_bytes(path))
@@ -117,15 +125,17 @@ class Aotc(System):
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     Eager(), TorchCompile(), TorchCompile("reduce-overhead"), AOTInductor(), Aotc(),
-    Aotc("python"))}
+    Aotc("python"), Aotc(isa="x86-64-v2"), Aotc(isa="x86-64-v3"))}
 
 
 def select(names: list[str] | None, device: torch.device) -> tuple[list[System], dict[str, str]]:
-    """(systems to run, {name: why skipped}); eager always runs first, as the baseline."""
+    """(systems to run, {name: why skipped}); eager always runs first, as the baseline. The
+    aotc:<level> systems (one CPU level's kernels) run only when named."""
     unknown = sorted(set(names or ()) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
-    chosen = ["eager"] + [n for n in (names or SYSTEMS) if n != "eager"]
+    default = [n for n, s in SYSTEMS.items() if getattr(s, "isa", None) is None]
+    chosen = ["eager"] + [n for n in (names or default) if n != "eager"]
     skipped = {n: why for n in chosen if (why := SYSTEMS[n].available(device))}
     return [SYSTEMS[n] for n in chosen if n not in skipped], skipped
 

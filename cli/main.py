@@ -226,8 +226,9 @@ def verify(ctx, artifact, rtol, atol, device, trusted_keys):
 @main.command("swap-weights")
 @click.argument("artifact", type=click.Path())
 @click.argument("weights", type=click.Path(dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=True, file_okay=False),
-              help="Artifact directory to write (may be ARTIFACT itself).")
+@click.option("--output", "-o", required=True, type=click.Path(),
+              help="Artifact directory to write (may be ARTIFACT itself), or a package "
+                   "(OUT.aotcpkg).")
 @_trust_option
 @click.pass_context
 def swap_weights(ctx, artifact, weights, output, trusted_keys):
@@ -301,6 +302,35 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_
         click.echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,
                                    runs=runs, seed=seed, device=device,
                                    trusted_keys=trusted_keys))
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Package file to write, e.g. model.aotcpkg.")
+@click.pass_context
+def pack(ctx, artifact, output):
+    """Write ARTIFACT as one uncompressed package file that aotc.load reads in place
+    (members aligned, weights memory-mapped; the same manifest, hashes and signatures)."""
+    def body():
+        from aotc.runtime.package import pack as write
+        click.echo(str(write(artifact, output)))
+
+    _run_guarded(ctx, body)
+
+
+@main.command()
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=True, file_okay=False),
+              help="Artifact directory to write.")
+@click.pass_context
+def unpack(ctx, package, output):
+    """Write PACKAGE as an artifact directory, byte-identical to the one it was packed from."""
+    def body():
+        from aotc.runtime.package import unpack as write
+        click.echo(str(write(package, output)))
 
     _run_guarded(ctx, body)
 

@@ -10,7 +10,7 @@ from aotc.errors import AotcError, VerifyError
 from aotc.runtime.aotc_ops import COLLECTIVES
 from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.manifest import TritonNative
+from aotc.runtime.schema.manifest import CppNative, TritonNative
 from aotc.runtime.schema.types import StepKind, size_json
 from aotc.prove import compare
 from aotc.runtime.trees import describe
@@ -99,7 +99,7 @@ def _native_text(native) -> str:
     if isinstance(native, TritonNative):   # CUDA artifacts (codegen/triton)
         return (f"  (Triton {native.triton} kernels, cubins for {', '.join(native.archs)},"
                 f" sources in kernels/*.py)")
-    return f"  (kernels built for {native.isa} with {native.compiler})"
+    return f"  (kernels built for {', '.join(native.levels)} with {native.compiler})"
 
 
 def _config_text(c: dict) -> str:
@@ -155,8 +155,13 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
            _signature_line(art), f"runner:  {expected_runner(m)}"]
+    if art.package is not None:
+        out.append(f"package: {len(art.package.members)} members in one file of "
+                   f"{_bytes(art.package.size)} (read in place; `aotc unpack` for a directory)")
     if isinstance(native, TritonNative) and native.autotune is not None:
         out.append(_autotune_text(native.autotune))
+    if isinstance(native, CppNative):
+        out += _levels_lines(native, m.files)
     for name, e in m.entries.items():
         out += _entry_lines(name, e, art, fusion)
     if m.training is not None:
@@ -173,6 +178,22 @@ def inspect_text(art, *, fusion: bool = False) -> str:
             for rel, info in sorted(m.files.items())]
     out.append("options: " + ", ".join(f"{k}={v}" for k, v in sorted(m.options.items())))
     return "\n".join(out)
+
+
+def _levels_lines(native, files: dict) -> list[str]:
+    """The CPU levels the kernels were built for, and the one this host would load."""
+    from aotc.errors import TargetError
+    from aotc.runtime.native import select_level
+    try:
+        chosen, why = select_level(native), "this host loads it"
+    except TargetError as e:
+        chosen, why = None, e.what
+    out = [f"levels:  {len(native.levels)} kernel libraries"
+           + ("" if chosen else f" ({why})")]
+    for level, rel in native.libraries:
+        mark = f"  <- {why}" if level == chosen else ""
+        out.append(f"  {level:<12} {rel:<32} {_bytes(files[rel].size):>10}{mark}")
+    return out
 
 
 def _weights_lines(m) -> list[str]:

@@ -21,7 +21,7 @@ from aotc import __version__
 from aotc.codegen.attention_fusion import REWRITE, fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.index_checks import kernel_checks
-from aotc.codegen.ir import ComputedBuffer, declared_minima
+from aotc.codegen.ir import declared_minima
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
@@ -114,7 +114,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.state is not None:
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
-    check, manifest["export_check"] = artifact_check(program.samples, target.device, prove)
+    check, manifest["export_check"] = artifact_check(program.samples, target.device, prove,
+                                                      native)
     ranks = None
     if program.tensor_parallel is not None:
         tp = program.tensor_parallel
@@ -225,11 +226,13 @@ def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: 
     if target.device == "cuda":
         return _build_triton(parts, groups, target, hints, autotune)
     from aotc.codegen import cpp
-    level = cpp.resolve_isa(isa)
-    source, library, signatures = cpp.generate(groups, level)
-    files = {fmt.KERNEL_SOURCE: source.encode(), fmt.KERNEL_LIBRARY: library}
-    native = {"isa": level, "compiler": cpp.compiler_description(),
-              "library": fmt.KERNEL_LIBRARY, "source": fmt.KERNEL_SOURCE, "table": True}
+    levels = cpp.resolve_isa(isa)
+    source, libraries, signatures = cpp.generate(groups, levels)
+    files = {fmt.KERNEL_SOURCE: source.encode(),
+             **{fmt.kernel_library(level): lib for level, lib in libraries.items()}}
+    native = {"compiler": cpp.compiler_description(levels), "source": fmt.KERNEL_SOURCE,
+              "libraries": {level: fmt.kernel_library(level) for level in levels},
+              "table": True}
     return files, native, signatures
 
 

@@ -16,7 +16,7 @@ __all__ = ["load", "CompiledModule", "format"]
 def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = True,
          interpret: bool = False, cuda_graph: bool | None = None,
          cuda_graph_cache: int = MAX_GRAPHS, trusted_keys=None, weights=None,
-         runner: str | None = None) -> CompiledModule:
+         runner: str | None = None, isa: str | None = None) -> CompiledModule:
     """Load an artifact written by `aotc export`.
 
     The manifest, its format version and every field of it, and the size and sha256 of every
@@ -52,9 +52,13 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     A tensor-parallel artifact (`--tensor-parallel N`) loads this process's rank's weights, the
     rank and world size read from torch.distributed's default process group, which must exist
     and have N ranks (runtime/parallel.py); every rank then calls it with the same inputs.
+
+    `isa`: a CPU artifact carries its kernels built for several CPU levels; the best this CPU
+    supports is loaded, or the level named here (e.g. "x86-64-v2", to run the baseline);
+    `m.library.level` says which.
     """
     from aotc.runtime.artifact import Artifact
-    artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
+    artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys, isa=isa)
     try:
         select_rank(artifact)     # tensor-parallel artifacts: this rank's weights
         dev = resolve_device(artifact.manifest, device, interpret)

@@ -12,6 +12,11 @@ the descriptor and hashed from that mapping, chunks over all cores (`mapped`), o
 by chunk from the staging buffers that carry them to a GPU (`stream`, runtime/transfer.py).
 Swapping a file on disk after this changes nothing that was loaded. Files the manifest does not
 list are never opened.
+
+A path that is a regular file is a package (runtime/package.py): the same files as members of
+one file, whose layout is checked when it is opened; each member is then read, mapped or
+streamed from its offset in the package exactly as the file of the same name is from a
+directory, and a member the manifest does not list is refused.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.hashing import Checker
+from aotc.runtime.package import Package, is_package
 from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
 from aotc.runtime.schema.flow import check_collectives, check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
@@ -35,17 +41,24 @@ class Artifact:
     """An artifact directory opened for reading (see the module doc)."""
 
     def __init__(self, path, *, verify_hashes: bool = True, trusted_keys=None,
-                 signature_policy: bool = True):
+                 signature_policy: bool = True, isa: str | None = None):
         """`signature_policy=False`: require no signature whatever AOTC_TRUSTED_KEYS says (for
-        `aotc sign`, which adds one)."""
+        `aotc sign`, which adds one). `isa`: the CPU level whose kernel library to load (None:
+        the best this host supports; runtime/native.py select_level)."""
         self.root = Path(path)
+        self.isa = _check_isa(isa)
         self.verify_hashes = verify_hashes
-        self.dirfd = _open_root(self.root)
+        self.dirfd, self.package = -1, None
+        if is_package(self.root):
+            self.package = Package(self.root)
+        else:
+            self.dirfd = _open_root(self.root)
         try:
             self.manifest_bytes = self._read_file(fmt.MANIFEST, None)
             raw = fmt.parse_manifest_bytes(self.manifest_bytes, self.where(fmt.MANIFEST))
             self.version = raw["format_version"]
             self.manifest = parse_manifest(load_json_obj(migrate_manifest(raw), fmt.MANIFEST))
+            self._check_members()
             from aotc.runtime.signing import check_signature
             self.signer = check_signature(self, trusted_keys) if signature_policy else None
             if self.signer is not None and not verify_hashes:
@@ -60,12 +73,14 @@ class Artifact:
             raise
 
     def where(self, rel: str) -> str:
-        return str(self.root / rel)
+        return self.package.where(rel) if self.package is not None else str(self.root / rel)
 
     def close(self) -> None:
         if getattr(self, "dirfd", -1) >= 0:
             os.close(self.dirfd)
             self.dirfd = -1
+        if getattr(self, "package", None) is not None:
+            self.package.close()
 
     def __del__(self):
         self.close()
@@ -97,21 +112,21 @@ class Artifact:
         """(private mapping, checker) of a listed file whose size was checked, not yet hashed:
         for a reader that checks every chunk before anything computed from it is used
         (runtime/shards.py)."""
-        fd = self._open_sized(rel)
+        fd, base = self._open_sized(rel)
         try:
             size = self.manifest.files[rel].size
-            data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
+            data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, offset=base,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
         finally:
             os.close(fd)
         return data, self.checker(rel)
 
-    def stream(self, rel: str) -> tuple[int, Checker]:
-        """(descriptor, checker) of a listed file whose size was checked, for a reader that
-        hashes each chunk from the very buffer it uses (runtime/transfer.py); the caller
-        closes the descriptor."""
-        fd = self._open_sized(rel)
-        return fd, self.checker(rel)
+    def stream(self, rel: str) -> tuple[int, Checker, int]:
+        """(descriptor, checker, offset of the file in it) of a listed file whose size was
+        checked, for a reader that hashes each chunk from the very buffer it uses
+        (runtime/transfer.py); the caller closes the descriptor."""
+        fd, base = self._open_sized(rel)
+        return fd, self.checker(rel), base
 
     def checker(self, rel: str) -> Checker:
         return Checker(self.manifest.files[rel], self.where(rel), rel, self.verify_hashes)
@@ -150,7 +165,7 @@ class Artifact:
         deferred = set(self.weight_shards())
         for rel in sorted(self.manifest.files):
             if rel in deferred:
-                os.close(self._open_sized(rel))
+                os.close(self._open_sized(rel)[0])
                 continue
             data, _ = self._load(rel, mapped=self.manifest.files[rel].size >= MAPPED)
             self._cache[rel] = data
@@ -161,34 +176,67 @@ class Artifact:
         if mapped and size:
             data, checker = self.mapping(rel)
         else:
-            fd = self._open_sized(rel)
+            fd, base = self._open_sized(rel)
             try:
-                data, checker = _read_fd(fd, size), self.checker(rel)
+                data, checker = _read_at(fd, base, size), self.checker(rel)
             finally:
                 os.close(fd)
         checker.check_all(data)
         return data, size
 
-    def _open_sized(self, rel: str) -> int:
-        """A descriptor of listed file `rel`, whose size matches the file table."""
+    def _open_sized(self, rel: str) -> tuple[int, int]:
+        """(a descriptor, the offset in it) of listed file `rel`, whose size matches the file
+        table (a package: a duplicate of its descriptor, the member's offset)."""
         entry = self.manifest.files.get(rel)
         if entry is None:
             raise ArtifactError(f"the artifact reads {rel}, which its manifest does not list",
                                 where=self.where(rel), expected="a file listed in the manifest",
                                 found="an unlisted file", fix="re-export the model")
-        fd = self._open(rel)
-        size = os.fstat(fd).st_size
+        if self.package is not None:
+            member = self._member(rel)
+            fd, base, size = os.dup(self.package.fd), member.offset, member.size
+        else:
+            fd, base = self._open(rel), 0
+            size = os.fstat(fd).st_size
         if size != entry.size:
             os.close(fd)
             raise ArtifactError(f"artifact file {rel} has the wrong size (truncated or "
                                 "modified)", where=self.where(rel),
                                 expected=f"{entry.size} bytes", found=f"{size} bytes",
                                 fix="re-export or re-copy the artifact")
-        return fd
+        return fd, base
+
+    def _member(self, rel: str, optional: bool = False):
+        member = self.package.members.get(rel)
+        if member is None and not optional:
+            raise ArtifactError(f"artifact file {rel} is missing from the package",
+                                where=self.where(rel), expected="the file the manifest lists",
+                                found="no such member", fix="re-pack the artifact with "
+                                "`aotc pack`, or re-copy the package")
+        return member
+
+    def _check_members(self) -> None:
+        """A package holds the manifest, signatures.json and listed files, nothing else."""
+        if self.package is None:
+            return
+        for name in self.package.members:
+            if name not in self.manifest.files and name not in (fmt.MANIFEST, fmt.SIGNATURES):
+                raise ArtifactError(f"package member {name} is not listed in its manifest",
+                                    where=self.where(name),
+                                    expected="only files the manifest lists",
+                                    found=f"an unlisted member {name}",
+                                    fix="re-pack the artifact with `aotc pack`")
 
     def _read_file(self, rel: str, limit: int | None, optional: bool = False) -> bytes | None:
         """An unlisted file of the format (the manifest, signatures.json), size-bounded;
         None for a missing `optional` one."""
+        if self.package is not None:
+            member = self._member(rel, optional)
+            if member is not None and member.size > (limit or MAX_MANIFEST):
+                raise ArtifactError(f"{rel} is larger than aotc reads", where=self.where(rel),
+                                    expected=f"at most {limit or MAX_MANIFEST} bytes",
+                                    found=f"{member.size} bytes", fix="re-export the model")
+            return self.package.pread(member) if member is not None else None
         if optional:
             try:
                 os.stat(rel, dir_fd=self.dirfd, follow_symlinks=False)
@@ -247,6 +295,15 @@ class Artifact:
                                 "place links in an artifact") from None
 
 
+def _check_isa(isa):
+    from aotc.runtime.cpu import LEVELS
+    if isa is not None and isa not in LEVELS:
+        raise UsageError(f"unknown CPU level {isa!r}", where="aotc.load(isa=)",
+                         expected=sorted(LEVELS), found=repr(isa)[:60],
+                         fix="pass one of the levels `aotc inspect` lists, or leave isa unset")
+    return isa
+
+
 def _open_root(root: Path) -> int:
     try:
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -260,13 +317,18 @@ def _open_root(root: Path) -> int:
 
 
 def _read_fd(fd: int, size: int) -> bytes:
-    chunks, left = [], size
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 24))
+    return _read_at(fd, 0, size)
+
+
+def _read_at(fd: int, base: int, size: int) -> bytes:
+    """`size` bytes of `fd` from `base` (fewer where it ends: the hash check then fails)."""
+    chunks, done = [], 0
+    while done < size:
+        chunk = os.pread(fd, min(size - done, 1 << 24), base + done)
         if not chunk:
             break
         chunks.append(chunk)
-        left -= len(chunk)
+        done += len(chunk)
     return b"".join(chunks)
 
 

@@ -17,6 +17,26 @@ LEVELS = {
                   "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
     "armv8-a": (),
 }
+ORDER = tuple(LEVELS)            # lowest first, per architecture
+BASELINE = "x86-64-v2"           # the lowest level `--isa auto` builds for on x86-64
+
+
+def arch_of(level: str) -> str:
+    return "aarch64" if level.startswith("arm") else "x86_64"
+
+
+def supported(level: str) -> bool:
+    """Whether this host can run code built for `level`."""
+    return arch_of(level) == host_arch() and not missing_flags(level)
+
+
+def auto_levels() -> tuple:
+    """The levels `--isa auto` builds: the x86-64-v2 baseline and each level above it up to
+    this host's best (just the host's level where it is below the baseline, or on aarch64)."""
+    best = best_level()
+    if best not in ORDER[ORDER.index(BASELINE):ORDER.index("x86-64-v4") + 1]:
+        return (best,)
+    return ORDER[ORDER.index(BASELINE):ORDER.index(best) + 1]
 
 
 @lru_cache(maxsize=1)

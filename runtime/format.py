@@ -14,11 +14,15 @@ weight is read.
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
       samples/outputs.safetensors eager outputs for those inputs
       kernels/kernels.cpp        generated C++ kernels (readable source)
-      kernels/kernels.so         the same, compiled for the ISA the manifest names
+      kernels/kernels-<level>.so the same, compiled for each CPU level the manifest names
+                                 (x86-64-v2, -v3, -v4; before format 9 one kernels/kernels.so)
       kernels/<name>.py          CUDA artifacts: one Triton kernel (readable, self-contained)
       kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
       kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
       signatures.json            optional: Ed25519 signatures over manifest.json (aotc sign)
+
+    NAME.aotcpkg                 the same files as one uncompressed file, read in place
+                                 (aotc pack; layout in runtime/package.py)
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -85,6 +89,13 @@ CHANGELOG = {
                       "torch.distributed's default group); "
                       "loading needs a process group of that world size. Versions 5-7 load "
                       "as they are"),
+    9: ("2026-12-01", "a CPU artifact may carry its C++ kernels built for several CPU levels: "
+                      "target.native.libraries (level -> kernels/kernels-<level>.so, one arch, "
+                      "lowest first) replaces target.native.isa and .library; the loader runs "
+                      "the best level this CPU supports. An artifact may also travel as one "
+                      "file, a package (runtime/package.py; the same manifest and files, "
+                      "aligned, with an index). Versions 1-8 are migrated when read (their one "
+                      "library, kernels/kernels.so, at their one level)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -99,7 +110,13 @@ SAMPLE_INPUTS = "samples/inputs.safetensors"
 SAMPLE_OUTPUTS = "samples/outputs.safetensors"
 KERNELS_DIR = "kernels"
 KERNEL_SOURCE = "kernels/kernels.cpp"
-KERNEL_LIBRARY = "kernels/kernels.so"
+LEGACY_KERNEL_LIBRARY = "kernels/kernels.so"     # formats 1-7: the one library
+
+
+def kernel_library(level: str) -> str:
+    """The C++ kernel library built for CPU level `level` (format >= 9)."""
+    return f"{KERNELS_DIR}/kernels-{level}.so"
+
 SELF_HASH_KEY = "manifest_sha256"
 SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
 
@@ -213,6 +230,17 @@ def _manifest_bytes(manifest, entries: dict) -> bytes:
 def check_destination(dest) -> Path:
     """`dest` as an absolute path an artifact can be written to, or a UsageError / an
     ArtifactError saying why not (checked before any slow work)."""
+    dest = check_destination_parent(dest)
+    if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
+        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
+                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
+                            found="a file or a directory without a manifest",
+                            fix="choose another output path (-o) or remove it yourself")
+    return dest
+
+
+def check_destination_parent(dest) -> Path:
+    """`dest` as an absolute path under a writable directory, or a UsageError saying why not."""
     from aotc.errors import UsageError
     if str(dest).strip() == "":
         raise UsageError("the output path is empty", where="-o / path", expected="a path",
@@ -227,11 +255,6 @@ def check_destination(dest) -> Path:
         raise UsageError(f"cannot write {dest}: {parent} is not writable", where=str(parent),
                          expected="a writable directory", found="no write permission",
                          fix="choose a writable output path (-o)")
-    if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
-        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
-                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
-                            found="a file or a directory without a manifest",
-                            fix="choose another output path (-o) or remove it yourself")
     return dest
 
 

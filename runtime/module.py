@@ -15,7 +15,7 @@ from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
-from aotc.runtime.native import NativeLibrary, check_isa
+from aotc.runtime.native import NativeLibrary, select_level
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
 from aotc.runtime.shards import load_weights, start_weights
@@ -232,8 +232,9 @@ def load_library_for(artifact, device: torch.device | None = None):
         return None
     if isinstance(native, TritonNative):   # CUDA artifacts: cubins, or Triton's interpreter
         return _triton_kernels(artifact, native, device)
-    return NativeLibrary(artifact.read(native.library), native,
-                         artifact.manifest.files[native.library].sha256)
+    level = select_level(native, artifact.isa)
+    rel = native.library(level)
+    return NativeLibrary(artifact.read(rel), native, artifact.manifest.files[rel].sha256, level)
 
 
 def _triton_kernels(artifact, native, device: torch.device | None):
@@ -258,7 +259,7 @@ def resolve_device(manifest, device, interpret: bool = False) -> torch.device:
                           found=str(dev), fix=f"load it with device='{target.device.value}' or "
                                               f"re-export with --target {dev.type}")
     if isinstance(target.native, CppNative):
-        check_isa(target.native)
+        select_level(target.native)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TargetError("artifact is to run on CUDA but this torch sees no GPU",
                           where="torch.cuda.is_available()", expected=True, found=False,

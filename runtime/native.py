@@ -27,7 +27,7 @@ import weakref
 import torch
 
 from aotc.errors import ArtifactError, TargetError
-from aotc.runtime.cpu import host_arch, missing_flags
+from aotc.runtime.cpu import arch_of, host_arch, missing_flags, supported
 
 LEGACY_KERNEL = re.compile(r"(?:forward_|backward_)?kernel[0-9]{1,7}\Z")
 # libraries a kernel library links (OpenMP, the C++ runtime): kept loaded once a kernel library
@@ -39,20 +39,38 @@ _pinned_fds: list[int] = []      # memfds of libraries dlclose left mapped: name
 _lock = threading.Lock()
 
 
-def check_isa(native) -> None:
-    isa = native.isa
-    arch = "aarch64" if isa.startswith("arm") else "x86_64"
+def select_level(native, wanted: str | None = None) -> str:
+    """The level whose library this host loads: `wanted` if given (it must be one the artifact
+    carries and this CPU supports), else the best of the artifact's levels this CPU supports;
+    a TargetError naming the levels and what this CPU lacks where there is none."""
+    levels = native.levels
+    if wanted is not None:
+        if wanted not in levels:
+            raise TargetError(f"the artifact has no kernels built for {wanted}",
+                              where="aotc.load(isa=)", expected=list(levels), found=wanted,
+                              fix="load with one of the levels listed, or leave isa unset")
+        check_level(wanted)
+        return wanted
+    usable = [level for level in levels if supported(level)]
+    if not usable:
+        check_level(levels[0])      # raises: says what this host lacks for the lowest level
+    return usable[-1]
+
+
+def check_level(isa: str) -> None:
+    arch = arch_of(isa)
     if arch != host_arch():
         raise TargetError(f"artifact kernels were built for {arch} ({isa}); this host is "
-                          f"{host_arch()}", where="manifest target.native.isa",
+                          f"{host_arch()}", where="manifest target.native.libraries",
                           expected=arch, found=host_arch(),
                           fix=f"re-export on a {host_arch()} host, or export with --no-codegen")
     missing = missing_flags(isa)
     if missing:
         raise TargetError(f"artifact kernels need CPU level {isa}; this CPU lacks "
-                          f"{', '.join(missing)}", where="manifest target.native.isa",
+                          f"{', '.join(missing)}", where="manifest target.native.libraries",
                           expected=f"a CPU with {isa}", found=f"missing {', '.join(missing)}",
-                          fix="re-export with --isa x86-64-v3 (or lower) for this host")
+                          fix="re-export with --isa auto (it includes the x86-64-v2 baseline) "
+                              "or a level this host has")
 
 
 class _DlInfo(ctypes.Structure):
@@ -73,15 +91,16 @@ _libdl.dladdr.restype = ctypes.c_int
 class NativeLibrary:
     """One loaded kernel library, private to the modules that hold it."""
 
-    def __init__(self, data: bytes, native, digest: str):
-        check_isa(native)
+    def __init__(self, data: bytes, native, digest: str, level: str):
+        check_level(level)
+        self.level, self.where = level, native.library(level)
         self.fd, self.path = _private_copy(data, digest)
         try:
             self.cdll = ctypes.CDLL(self.path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
         except OSError as e:
             _close_copy(self.fd, self.path)
             raise ArtifactError("the artifact's kernel library cannot be loaded",
-                                where=native.library, expected="a shared library for this host",
+                                where=self.where, expected="a shared library for this host",
                                 found=str(e)[:300], fix="re-export the model on this host") \
                 from None
         _pin_runtime_libs()
@@ -112,7 +131,7 @@ class NativeLibrary:
                                  ctypes.POINTER(_TableEntry))
         if get is None:
             raise ArtifactError("the kernel library has no kernel table",
-                                where="kernels/kernels.so", expected="aotc_kernel_table",
+                                where=self.where, expected="aotc_kernel_table",
                                 found="no such symbol in the library", fix="re-export the model")
         n = ctypes.c_int()
         entries = get(ctypes.byref(n))

@@ -139,7 +139,7 @@ def check_signature(artifact, trusted_keys) -> str | None:
              f"signatures by {sorted(s['key_id'] for s in signatures)}"
              + ("" if valid >= {s["key_id"] for s in signatures} else " (some do not verify)"))
     raise ArtifactError("the artifact is not signed by a trusted key",
-                        where=str(artifact.root / fmt.SIGNATURES),
+                        where=artifact.where(fmt.SIGNATURES),
                         expected=f"a valid signature by one of {sorted(trusted)}", found=found,
                         fix="sign it with a trusted key (`aotc sign ART --key KEY`), or load "
                             "it from the producer you trust")
@@ -191,9 +191,14 @@ def sign_artifact(path: str | os.PathLike, key_file: str | os.PathLike) -> str:
                  "signature": base64.b64encode(key.sign(art.manifest_bytes)).decode()}
         sigs = [s for s in existing if s["key_id"] != entry["key_id"]]
         sigs = [dict(s, algorithm="ed25519") for s in sigs] + [entry]
+        doc = json.dumps({"format": 1, "signatures": sigs}, indent=1,
+                         sort_keys=True).encode() + b"\n"
+        if art.package is not None:   # a package is rewritten whole, with the new member
+            from aotc.runtime.package import write_package
+            write_package(art, art.root, signatures=doc)
+            return entry["key_id"]
         tmp = art.root / f".{fmt.SIGNATURES}.tmp-{os.getpid()}"
-        tmp.write_bytes(json.dumps({"format": 1, "signatures": sigs}, indent=1,
-                                   sort_keys=True).encode() + b"\n")
+        tmp.write_bytes(doc)
         os.replace(tmp, art.root / fmt.SIGNATURES)
     finally:
         art.close()

@@ -24,8 +24,11 @@ PLANS_CHANGED = 5      # plans of earlier versions are migrated when read (schem
 
 def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path, list[str]]:
     """Write the artifact at `source` with the weights of `weights_file` to `dest`:
-    (its path, the files left out)."""
+    (its path, the files left out). A `dest` named *.aotcpkg is written as a package."""
     import dataclasses
+    from aotc.runtime.package import SUFFIX
+    if str(dest).endswith(SUFFIX):
+        return _swap_to_package(source, weights_file, dest, trusted_keys)
     fmt.check_destination(dest)
     art = Artifact(source, trusted_keys=trusted_keys)
     try:
@@ -69,6 +72,17 @@ def _refuse_parallel(manifest, source) -> None:
                          "tensor-parallel", found=f"tensor_parallel world size {tp.world_size}",
                          fix="re-export the model with the new weights and --tensor-parallel "
                              f"{tp.world_size}")
+
+
+def _swap_to_package(source, weights_file, dest, trusted_keys) -> tuple[Path, list[str]]:
+    """swap_weights into a staging directory beside `dest`, then packed to `dest`."""
+    from aotc.runtime.package import check_package_destination, pack
+    from aotc.runtime.staging import Staging
+    dest = check_package_destination(dest)
+    with Staging(f".{dest.name}.tmp-", dest.parent) as tmp:
+        path, dropped = swap_weights(source, weights_file, Path(tmp) / "swapped.aotc",
+                                     trusted_keys=trusted_keys)
+        return pack(path, dest), dropped
 
 
 def _cap(manifest) -> int | None:

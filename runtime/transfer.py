@@ -41,7 +41,7 @@ class _Shard:
 
     def __init__(self, artifact, rel: str, device: torch.device):
         self.rel = rel
-        self.fd, self.checker = artifact.stream(rel)
+        self.fd, self.checker, self.base = artifact.stream(rel)
         self.size = artifact.manifest.files[rel].size
         self.spans = self.checker.spans()
         self.tensors: dict[str, torch.Tensor] = {}
@@ -62,7 +62,7 @@ class _Shard:
         lo, hi = self.spans[index]
         out, done = view[:hi - lo], 0
         while done < hi - lo:
-            n = os.preadv(self.fd, [out[done:]], lo + done)
+            n = os.preadv(self.fd, [out[done:]], self.base + lo + done)
             if n <= 0:
                 raise ArtifactError(f"artifact file {self.rel} ended while being read",
                                     where=self.checker.where, expected=f"{self.size} bytes",

@@ -3,11 +3,13 @@
     python scripts/make_fixtures.py            # format_v<N>_tiny.aotc and format_v<N>_kernels.aotc
     python scripts/make_fixtures.py tp         # format_v<N>_tp.aotc only
 
-`tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for the x86-64
-baseline. The model has what the weights index must describe: three shards (a 64-byte shard
-size), a tied weight and a non-persistent buffer. `tp` is extern-only and tensor-parallel over
-2 ranks (a SwiGLU MLP split by its intermediate size, format 8): each rank's weights in shards
-of 64 bytes, one all-reduce per call. Fixtures of earlier versions are never
+`tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
+level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
+fixtures of formats 4-8 hold one library for the x86-64 baseline). The model has what the
+weights index must describe: three shards (a 64-byte shard size), a tied weight and a
+non-persistent buffer. `tp` is extern-only and tensor-parallel over 2 ranks (a SwiGLU MLP split
+by its intermediate size, format >= 8): each rank's weights in shards of 64 bytes, one
+all-reduce per call. Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
 from __future__ import annotations
@@ -46,7 +48,7 @@ class TinyMLP(torch.nn.Module):
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
-KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "x86-64"}),
+KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2})}
 
 

@@ -27,6 +27,9 @@ SAMPLES_DIR = AOTC_ROOT / "samples"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 RTOL = ATOL = 1e-5
+# the kernel library an artifact exported here (`--isa auto`) loads on this host: its best level
+from aotc.runtime.cpu import best_level  # noqa: E402
+LIBRARY = fmt.kernel_library(best_level())
 
 
 # --------------------------------------------------------------------------------- importing
@@ -92,6 +95,21 @@ class Exported:
     model: torch.nn.Module
     inputs: tuple
     path: Path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_cpu_level():
+    """Exports in this process build their C++ kernels for this host's CPU level only, not for
+    each level from the x86-64-v2 baseline up as `--isa auto` does: a third of the compiles on
+    a 2-core machine, for tests that do not care which levels an artifact carries. Yields the
+    real `auto_levels`; tests of the levels (test_levels.py) put it back, and exports in
+    subprocesses (the CLI tests, `cli_mlp_artifact`) build every level."""
+    from aotc.codegen.cpp import build
+    patch = pytest.MonkeyPatch()
+    real = build.auto_levels
+    patch.setattr(build, "auto_levels", lambda: (best_level(),))
+    yield real
+    patch.undo()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import torch
 import aotc
 from aotc.errors import ArtifactError
 from aotc.runtime import format as fmt
-from conftest import SAMPLES
+from conftest import LIBRARY, SAMPLES
 from hostile import assert_refused, copy_artifact, edit_json, rehash, tensor_file
 
 
@@ -31,7 +31,7 @@ def test_file_paths_outside_the_artifact_are_refused(mlp_artifact, tmp_path, pat
     assert "passwd" not in str(err.found) or "root:" not in str(err)
 
 
-@pytest.mark.parametrize("rel", [fmt.WEIGHTS, fmt.plan_file("forward"), fmt.KERNEL_LIBRARY,
+@pytest.mark.parametrize("rel", [fmt.WEIGHTS, fmt.plan_file("forward"), LIBRARY,
                                  "kernels"])
 def test_symlinks_are_refused_even_with_matching_hashes(mlp_artifact, tmp_path, rel):
     art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
@@ -60,7 +60,6 @@ def _weights_with_header(art, header: dict, data: bytes) -> None:
                                   "short", "dtype", "float16 for float32"])
 def test_weights_headers_that_lie_are_refused(mlp_artifact, tmp_path, case):
     art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
-    weights = torch.load if False else None  # noqa: F841 - no pickle anywhere
     from aotc.runtime.weights import read_header
     data = (art / fmt.WEIGHTS).read_bytes()
     start, header = read_header(data, "w")
@@ -110,7 +109,7 @@ def test_bytes_swapped_after_the_check_are_never_used(exported, tmp_path, monkey
         if len(calls) < listed:    # swap once every file has been checked
             return
         for rel, content in ((fmt.WEIGHTS, tensor_file(evil)),
-                             (fmt.plan_file("forward"), b"{}"), (fmt.KERNEL_LIBRARY, b"\0" * 64)):
+                             (fmt.plan_file("forward"), b"{}"), (LIBRARY, b"\0" * 64)):
             new = art / (rel + ".new")
             new.write_bytes(content)
             os.replace(new, art / rel)    # a new file under the checked name
@@ -168,11 +167,11 @@ def test_no_codegen_artifact_runs_no_host_code_of_its_own(tmp_path):
     its target names no native code, and plans call only ops of the table."""
     model = SAMPLES["mlp"].build()
     path = aotc.export(model, SAMPLES["mlp"].inputs(0), tmp_path / "x.aotc", codegen=False)
-    lib = path / fmt.KERNEL_LIBRARY
+    lib = path / LIBRARY
     lib.parent.mkdir(exist_ok=True)
     lib.write_bytes(b"\x7fELF" + b"\0" * 60)
     manifest = json.loads((path / fmt.MANIFEST).read_bytes())
-    manifest["files"][fmt.KERNEL_LIBRARY] = {"sha256": "0" * 64, "size": 64}
+    manifest["files"][LIBRARY] = {"sha256": "0" * 64, "size": 64}
     from hostile import write_manifest
     write_manifest(path, manifest)
     rehash(path)

@@ -46,8 +46,10 @@ INJECTIONS = [
     ("relation", fmt.MANIFEST, lambda m, x: m["entries"]["forward"]["relations"].append(x)),
     ("plan path", fmt.MANIFEST, lambda m, x: m["entries"]["forward"].update(plan=x)),
     ("entry name", fmt.MANIFEST, lambda m, x: m["entries"].update({x: m["entries"]["forward"]})),
-    ("isa", fmt.MANIFEST, lambda m, x: m["target"]["native"].update(isa=x)),
-    ("library path", fmt.MANIFEST, lambda m, x: m["target"]["native"].update(library=x)),
+    ("isa", fmt.MANIFEST, lambda m, x: m["target"]["native"]["libraries"].update(
+        {x: "kernels/kernels.so"})),
+    ("library path", fmt.MANIFEST, lambda m, x: m["target"]["native"]["libraries"].update(
+        {k: x for k in m["target"]["native"]["libraries"]})),
     ("device", fmt.MANIFEST, lambda m, x: m["target"].update(device=x)),
     ("tree kind", fmt.MANIFEST, lambda m, x: m["entries"]["forward"]["output_tree"].update(
         kind=x)),

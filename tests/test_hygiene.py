@@ -54,8 +54,8 @@ def test_a_killed_export_leaves_no_compiler_running(tmp_path):
                     f"echo $$ >> {pids}\nexec sleep 120\n")
     fake.chmod(0o755)
     code = textwrap.dedent("""
-        from aotc.codegen.cpp.build import build_library
-        build_library(["int f() { return 1; }", "int g() { return 2; }"], "x86-64")
+        from aotc.codegen.cpp.build import build_libraries
+        build_libraries(["int f() { return 1; }", "int g() { return 2; }"], ("x86-64",))
     """)
     env = dict(subprocess_env(), CXX=str(fake), XDG_CACHE_HOME=str(tmp_path / "cache"))
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)

@@ -20,8 +20,9 @@ def _model_and_input():
 def test_manifest_records_the_proof(tmp_path):
     model, x = _model_and_input()
     path = aotc.export(model, (x,), tmp_path / "m.aotc")
-    check = json.loads((path / "manifest.json").read_text())["export_check"]
-    assert check == {"ran": True, "samples": 1, "outputs": 1}
+    manifest = json.loads((path / "manifest.json").read_text())
+    check, levels = manifest["export_check"], list(manifest["target"]["native"]["libraries"])
+    assert check == {"ran": True, "samples": 1, "outputs": 1, "levels": levels}   # each proven
     skipped = aotc.export(model, (x,), tmp_path / "n.aotc", prove=False)
     assert json.loads((skipped / "manifest.json").read_text())["export_check"]["ran"] is False
 
@@ -49,8 +50,8 @@ def test_wrong_outputs_are_a_lowering_error(tmp_path, monkeypatch):
     from aotc import prove
     model, x = _model_and_input()
     real = prove.prove
-    monkeypatch.setattr(prove, "prove", lambda path, inputs, expected:
-                        real(path, inputs, [e + 1 for e in expected]))
+    monkeypatch.setattr(prove, "prove", lambda path, inputs, expected, isa=None:
+                        real(path, inputs, [e + 1 for e in expected], isa))
     with pytest.raises(aotc.LoweringError, match=r"output #0 differs"):
         aotc.export(model, (x,), tmp_path / "m.aotc")
     assert not (tmp_path / "m.aotc").exists()

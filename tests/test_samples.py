@@ -133,8 +133,11 @@ def test_cli_export_in_process_matches_eager(name, tmp_path):
         assert m.inputs[0].values == (0, 999)
 
 
-def test_cli_export_reproducible_across_processes(cli_mlp_artifact, tmp_path, monkeypatch):
+def test_cli_export_reproducible_across_processes(cli_mlp_artifact, tmp_path, monkeypatch,
+                                                 one_cpu_level):
     """The same command in another process (here: in-process, default -o) gives the same bytes."""
+    from aotc.codegen.cpp import build
+    monkeypatch.setattr(build, "auto_levels", one_cpu_level)   # every level, as the subprocess
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["export", SAMPLES["mlp"].ref, "-i", "32x64"])
     assert result.exit_code == 0, result.output

@@ -13,7 +13,7 @@ from safetensors.torch import save_file, save_model
 import aotc
 from aotc.errors import StateDictError
 from aotc.runtime import format as fmt
-from conftest import assert_matches, eager, read_raw_manifest, run_aotc
+from conftest import LIBRARY, assert_matches, eager, read_raw_manifest, run_aotc
 
 
 class Tied(torch.nn.Module):
@@ -139,7 +139,7 @@ def test_load_with_a_weights_file_and_the_swap_weights_command(exported, tmp_pat
     assert "left out samples/inputs.safetensors" in proc.stderr
     assert_matches(aotc.load(out)(*ex.inputs), want, rtol=1e-4, atol=1e-4)
     before, after = read_raw_manifest(ex.path), read_raw_manifest(out)
-    for rel in (fmt.KERNEL_LIBRARY, fmt.plan_file("forward")):   # kernels and plans shared
+    for rel in (LIBRARY, fmt.plan_file("forward")):   # kernels and plans shared
         assert after["files"][rel] == before["files"][rel]
     assert fmt.SAMPLE_INPUTS not in after["files"]
     assert after["weights"]["transposed"] == before["weights"]["transposed"]

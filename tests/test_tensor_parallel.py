@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 import aotc
 from aotc.errors import ExportError, TargetError
+from aotc.runtime import format as fmt
 from conftest import SAMPLES_DIR, import_file
 
 WORKER = Path(__file__).with_name("tp_worker.py")
@@ -75,7 +76,7 @@ def test_the_artifact_records_its_ranks_and_sharding(forward):
     ids, path = forward
     m = json.loads((path / "manifest.json").read_text())
     tp = m["tensor_parallel"]
-    assert m["format_version"] == 8 and tp["world_size"] == 2
+    assert m["format_version"] == fmt.FORMAT_VERSION and tp["world_size"] == 2
     assert [r["shards"] for r in tp["ranks"]] == [["weights-rank0.safetensors"],
                                                   ["weights-rank1.safetensors"]]
     assert tp["sharding"]["layers.0.attn.wq.weight"] == 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aotc.codegen.cpp.build import build_library, compiler, compiler_version, resolve_isa
+from aotc.codegen.cpp.build import build_libraries, compiler, compiler_version, resolve_isa
 from aotc.codegen.cpp.kernel import kernel_source
 from aotc.runtime.dtypes import dtype_name
 
@@ -20,9 +20,10 @@ extern "C" int aotc_max_threads() { return omp_get_max_threads(); }
 __all__ = ["generate", "resolve_isa", "compiler_description"]
 
 
-def generate(groups: list, isa: str):
+def generate(groups: list, levels: tuple):
     """Kernels of one or more graphs, given as (kernels, buffers, stored) groups, into one
-    library: (source text, library bytes, {kernel name: (buffers read, written, sizes)})."""
+    source and one library per CPU level: (source text, {level: library bytes},
+    {kernel name: (buffers read, written, sizes)})."""
     bodies, signatures, entries = [], {}, []
     for kernels, buffers, stored in groups:
         for k in kernels:
@@ -33,11 +34,12 @@ def generate(groups: list, isa: str):
             entries.append((k.name, _prototype(src, k.name), len(ins) + len(outs), len(sizes),
                             dtypes))
     table = THREADS_UNIT + kernel_table(entries)
-    header = f"// aotc generated kernels: {len(bodies)} kernels, built for -march={isa}\n"
+    header = (f"// aotc generated kernels: {len(bodies)} kernels, built for -march="
+              f"{', '.join(levels)}\n")
     source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
              for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [table]
-    return source, build_library(units, isa), signatures
+    return source, build_libraries(units, levels), signatures
 
 
 def _prototype(src: str, name: str) -> str:
@@ -61,5 +63,5 @@ def kernel_table(entries: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compiler_description() -> str:
-    return compiler_version(compiler())
+def compiler_description(levels: tuple) -> str:
+    return compiler_version(compiler(levels[0]))

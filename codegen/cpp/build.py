@@ -14,11 +14,12 @@ import functools
 import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from functools import lru_cache
 from pathlib import Path
 
 from aotc.errors import LoweringError, UsageError
-from aotc.runtime.cpu import LEVELS, best_level, host_arch
+from aotc.runtime.cpu import LEVELS, arch_of, auto_levels, best_level, host_arch
 from aotc.runtime.staging import Staging
 
 _PR_SET_PDEATHSIG = 1
@@ -37,7 +38,24 @@ FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fno-math-errno", "-fno-trap
          "-fno-semantic-interposition")
 
 
-def compiler() -> str:
+CROSS = {"aarch64": "aarch64-linux-gnu-g++"}    # the cross compiler of each other arch
+CROSS_PACKAGE = {"aarch64": "g++-aarch64-linux-gnu"}
+
+
+def compiler(level: str | None = None) -> str:
+    """The C++ compiler that builds for `level` (None: this host): the host's, or for another
+    architecture its cross compiler (a UsageError naming it where it is not installed)."""
+    arch = arch_of(level) if level is not None else host_arch()
+    if arch != host_arch():
+        cross = CROSS.get(arch)
+        if cross is None or shutil.which(cross) is None:
+            raise UsageError(f"building CPU kernels for {level} needs the cross compiler "
+                             f"{cross or arch + '-g++'}, which is not installed",
+                             where="--isa", expected=f"{cross} on PATH",
+                             found="not found", fix=f"install it (e.g. apt-get install "
+                             f"{CROSS_PACKAGE.get(arch, 'a cross g++')}), or export with "
+                             "--isa auto for this host")
+        return cross
     for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
         if name and shutil.which(name):
             return name
@@ -53,17 +71,19 @@ def compiler_version(cxx: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
-def resolve_isa(isa: str) -> str:
-    level = best_level() if isa in ("auto", "native") else isa
+def resolve_isa(isa: str) -> tuple:
+    """The levels `--isa` asks for, lowest first: auto, the baseline up to this host's level
+    (runtime/cpu.py auto_levels); native, this host's level; a level, exactly that one."""
+    if isa == "auto":
+        return auto_levels()
+    level = best_level() if isa == "native" else isa
     if level not in LEVELS:
         raise UsageError(f"unknown CPU ISA level {isa!r}", where="--isa",
-                         expected=["auto", *LEVELS], found=isa,
-                         fix="use auto (this host's best) or e.g. x86-64-v3 for portable builds")
-    if (level == "armv8-a") != (host_arch() == "aarch64"):
-        raise UsageError(f"ISA {level} does not match this host ({host_arch()})", where="--isa",
-                         expected=f"a level for {host_arch()}", found=level,
-                         fix="cross-compiling CPU kernels is not supported; use auto")
-    return level
+                         expected=["auto", "native", *LEVELS], found=isa,
+                         fix="use auto (the baseline up to this host's level) or one level, "
+                             "e.g. x86-64-v3")
+    compiler(level)     # another architecture: its cross compiler must be installed
+    return (level,)
 
 
 def cache_dir() -> Path:
@@ -71,42 +91,58 @@ def cache_dir() -> Path:
     return base / "aotc" / "cpp"
 
 
-def build_library(units: list[str], isa: str) -> bytes:
-    """Compile C++ translation units for `isa` into one shared library; returns its bytes."""
-    cxx = compiler()
-    flags = [*FLAGS, f"-march={isa}"]
-    key = hashlib.sha256("\0".join([compiler_version(cxx), *flags, *units]).encode()).hexdigest()
-    cached = cache_dir() / f"{key}.so"
-    if cached.is_file():
-        return cached.read_bytes()
-    with Staging("aotc-cc-") as tmp:
-        objs = []
-        for i, src in enumerate(units):
-            (Path(tmp) / f"u{i}.cpp").write_text(src)
-            objs.append(Path(tmp) / f"u{i}.o")
-
-        def cc(i):
-            return subprocess.run([cxx, *flags, "-c", f"u{i}.cpp", "-o", objs[i].name],
-                                  cwd=tmp, capture_output=True, text=True,
-                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
+def build_libraries(units: list[str], levels: tuple) -> dict:
+    """Compile C++ translation units into one shared library per level: {level: bytes}. The
+    compiles of every level share one pool of one process per core, the links follow."""
+    jobs = {level: _Job(units, level) for level in levels}
+    todo = [job for job in jobs.values() if not job.cached.is_file()]
+    with ExitStack() as stack:
+        for job in todo:
+            job.tmp = Path(stack.enter_context(Staging("aotc-cc-")))
+            for i, src in enumerate(units):
+                (job.tmp / f"u{i}.cpp").write_text(src)
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            results = list(pool.map(cc, range(len(units))))
-        link = None
-        if all(r.returncode == 0 for r in results):
-            link = subprocess.run([cxx, *flags, "-shared", *[o.name for o in objs], "-o",
-                                   "lib.so"], cwd=tmp, capture_output=True, text=True,
-                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
-        failed = next((r for r in [*results, link] if r is None or r.returncode != 0), None)
-        if failed is not None:
-            err = (failed.stderr if failed is not None else "")[-3000:]
+            compiles = [(job, pool.submit(job.run, ["-c", f"u{i}.cpp", "-o", f"u{i}.o"]))
+                        for job in todo for i in range(len(units))]
+            for job, f in compiles:
+                job.check(f.result())
+            links = [(job, pool.submit(job.run, ["-shared", *[f"u{i}.o" for i in
+                                                              range(len(units))], "-o", "lib.so"]))
+                     for job in todo]
+            for job, f in links:
+                job.check(f.result())
+        for job in todo:
+            job.store((job.tmp / "lib.so").read_bytes())
+    return {level: job.cached.read_bytes() for level, job in jobs.items()}
+
+
+class _Job:
+    """The build of one level's library: its compiler, flags and cache entry."""
+
+    def __init__(self, units: list[str], level: str):
+        self.cxx = compiler(level)
+        self.flags = [*FLAGS, f"-march={level}"]
+        key = hashlib.sha256("\0".join([compiler_version(self.cxx), *self.flags, *units])
+                             .encode()).hexdigest()
+        self.cached = cache_dir() / f"{key}.so"
+        self.tmp: Path | None = None
+
+    def run(self, args: list) -> subprocess.CompletedProcess:
+        return subprocess.run([self.cxx, *self.flags, *args], cwd=self.tmp, capture_output=True,
+                              text=True, preexec_fn=functools.partial(die_with_parent,
+                                                                      os.getpid()))
+
+    def check(self, result: subprocess.CompletedProcess) -> None:
+        if result.returncode != 0:
             raise LoweringError("the C++ compiler rejected the generated kernels",
-                                where=f"{cxx} {' '.join(flags)}", expected="a clean compile",
-                                found=err or "a failed compile",
+                                where=f"{self.cxx} {' '.join(self.flags)}",
+                                expected="a clean compile",
+                                found=result.stderr[-3000:] or "a failed compile",
                                 fix="report this as an aotc bug with the model; meanwhile "
                                     "export with --no-codegen to use ATen kernels only")
-        data = (Path(tmp) / "lib.so").read_bytes()
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    part = cached.with_suffix(f".{os.getpid()}.part")
-    part.write_bytes(data)
-    os.replace(part, cached)
-    return data
+
+    def store(self, data: bytes) -> None:
+        self.cached.parent.mkdir(parents=True, exist_ok=True)
+        part = self.cached.with_suffix(f".{os.getpid()}.part")
+        part.write_bytes(data)
+        os.replace(part, self.cached)

@@ -12,6 +12,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from aotc.runtime.cpu import ORDER as ISA_ORDER
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
@@ -22,7 +23,8 @@ from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, 
 PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 ARCH = re.compile(r"sm_[0-9]{2,3}a?\Z")
-ISAS = frozenset({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "armv8-a"})
+ISAS = frozenset(ISA_ORDER)
+LIBRARY = re.compile(r"kernels/kernels(?:-[a-z0-9-]+)?\.so\Z")
 MAX_DIM = 1 << 40
 __all__ = ["FileEntry", "Weights", "Manifest", "parse_manifest"]
 
@@ -86,14 +88,25 @@ class EntrySpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CppNative:
-    isa: str
+    libraries: tuple                 # (level, library file), lowest level first (format >= 9)
     compiler: str
-    library: str
     source: str
     table: bool = False              # the library exports aotc_kernel_table (format >= 5)
 
+    @property
+    def levels(self) -> tuple:
+        return tuple(level for level, _ in self.libraries)
+
+    @property
+    def isa(self) -> str:
+        """The lowest level: what a host needs at least to run these kernels."""
+        return self.libraries[0][0]
+
+    def library(self, level: str) -> str:
+        return dict(self.libraries)[level]
+
     def to_json(self) -> dict:
-        return {"compiler": self.compiler, "isa": self.isa, "library": self.library,
+        return {"compiler": self.compiler, "libraries": dict(self.libraries),
                 "source": self.source, "table": self.table}
 
 
@@ -248,7 +261,11 @@ def _check_listed(m: Manifest, files: At) -> None:
     need = [e.plan for e in m.entries.values()]
     native = m.target.native
     if isinstance(native, CppNative):
-        need += [native.library, native.source]
+        need += [path for _, path in native.libraries] + [native.source]
+        named = {path for _, path in native.libraries}
+        for rel in m.files:     # every library in the file table is one of the levels
+            files.check(not LIBRARY.match(rel) or rel in named, f"{rel} named in "
+                        "target.native.libraries", f"lists {rel}, a library of no level")
     elif isinstance(native, TritonNative):
         need += [f"kernels/{k}.{ext}" for k in native.kernels for ext in ("json", "py")]
     need += m.weights.shards
@@ -301,13 +318,28 @@ def _target(a: At) -> Target:
                                   kernels=tuple(k.ident() for k in n.get("kernels").list(1 << 16)),
                                   autotune=None if at.is_null() else display(at))
         else:
-            n.obj(required=("isa", "compiler", "library", "source"), optional=("table",))
-            native = CppNative(isa=n.get("isa").str(choices=ISAS),
+            n.obj(required=("libraries", "compiler", "source"), optional=("table",))
+            native = CppNative(libraries=_libraries(n.get("libraries")),
                                compiler=n.get("compiler").text(512),
-                               library=n.get("library").str(choices={"kernels/kernels.so"}),
                                source=n.get("source").str(choices={"kernels/kernels.cpp"}),
                                table=n.get("table", False).bool())
     return Target(device=device, archs=archs, portable=a.get("portable").bool(), native=native)
+
+
+def _libraries(a: At) -> tuple:
+    """level -> library file: known levels of one architecture, each in its own file
+    (kernels/kernels-<level>.so; the one kernels/kernels.so of a migrated format <= 7)."""
+    out = []
+    for level, path in a.items(len(ISAS)):
+        path.check(level in ISAS, f"a CPU level ({', '.join(sorted(ISAS))})",
+                   f"names the level {level[:40]!r}")
+        legacy = len(a.value) == 1 and path.value == "kernels/kernels.so"
+        out.append((level, path.str(choices={f"kernels/kernels-{level}.so"} |
+                                    ({"kernels/kernels.so"} if legacy else set()))))
+    a.check(bool(out), "at least one library", "is empty")
+    arches = {level.startswith("arm") for level, _ in out}
+    a.check(len(arches) == 1, "levels of one architecture", "mixes x86-64 and aarch64")
+    return tuple(sorted(out, key=lambda e: ISA_ORDER.index(e[0])))
 
 
 MAX_STATE_BYTES = 1 << 40

@@ -1,20 +1,21 @@
 """Migrations: documents of older format versions rewritten into the current form before they
 are parsed (runtime/format.py's changelog says what each version added).
 
-Version 8 only adds an optional section (tensor_parallel), so documents of 7 are read as they
-are. Versions 1-6 differ from 7 in what later versions made explicit or added, never in
-meaning:
+Versions 1-8 differ from 9 in what later versions made explicit or added, never in meaning
+(8 only added the optional tensor_parallel section):
   * slots may lack `contiguous` (a dense row-major layout was assumed where it was missing);
     it is computed from the slot's own shape and strides (before 5);
   * slots may carry `local` (a kernel-internal buffer, informational; 5 drops it);
   * a C++ kernel library has no kernel table (kernels are found by their aotc names; before 5);
   * the weights are one file, weights.safetensors, when there are any (before 7: `shards`
     names it; no index `map`, no `state_dict` keys, which loading then takes to be every
-    weight name).
+    weight name);
+  * a C++ kernel library is one file at one CPU level (before 9: target.native.isa and
+    .library; `libraries` maps that level to it).
 """
 from __future__ import annotations
 
-CURRENT = 7
+CURRENT = 9
 _PLANS = 5     # the last version whose plans changed form
 
 
@@ -26,6 +27,11 @@ def migrate_manifest(raw: dict, version: int | None = None) -> dict:
     native = (out.get("target") or {}).get("native")
     if version < 5 and isinstance(native, dict) and "kind" not in native:
         out["target"] = dict(out["target"], native=dict(native, table=False))
+    native = (out.get("target") or {}).get("native")
+    if isinstance(native, dict) and "kind" not in native and isinstance(native.get("isa"), str):
+        rest = {k: v for k, v in native.items() if k not in ("isa", "library")}
+        out["target"] = dict(out["target"], native=dict(
+            rest, libraries={native["isa"]: native.get("library")}))
     weights = out.get("weights")
     if isinstance(weights, dict) and "shards" not in weights:
         count = weights.get("count")
