@@ -25,6 +25,14 @@ _FIX = ("report it with the model (this is an aotc bug); meanwhile export with -
         "which runs every op through ATen")
 
 
+# Half-precision outputs of deep models: eager's own rounding error grows with depth (a 22-layer
+# LLaMA of 1.1B parameters in bf16 is 2.1% off its fp32 run in relative L2, aotc's 2.1% too, and
+# the two 2.1% apart), so elementwise tolerances refuse a correct artifact. Without explicit
+# tolerances such an output also passes where its relative L2 distance to eager's is within
+# this (a wrong op or layer is off by tens of percent).
+HALF_RELATIVE = {torch.bfloat16: 5e-2, torch.float16: 1e-2}
+
+
 def compare(got: torch.Tensor, want: torch.Tensor, rtol=None, atol=None) -> tuple[bool, float]:
     """(within tolerance, max abs difference)."""
     if got.shape != want.shape or got.dtype != want.dtype:
@@ -35,7 +43,14 @@ def compare(got: torch.Tensor, want: torch.Tensor, rtol=None, atol=None) -> tupl
     r, a = rtol if rtol is not None else r, atol if atol is not None else a
     g, w = got.detach().cpu().double(), want.detach().cpu().double()
     diff = float((g - w).abs().max()) if g.numel() else 0.0
-    return bool(torch.allclose(g, w, rtol=r, atol=a, equal_nan=True)), diff
+    if torch.allclose(g, w, rtol=r, atol=a, equal_nan=True):
+        return True, diff
+    bound = HALF_RELATIVE.get(want.dtype) if rtol is None and atol is None else None
+    if bound is None or not bool(torch.isfinite(g).eq(torch.isfinite(w)).all()):
+        return False, diff
+    finite = torch.isfinite(w)
+    scale = float(w[finite].norm())
+    return float((g[finite] - w[finite]).norm()) <= bound * scale, diff
 
 
 def artifact_check(samples, device: str, wanted: bool = True, native: dict | None = None):

@@ -61,3 +61,22 @@ def test_a_cross_compiled_target_records_it_was_not_run():
     from aotc.prove import artifact_check
     check, record = artifact_check(((torch.ones(1),), (torch.ones(1),)), "cuda")
     assert check is None and record["ran"] is False and "aotc verify" in record["why"]
+
+
+def test_half_precision_outputs_pass_on_relative_error_and_real_errors_do_not():
+    """bf16 outputs of deep models differ from eager's elementwise by more than any fixed
+    tolerance while being as accurate (relative L2 a few percent); a wrong row does not pass."""
+    from aotc.prove import compare
+    g = torch.Generator().manual_seed(0)
+    want = (torch.randn(4, 1000, generator=g) * 3).bfloat16()
+    noisy = (want.double() * (1 + 0.02 * torch.randn(4, 1000, generator=g))).bfloat16()
+    assert not torch.allclose(noisy.double(), want.double(), rtol=2e-2, atol=2e-2)
+    assert compare(noisy, want)[0]
+    assert not compare(noisy, want, rtol=2e-2, atol=2e-2)[0]   # explicit tolerances: elementwise
+    wrong = want.clone()
+    wrong[1] = 0
+    assert not compare(wrong, want)[0]
+    assert not compare(noisy.float(), want.float())[0]         # fp32 stays elementwise
+    nan = noisy.clone()
+    nan[0, 0] = float("nan")
+    assert not compare(nan, want)[0]
