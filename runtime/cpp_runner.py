@@ -60,27 +60,33 @@ class CppPlanFunction:
             raise RuntimeError(why)
         self.plan, self.library, self.device = plan, library, device
         self._python_source = (weights, static_weights, state)
+        self._spec = _Spec(plan, weights, device, library, static_weights, state or {})
+        self.symbols = self._spec.symbols
         self._build(runner)
 
     def _build(self, runner) -> None:
-        weights, static_weights, state = self._python_source
-        spec = _Spec(self.plan, weights, self.device, self.library, static_weights, state or {})
         try:
-            self.program = runner.Program(spec.as_dict())
+            self.program = runner.Program(self._spec.as_dict())
         except runner.SpecError as e:
             raise ArtifactError(f"the C++ runner refuses plan {self.plan.entry}: {e}",
                                 where=f"plans/{self.plan.entry}.json",
                                 expected="a plan it runs", found=str(e)[:300],
                                 fix="re-export the model") from None
-        self.symbols, self.derives = spec.symbols, spec.derives
         self.fn = self.program.run
+
+    @property
+    def derives(self) -> bool:
+        """Whether the runner holds tensors computed from weights at build time."""
+        return self._spec.derives
 
     def refresh(self) -> None:
         """After weights were overwritten in place (a verified load's checks finishing, a
-        load_state_dict): the views of weights the runner folded and the weights it laid out
-        for kernels at build time are taken again (weights bound as they are see the new
-        values already)."""
+        load_state_dict): the weights bound as copies, the views of weights the runner folded
+        and the weights it laid out for kernels are taken again (the checked steps are kept;
+        weights bound as they are see the new values already)."""
         if self.derives:
+            weights, _, state = self._python_source
+            self._spec.bind(weights, state or {})
             self._build(runner_status()[0])
 
     def __call__(self, inputs, symbols):
@@ -131,15 +137,20 @@ class _Spec:
         self.plan, self.library, self.device = plan, library, device
         self.symbols = symbol_names(plan)
         self.exprs: dict = {}
-        bound = bound_tensors(plan, weights, state)
-        self.constants = [(i, t) for i, t in bound.items()]
-        stored = {t.data_ptr() for t in weights.values()}   # a weight bound as a copy derives
-        self.derives = any(plan.slots[i].kind is SlotKind.WEIGHT and t.data_ptr() not in stored
-                           for i, t in bound.items())
+        self.derives = False   # tensors computed from weights: copies bound, folds, layouts
+        self.bind(weights, state)
         self.folded = {i for i, s in enumerate(plan.slots)
                        if s.kind is SlotKind.WEIGHT and static_weights}
         self.checked: set[int] = set()
         self.steps = [self._step(i, s) for i, s in enumerate(plan.steps)]
+
+    def bind(self, weights: dict, state: dict) -> None:
+        """The tensors the weight and state slots are bound to (again, after weights change)."""
+        bound = bound_tensors(self.plan, weights, state)
+        self.constants = [(i, t) for i, t in bound.items()]
+        stored = {t.data_ptr() for t in weights.values()}   # a weight bound as a copy derives
+        self.derives |= any(self.plan.slots[i].kind is SlotKind.WEIGHT
+                            and t.data_ptr() not in stored for i, t in bound.items())
 
     def as_dict(self) -> dict:
         outputs = [(o.slot, None) if o.slot is not None else (-1, o.const)
