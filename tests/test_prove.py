@@ -9,6 +9,7 @@ import torch
 
 import aotc
 from aotc.codegen import extern_layout
+from aotc.errors import LoweringError
 from test_extern_layout import PoolFlatten
 
 
@@ -80,3 +81,30 @@ def test_half_precision_outputs_pass_on_relative_error_and_real_errors_do_not():
     nan = noisy.clone()
     nan[0, 0] = float("nan")
     assert not compare(nan, want)[0]
+
+
+class _FakeGenerator:
+    """What _prove_generation reads of a loaded generator: weights and generate()."""
+
+    def __init__(self, weights, tokens):
+        self.weights, self.tokens = weights, tokens
+
+    def generate(self, prompt, n):
+        return self.tokens[:, :prompt.shape[1] + n]
+
+
+@pytest.mark.parametrize("first_weight", [torch.float32, torch.bfloat16])
+def test_half_generators_may_flip_late_tokens_whatever_weight_comes_first(first_weight):
+    """A bf16 generator whose first weight is a float32 buffer (rotary tables) is still proven
+    as half precision: a later greedy token may flip, the prefill's may not."""
+    from aotc.prove import _prove_generation
+    weights = {"cos": torch.zeros(2, dtype=first_weight), "w": torch.zeros(2, dtype=torch.bfloat16)}
+    prompt = torch.tensor([[1, 2, 3]])
+    want = torch.tensor([[1, 2, 3, 7, 8, 9]])
+    _prove_generation(_FakeGenerator(weights, torch.tensor([[1, 2, 3, 7, 5, 5]])), prompt, want)
+    with pytest.raises(LoweringError, match="greedy tokens differ"):
+        _prove_generation(_FakeGenerator(weights, torch.tensor([[1, 2, 3, 6, 8, 9]])), prompt,
+                          want)
+    fp32 = {"w": torch.zeros(2)}
+    with pytest.raises(LoweringError, match="greedy tokens differ"):
+        _prove_generation(_FakeGenerator(fp32, torch.tensor([[1, 2, 3, 7, 5, 5]])), prompt, want)
