@@ -51,9 +51,10 @@ class Compiled(Eager):
 class Aotc:
     """A generator artifact exported from the model, loaded, driven through its module."""
 
-    def __init__(self, model, batch: int, cache: int, prompt, path, target=None):
+    def __init__(self, model, batch: int, cache: int, prompt, path, target=None,
+                 autotune: bool = False):
         t = time.perf_counter()
-        aotc.export(model, (prompt,), path, decode=True, max_cache_len=cache,
+        aotc.export(model, (prompt,), path, decode=True, max_cache_len=cache, autotune=autotune,
                     **({"target": target} if target else
                        {"target": "cuda" if prompt.is_cuda else "cpu"}))
         export_s = time.perf_counter() - t

@@ -47,6 +47,30 @@ def profile(system, prompt, steps: int) -> dict:
                               key=lambda x: -x[1])}
 
 
+def kernel_labels(path: Path, entry: str = "decode") -> dict[str, str]:
+    """{kernel name: the ops it fuses} of an artifact's plan (what `aotc inspect --fusion`
+    prints), so a profile's kernels read as what they compute."""
+    from aotc.runtime.artifact import Artifact
+    from aotc.runtime.schema.types import StepKind
+    labels = {}
+    for step in Artifact(path).plan(entry).steps:
+        if step.kind is StepKind.KERNEL:
+            ops = [op.split(".")[0] for f in step.fused for op in f.get("ops", [])]
+            labels[step.name] = "+".join(dict.fromkeys(ops))[:80]
+    return labels
+
+
+def grouped(by_name, labels: dict) -> list[str]:
+    """Kernel time summed by what the kernels fuse (one line per kind, longest first)."""
+    kinds = defaultdict(lambda: [0.0, 0])
+    for n, t, c in by_name:
+        k = kinds[labels.get(n.split("(")[0].strip(), n[:60])]
+        k[0] += t
+        k[1] += c
+    return [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, (t, c) in
+            sorted(kinds.items(), key=lambda kv: -kv[1][0])[:30]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-1b")
@@ -54,6 +78,7 @@ def main() -> None:
     ap.add_argument("--cache", type=int, default=1216)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device("cuda")
@@ -61,15 +86,26 @@ def main() -> None:
     prompt = torch.randint(0, meta["vocab"], (1, args.prompt), device=device)
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
-        systems = {"aotc": Aotc(model, 1, args.cache, prompt, Path(tmp) / "g.aotc"),
-                   "reduce-overhead": Compiled(model, 1, args.cache)}
+        systems = {"aotc": Aotc(model, 1, args.cache, prompt, Path(tmp) / "g.aotc")}
+        if args.autotune:
+            systems["aotc-autotune"] = Aotc(model, 1, args.cache, prompt, Path(tmp) / "t.aotc",
+                                            autotune=True)
+        systems["reduce-overhead"] = Compiled(model, 1, args.cache)
         for name, s in systems.items():
             clean = sorted(decode_time(s, prompt, 128)[0] / 128 for _ in range(3))[1]
             r = profile(s, prompt, args.steps)
             lines.append(f"== {name}: step {clean * 1e6:.0f} us ({1 / clean:.0f} tokens/s) "
                          f"unprofiled; {r['wall_us']:.0f} us wall profiled, {r['gpu_us']:.0f} "
                          f"us in {r['kernels']:.0f} kernels")
-            lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
+            if name.startswith("aotc"):
+                labels = kernel_labels(Path(tmp) / ("g.aotc" if name == "aotc" else "t.aotc"))
+                lines.append("  by what the kernels fuse:")
+                lines += grouped(r["by_name"], labels)
+                lines.append("  longest kernels:")
+                lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}  [{labels.get(n, '')}]"
+                          for n, t, c in r["by_name"][:40]]
+            else:
+                lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
     text = "\n".join(lines)
     print(text)
     if args.out is not None:
