@@ -31,6 +31,7 @@ from aotc.errors import LoweringError, UsageError
 from aotc.exporter import trace_function
 from aotc.options import ExportOptions
 from aotc.runtime import format as fmt
+from aotc.runtime.cuda import CudaLauncher
 from aotc.runtime.interpret import import_kernel
 from conftest import SAMPLES, assert_matches
 
@@ -183,6 +184,13 @@ class Bench:
         self.timing, self.ran = False, None
 
     def load(self, ks, text, cubin, meta):
+        if meta:   # a real build: the runtime's own launcher, as the GPU loader makes it
+            from types import SimpleNamespace
+            owner = SimpleNamespace(device=torch.device("cpu"))
+            launcher = CudaLauncher(ks.name, None, None, autotune.candidate_build(meta),
+                                    SimpleNamespace(inputs=tuple(ks.ins)), owner)
+            assert launcher.threads == 32 * meta["num_warps"]
+            assert len(launcher.user) >= len(ks.ins)
         path = self.path / f"{ks.name}.py"
         path.write_text(text)
         fn, j = import_kernel(text, ks.name, str(path)), int(ks.name.rpartition("_c")[2])

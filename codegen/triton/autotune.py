@@ -28,6 +28,7 @@ import math
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 
 import torch
 
@@ -38,6 +39,7 @@ from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.errors import LoweringError, TargetError
 from aotc.exporter.symbols import SymbolNamer
 from aotc.runtime.cuda import CudaLauncher, driver, select_arch
+from aotc.runtime.schema.launch import Build, Param
 
 MAX_CANDIDATES = 8
 MAX_ELEMENTS = 16384            # per program: XBLOCK x its widest R block
@@ -306,7 +308,16 @@ class CudaLoader:
     def __call__(self, ks: KernelSource, text: str, cubin: bytes, meta: dict) -> CudaLauncher:
         driver().make_current(self.context)
         module, fn = driver().function(cubin, meta["symbol"], meta["shared"])
-        return CudaLauncher(ks.name, fn, module, meta, {"inputs": ks.ins}, self)
+        return CudaLauncher(ks.name, fn, module, candidate_build(meta),
+                            SimpleNamespace(inputs=tuple(ks.ins)), self)
+
+
+def candidate_build(meta: dict) -> Build:
+    """The runtime's typed `Build` of a candidate's launch metadata (build.launch_metadata:
+    what an artifact's launch spec would record for it, before any file holds the cubin)."""
+    return Build(cubin="", symbol=meta["symbol"], shared=meta["shared"],
+                 num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
+                 params=tuple(Param(**p) for p in meta["params"]))
 
 
 class GraphTimer:
