@@ -167,15 +167,21 @@ def parse(argv=None):
 
 
 def main(argv=None) -> None:
-    import sys
     args = parse(argv)
     args.prompts = [int(x) for x in args.prompts.split(",")]
     if args.threads:
         torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     rate = copy_rate(device)
-    rows = [bench_point(m, int(b), args, device, dtype, rate)
-            for m in args.models.split(",") for b in args.batches.split(",")]
+    rows = []
+    for m in args.models.split(","):
+        for b in args.batches.split(","):
+            rows.append(bench_point(m, int(b), args, device, dtype, rate))
+            write(args, rows, rate)     # after each point: a run cut short keeps what it did
+
+
+def write(args, rows: list, rate: float) -> None:
+    import sys
     from benchmarks.run import commit
     rev, modified = commit()
     meta = {"benchmark": "generation", "command": " ".join(["python -m benchmarks.generate",
@@ -183,9 +189,9 @@ def main(argv=None) -> None:
             "commit": args.commit or rev, "modified": [] if args.commit else modified,
             "device": args.device,
             "dtype": args.dtype, "torch": torch.__version__, "copy_rate_gb_s": rate / 1e9,
-            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}
+            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
     text = table(rows)
-    print(text)
+    print(text, flush=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows},

@@ -82,9 +82,11 @@ def node_loads(node: ComputedBuffer, prefix_len: int) -> tuple[list, tuple, dict
 
 def _row_local(index, buf, prefix, pvars, inner_ranges) -> bool:
     """Whether `index` into `buf` (written earlier in the same kernel) stays in the current row:
-    the row's base, plus an offset over the reader's inner vars that stays inside the row."""
+    the row's base, plus an offset over the reader's inner vars that stays inside the row. A
+    row var of a size-1 dim is 0 (a view may leave it out of the index, or give it a stride)."""
     k = len(prefix)
     rest = sympy.expand(index - linear_index(pvars, buf.stride[:k]))
+    rest = rest.subs({v: 0 for v, n in zip(pvars, prefix) if n == 1})   # size-1 dims: index 0
     if rest.free_symbols - set(inner_ranges):
         return False
     bounds = index_bounds(rest, inner_ranges)

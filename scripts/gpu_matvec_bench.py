@@ -98,12 +98,13 @@ def bench_shape(n: int, k: int, rate: float) -> list[str]:
         grid = (triton.cdiv(n, xb), split)
         out = out16 if split == 1 else out32
 
-        def run(xb=xb, rb=rb, warps=warps, split=split, out=out, grid=grid):
+        def run(xb=xb, rb=rb, warps=warps, split=split, out=out, grid=grid, w=None):
             if split > 1:
                 out.zero_()
-            _matvec[grid](x, next(it), out, n, k, xb, rb, split, num_warps=warps)
+            _matvec[grid](x, next(it) if w is None else w, out, n, k, xb, rb, split,
+                          num_warps=warps)
         try:
-            run()
+            run(w=ws[0])     # checked against the product with this weight
             torch.cuda.synchronize()
             got = out.float()
             err = float((got - want).abs().max() / want.abs().max())

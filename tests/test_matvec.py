@@ -45,3 +45,32 @@ def test_more_rows_and_cpu_targets_keep_gemms(tmp_path):
     cpu = aotc.load(compile_function(lambda x, w: x @ w.t(), (x[:1], w), tmp_path / "b.aotc"))
     assert "aten::mm.default" in [s.op for s in cpu.entries["forward"].plan.steps
                                   if s.kind.value == "extern"]
+
+
+def _kernels(path):
+    import json
+    plan = aotc.load(path, device="cpu", interpret=True).entries["forward"].plan
+    out = {}
+    for s in plan.steps:
+        if s.kind.value == "kernel":
+            spec = json.loads((path / "kernels" / f"{s.name}.json").read_text())
+            out[s.name] = (spec["constexprs"], spec["num_warps"],
+                           (path / "kernels" / f"{s.name}.py").read_text())
+    return out
+
+
+def test_a_computed_vector_is_stored_once_not_recomputed_by_every_program(tmp_path):
+    """SiLU(gate) * up feeding the down projection: stored by the gate/up kernel, loaded by
+    the down kernel (inline, each of the down kernel's programs would compute it again)."""
+    g = torch.Generator().manual_seed(0)
+    x, w1, w2 = (torch.randn(1, 64, generator=g), torch.randn(96, 64, generator=g),
+                 torch.randn(96, 64, generator=g))
+    w3 = torch.randn(64, 96, generator=g)
+
+    def mlp(x, w1, w2, w3):
+        return (torch.nn.functional.silu(x @ w1.t()) * (x @ w2.t())) @ w3.t()
+    path = compile_function(mlp, (x, w1, w2, w3), tmp_path / "m.aotc", **CUDA)
+    sources = [src for _, _, src in _kernels(path).values()]
+    assert len(sources) == 2 and sum("tl.exp" in s for s in sources) == 1
+    m = aotc.load(path, device="cpu", interpret=True)
+    torch.testing.assert_close(m(x, w1, w2, w3), mlp(x, w1, w2, w3), rtol=1e-4, atol=1e-3)
