@@ -1,0 +1,68 @@
+"""Where a fresh process's `aotc.load` and first token go on a GPU: a generator artifact is
+exported once, then loaded and prefilled in a new Python process under cProfile (what a
+serving host pays at start: imports, the driver, module loads, graph capture, the first call).
+
+    python scripts/gpu_load_profile.py --model llama-small --out OUT
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import cProfile, io, pstats, sys, time
+t0 = time.perf_counter()
+prof = cProfile.Profile()
+prof.enable()
+import torch
+import aotc
+t1 = time.perf_counter()
+torch.cuda.init()
+t2 = time.perf_counter()
+m = aotc.load(sys.argv[1])
+t3 = time.perf_counter()
+ids = torch.randint(0, 1000, (1, 128), device="cuda")
+m.prefill(ids)
+torch.cuda.synchronize()
+t4 = time.perf_counter()
+prof.disable()
+print(f"imports {1e3 * (t1 - t0):.0f} ms, cuda init {1e3 * (t2 - t1):.0f} ms, "
+      f"aotc.load {1e3 * (t3 - t2):.0f} ms, first prefill {1e3 * (t4 - t3):.0f} ms")
+for key in ("cumulative", "tottime"):
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats(key).print_stats(30)
+    print(out.getvalue())
+"""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="llama-small")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    import torch
+
+    from benchmarks.generate_models import build_model
+    from benchmarks.generate_systems import Aotc
+    model, _ = build_model(args.model, torch.device("cuda"), torch.bfloat16)
+    prompt = torch.randint(0, 1000, (1, 128), device="cuda")
+    with tempfile.TemporaryDirectory() as tmp:
+        Aotc(model, 1, 320, prompt, Path(tmp) / "g.aotc")
+        text = _child(Path(tmp) / "g.aotc")
+    print(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "load_profile.txt").write_text(text + "\n")
+
+
+def _child(path: Path) -> str:
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
+                          text=True, check=False)
+    return done.stdout + done.stderr[-3000:]
+
+
+if __name__ == "__main__":
+    main()
