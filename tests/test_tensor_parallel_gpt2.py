@@ -1,0 +1,86 @@
+"""GPT-2 split over 2 gloo ranks (`--tensor-parallel 2`): the fused c_attn column-parallel with
+each rank holding its heads' slices of q, k and v, c_proj and the MLP's c_proj row-parallel,
+c_fc column-parallel, the tied wte/lm_head split by vocabulary, wpe and the layer norms
+replicated. The forward equals the unsharded model's, and a generator's greedy tokens equal
+transformers' own with a static cache."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import aotc
+from aotc.errors import ExportError
+from test_tensor_parallel import CACHE, generator_matches_generate, launch
+
+tf = pytest.importorskip("transformers")
+
+
+def _gpt2(vocab: int = 96, heads: int = 4, **config):
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2,
+                                             n_head=heads, n_positions=CACHE, bos_token_id=0,
+                                             eos_token_id=0, **config)).eval()
+    with torch.no_grad():    # non-zero biases, so that a bias split or added twice shows
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0, 0.1)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def test_forward_equals_the_unsharded_model(tmp_path):
+    model = _gpt2(use_cache=False)
+    ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model(ids).logits
+    path = aotc.export(model, (ids,), tmp_path / "gpt2-tp2.aotc", tensor_parallel=2)
+    m = json.loads((path / "manifest.json").read_text())
+    sharding = m["tensor_parallel"]["sharding"]
+    h0 = "transformer.h.0."
+    assert sharding[h0 + "attn.c_attn.weight"] == 1 and sharding[h0 + "attn.c_attn.bias"] == 0
+    assert sharding[h0 + "attn.c_proj.weight"] == 0 and h0 + "attn.c_proj.bias" not in sharding
+    assert sharding[h0 + "mlp.c_fc.weight"] == 1 and sharding[h0 + "mlp.c_proj.weight"] == 0
+    assert sharding["transformer.wte.weight"] == 0          # with the tied lm_head: one slice
+    assert m["weights"]["aliases"] == {"lm_head.weight": "transformer.wte.weight"}
+    assert not {"transformer.wpe.weight", h0 + "ln_1.weight"} & set(sharding)   # replicated
+    ranks = launch(2, path, tmp_path / "out")
+    for _, out in ranks:
+        torch.testing.assert_close(out["0"], want, rtol=1e-4, atol=1e-4)
+    _check_fused_split(model, path)
+
+
+def _check_fused_split(model, path):
+    """Rank 1's c_attn is the second half of each of q, k and v, in that order."""
+    stored = load_file(str(path / "weights-rank1.safetensors"))
+    name = "transformer.h.1.attn.c_attn.bias"
+    full = dict(model.named_parameters())[name].detach()
+    q, k, v = full.split(64)
+    assert torch.equal(stored[name], torch.cat([q[32:], k[32:], v[32:]]))
+
+
+def test_generator_matches_generate(tmp_path):
+    model = _gpt2()
+    ids = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(4))
+    path = generator_matches_generate(model, ids, tmp_path)
+    state = json.loads((path / "manifest.json").read_text())["state"]
+    assert {tuple(s["shape"]) for s in state if s["name"] != "pos"} == {(1, 2, CACHE, 16)}
+
+
+def test_heads_that_do_not_divide_are_refused(tmp_path):
+    with pytest.raises(ExportError) as info:
+        aotc.export(_gpt2(heads=2, use_cache=False), (torch.zeros(1, 4, dtype=torch.int64),),
+                    tmp_path / "x.aotc", tensor_parallel=4)
+    assert "heads (2) does not divide by the 4 ranks" in info.value.what
+    assert info.value.where == "transformer.h.0.attn.c_attn"
+
+
+def test_cross_attention_is_refused(tmp_path):
+    model = _gpt2(add_cross_attention=True, use_cache=False)
+    with pytest.raises(ExportError) as info:
+        aotc.export(model, (torch.zeros(1, 4, dtype=torch.int64),), tmp_path / "x.aotc",
+                    tensor_parallel=2)
+    assert info.value.where == "transformer.h.0.crossattention.c_attn"
+    assert "cross-attention" in info.value.fix
