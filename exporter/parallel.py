@@ -14,11 +14,12 @@ Rules, by module (`RULES`; the first whose projections a module has claims it):
     intermediate size, down row-parallel with an all-reduce; GPT-2's MLP (c_fc/c_proj, an
     elementwise activation between them) the same way;
   * the LM head (a projection onto the vocabulary): split by vocabulary, its logits gathered
-    (`aotc::all_gather`), where the ranks divide the vocabulary; replicated otherwise;
+    (`aotc::all_gather`); a vocabulary the ranks do not divide (GPT-2's 50257) is padded to
+    the next multiple of N with zero rows on the last rank, and the gathered logits cut back;
   * the embedding of that vocabulary: split by vocabulary too, each rank looking up the ids it
     holds (zeros for the others), summed by an all-reduce; a tied head and embedding share
     their slice;
-  * norms, and what the ranks do not divide: replicated.
+  * norms, position embeddings and the rest: replicated.
 Any other projection is an ExportError naming it. Every rank model has the same shapes, so one
 captured graph (rank 0's) serves all ranks; the others contribute only their weights, under
 the same names (so whatever differs between ranks is tensor data, never a Python constant the
@@ -66,17 +67,19 @@ class RowParallelConv1D(RowParallelLinear):
 
 class VocabParallelHead(nn.Module):
     """An LM head over this rank's slice of the vocabulary: every rank's logits gathered
-    (`aotc::all_gather`) along the last dim, rank 0's first."""
+    (`aotc::all_gather`) along the last dim, rank 0's first, and cut back to the `vocab` of the
+    model where the last rank's slice is padded."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, world: int):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, world: int, vocab: int):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
-        self.world = world
+        self.world, self.vocab = world, vocab
 
     def forward(self, x):
         y = F.linear(x, self.weight, self.bias)
-        return torch.ops.aotc.all_gather(y, y.dim() - 1, self.world)
+        y = torch.ops.aotc.all_gather(y, y.dim() - 1, self.world)
+        return y if y.shape[-1] == self.vocab else y[..., :self.vocab]
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -284,11 +287,24 @@ def _replace(m: nn.Module, name: str, new: nn.Module) -> None:
     setattr(m.get_submodule(parent) if parent else m, attr, new)
 
 
+def _vocab_rows(t: torch.Tensor | None, rank: int, world: int) -> torch.Tensor | None:
+    """Rank `rank`'s rows of a tensor over the vocabulary (dim 0): ceil(vocab / world) of them,
+    the last rank's padded with zero rows where the ranks do not divide the vocabulary (so
+    every rank's tensor has the same shape, as one plan for all ranks needs)."""
+    if t is None:
+        return None
+    n = -(-t.shape[0] // world)
+    rows = t.detach()[rank * n:(rank + 1) * n]
+    pad = n - rows.shape[0]
+    return torch.cat([rows, rows.new_zeros((pad, *rows.shape[1:]))]) if pad else rows.clone()
+
+
 def _shard_heads(m: nn.Module, claimed: set, rank: int, world: int) -> dict:
     """LM heads (projections onto the vocabulary) and the embeddings of that vocabulary, split
-    by vocabulary where the ranks divide it (a tied pair stays tied); replicated otherwise."""
+    by vocabulary (a tied pair stays tied); a vocabulary the ranks do not divide is padded
+    (`_vocab_rows`): ids past it are never looked up, and its logits are cut after the gather."""
     heads = {name: mod for name, mod in m.named_modules() if type(mod) is nn.Linear
-             and name not in claimed and not mod.out_features % world}
+             and name not in claimed}
     vocab = {h.out_features for h in heads.values()}
     embeds = {name: mod for name, mod in m.named_modules()
               if type(mod) is nn.Embedding and mod.num_embeddings in vocab}
@@ -296,17 +312,14 @@ def _shard_heads(m: nn.Module, claimed: set, rank: int, world: int) -> dict:
              if h.out_features in {e.num_embeddings for e in embeds.values()}}
     out, split = {}, {}
     for name, e in embeds.items():
-        n = e.num_embeddings // world
-        new = VocabParallelEmbedding(e.weight.detach()[rank * n:(rank + 1) * n].clone(),
-                                     rank * n)
+        new = VocabParallelEmbedding(_vocab_rows(e.weight, rank, world),
+                                     rank * -(-e.num_embeddings // world))
         split[id(e.weight)] = new.weight
         _replace(m, name, new)
         out[f"{name}.weight"] = 0
     for name, h in heads.items():
-        n = h.out_features // world
-        w = h.weight.detach()[rank * n:(rank + 1) * n].clone()
-        b = None if h.bias is None else h.bias.detach()[rank * n:(rank + 1) * n].clone()
-        new = VocabParallelHead(w, b, world)
+        b = _vocab_rows(h.bias, rank, world)
+        new = VocabParallelHead(_vocab_rows(h.weight, rank, world), b, world, h.out_features)
         if id(h.weight) in split:      # tied to an embedding: the same slice, one tensor
             new.weight = split[id(h.weight)]
         _replace(m, name, new)

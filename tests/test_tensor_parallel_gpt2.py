@@ -1,8 +1,9 @@
 """GPT-2 split over 2 gloo ranks (`--tensor-parallel 2`): the fused c_attn column-parallel with
 each rank holding its heads' slices of q, k and v, c_proj and the MLP's c_proj row-parallel,
 c_fc column-parallel, the tied wte/lm_head split by vocabulary, wpe and the layer norms
-replicated. The forward equals the unsharded model's, and a generator's greedy tokens equal
-transformers' own with a static cache."""
+replicated. The vocabulary is odd (97, as GPT-2's 50257 is): padded to 98, 49 rows a rank, the
+gathered logits cut back to 97. The forward equals the unsharded model's, and a generator's
+greedy tokens equal transformers' own with a static cache."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from test_tensor_parallel import CACHE, generator_matches_generate, launch
 tf = pytest.importorskip("transformers")
 
 
-def _gpt2(vocab: int = 96, heads: int = 4, **config):
+def _gpt2(vocab: int = 97, heads: int = 4, **config):
     torch.manual_seed(0)
     model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2,
                                              n_head=heads, n_positions=CACHE, bos_token_id=0,
@@ -33,7 +34,7 @@ def _gpt2(vocab: int = 96, heads: int = 4, **config):
 
 def test_forward_equals_the_unsharded_model(tmp_path):
     model = _gpt2(use_cache=False)
-    ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = model(ids).logits
     path = aotc.export(model, (ids,), tmp_path / "gpt2-tp2.aotc", tensor_parallel=2)
@@ -62,11 +63,17 @@ def _check_fused_split(model, path):
 
 
 def test_generator_matches_generate(tmp_path):
+    """The KV cache holds each rank's 2 of the 4 heads; the last rank's vocabulary rows are
+    padded with one zero row."""
     model = _gpt2()
-    ids = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(4))
+    ids = torch.randint(0, 97, (1, 8), generator=torch.Generator().manual_seed(4))
     path = generator_matches_generate(model, ids, tmp_path)
-    state = json.loads((path / "manifest.json").read_text())["state"]
-    assert {tuple(s["shape"]) for s in state if s["name"] != "pos"} == {(1, 2, CACHE, 16)}
+    m = json.loads((path / "manifest.json").read_text())
+    assert {tuple(s["shape"]) for s in m["state"] if s["name"] != "pos"} == {(1, 2, CACHE, 16)}
+    assert m["tensor_parallel"]["sharding"]["transformer.wte.weight"] == 0
+    last = load_file(str(path / "weights-rank1.safetensors"))["transformer.wte.weight"]
+    full = model.transformer.wte.weight.detach()
+    assert last.shape == (49, 64) and torch.equal(last[:48], full[49:]) and not last[48].any()
 
 
 def test_heads_that_do_not_divide_are_refused(tmp_path):
