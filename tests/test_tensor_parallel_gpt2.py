@@ -7,14 +7,17 @@ greedy tokens equal transformers' own with a static cache."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 import aotc
-from aotc.errors import ExportError
-from test_tensor_parallel import CACHE, generator_matches_generate, launch
+from aotc.errors import ExportError, TargetError
+from test_tensor_parallel import CACHE, _port, generator_matches_generate, launch
 
 tf = pytest.importorskip("transformers")
 
@@ -32,12 +35,19 @@ def _gpt2(vocab: int = 97, heads: int = 4, **config):
     return model
 
 
-def test_forward_equals_the_unsharded_model(tmp_path):
+@pytest.fixture(scope="module")
+def forward(tmp_path_factory):
     model = _gpt2(use_cache=False)
     ids = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(3))
+    path = aotc.export(model, (ids,), tmp_path_factory.mktemp("gpt2") / "gpt2-tp2.aotc",
+                       tensor_parallel=2)
+    return model, ids, path
+
+
+def test_forward_equals_the_unsharded_model(forward, tmp_path):
+    model, ids, path = forward
     with torch.no_grad():
         want = model(ids).logits
-    path = aotc.export(model, (ids,), tmp_path / "gpt2-tp2.aotc", tensor_parallel=2)
     m = json.loads((path / "manifest.json").read_text())
     sharding = m["tensor_parallel"]["sharding"]
     h0 = "transformer.h.0."
@@ -47,8 +57,7 @@ def test_forward_equals_the_unsharded_model(tmp_path):
     assert sharding["transformer.wte.weight"] == 0          # with the tied lm_head: one slice
     assert m["weights"]["aliases"] == {"lm_head.weight": "transformer.wte.weight"}
     assert not {"transformer.wpe.weight", h0 + "ln_1.weight"} & set(sharding)   # replicated
-    ranks = launch(2, path, tmp_path / "out")
-    for _, out in ranks:
+    for _, out in launch(2, path, tmp_path / "out"):
         torch.testing.assert_close(out["0"], want, rtol=1e-4, atol=1e-4)
     _check_fused_split(model, path)
 
@@ -91,3 +100,24 @@ def test_cross_attention_is_refused(tmp_path):
                     tensor_parallel=2)
     assert info.value.where == "transformer.h.0.crossattention.c_attn"
     assert "cross-attention" in info.value.fix
+
+
+def test_cli_verify_runs_under_torchrun(forward):
+    """`torchrun --nproc-per-node 2 -m aotc.cli.main verify`: the CLI makes the process group
+    from torchrun's environment; each rank verifies its output, its lines prefixed."""
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+                          "-m", "aotc.cli.main", "verify", str(forward[2])],
+                         capture_output=True, text=True, timeout=180,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"[rank {rank}/2] verified 1 outputs" in run.stdout
+
+
+def test_cli_verify_without_a_launcher_says_how_to_launch(forward):
+    from click.testing import CliRunner
+    from aotc.cli.main import main
+    result = CliRunner().invoke(main, ["verify", str(forward[2])])
+    assert result.exit_code == TargetError.exit_code, result.output
+    assert "torchrun --nproc-per-node 2 --no-python aotc verify" in result.output
