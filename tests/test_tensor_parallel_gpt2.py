@@ -57,6 +57,8 @@ def test_forward_equals_the_unsharded_model(forward, tmp_path):
     assert sharding["transformer.wte.weight"] == 0          # with the tied lm_head: one slice
     assert m["weights"]["aliases"] == {"lm_head.weight": "transformer.wte.weight"}
     assert not {"transformer.wpe.weight", h0 + "ln_1.weight"} & set(sharding)   # replicated
+    from aotc.cli.report import inspect_text
+    assert "all_gather x1, all_reduce x5" in inspect_text(path)   # 2 a layer, the embedding's
     for _, out in launch(2, path, tmp_path / "out"):
         torch.testing.assert_close(out["0"], want, rtol=1e-4, atol=1e-4)
     _check_fused_split(model, path)
