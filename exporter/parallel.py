@@ -23,8 +23,8 @@ Rules, by module (`RULES`; the first whose projections a module has claims it):
 Any other projection is an ExportError naming it. Every rank model has the same shapes, so one
 captured graph (rank 0's) serves all ranks; the others contribute only their weights, under
 the same names (so whatever differs between ranks is tensor data, never a Python constant the
-graph would bake in: the embedding's first id is a buffer). The samples an artifact records are the unsharded model's, which every rank
-must reproduce.
+graph would bake in: the embedding's first id is a buffer). The samples an artifact records are
+the unsharded model's, which every rank must reproduce.
 """
 from __future__ import annotations
 
