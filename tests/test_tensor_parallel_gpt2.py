@@ -123,3 +123,18 @@ def test_cli_verify_without_a_launcher_says_how_to_launch(forward):
     result = CliRunner().invoke(main, ["verify", str(forward[2])])
     assert result.exit_code == TargetError.exit_code, result.output
     assert "torchrun --nproc-per-node 2 --no-python aotc verify" in result.output
+
+
+def test_four_ranks_partial_sums_add_up():
+    """4 ranks of 1 head each, in one process, where aotc::all_reduce is the identity: each
+    rank's attention output is its heads' partial product plus the bias, so the ranks' outputs
+    add up to the unsharded attention's, with the bias 3 more times."""
+    from aotc.exporter.parallel import shard_model
+    model = _gpt2(use_cache=False)
+    x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(5))
+    attn = model.transformer.h[0].attn
+    with torch.no_grad():
+        want = attn(x)[0]
+        parts = [shard_model(model, r, 4)[0].transformer.h[0].attn(x)[0] for r in range(4)]
+    assert parts[0].shape == want.shape
+    torch.testing.assert_close(sum(parts) - 3 * attn.c_proj.bias, want)
