@@ -174,24 +174,33 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes, runner, trusted_keys):
     from aotc.cli.report import describe_outputs, time_calls
     parsed = _parse_sizes(sizes)
 
-    def body():
+    def body(echo):
         import aotc
         t0 = time.perf_counter()
         m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys), runner=runner)
         load_s = time.perf_counter() - t0
-        inputs = m.random_inputs(seed=seed, sizes=parsed)
+        inputs = m.random_inputs(seed=seed, sizes=parsed)    # the same on every rank
         t0 = time.perf_counter()
         out = m(*inputs)
         first_s = time.perf_counter() - t0
         times = time_calls(lambda: m(*inputs), runs, warmup, m.device)
-        click.echo(m.signature())
-        click.echo(f"runner: {m.runtime}")
-        click.echo(describe_outputs(out))
-        click.echo(f"load {load_s * 1e3:.1f} ms, first call {first_s * 1e3:.2f} ms, "
-                   f"median {times['median'] * 1e3:.3f} ms, p90 {times['p90'] * 1e3:.3f} ms "
-                   f"over {runs} runs")
+        echo(m.signature())
+        echo(f"runner: {m.runtime}")
+        echo(describe_outputs(out))
+        echo(f"load {load_s * 1e3:.1f} ms, first call {first_s * 1e3:.2f} ms, "
+             f"median {times['median'] * 1e3:.3f} ms, p90 {times['p90'] * 1e3:.3f} ms "
+             f"over {runs} runs")
 
-    _run_guarded(ctx, body)
+    _run_guarded(ctx, _on_ranks, artifact, "run", body)
+
+
+def _on_ranks(artifact, command: str, body) -> None:
+    """`body(echo)`; for a tensor-parallel artifact, in a process group made from torchrun's
+    environment (runtime/parallel.py), each rank's lines prefixed with its rank."""
+    from aotc.runtime.parallel import launched_group
+    with launched_group(artifact, command) as (rank, world):
+        prefix = "" if rank is None else f"[rank {rank}/{world}] "
+        body(lambda text: click.echo("\n".join(prefix + line for line in str(text).splitlines())))
 
 
 def _parse_sizes(pairs) -> dict:
@@ -215,12 +224,12 @@ def verify(ctx, artifact, rtol, atol, device, trusted_keys):
     """Rerun the inputs recorded at export and compare with the recorded outputs."""
     from aotc.cli.report import verify_artifact
 
-    def body():
+    def body(echo):
         import aotc
         m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
-        click.echo(verify_artifact(m, rtol=rtol, atol=atol))
+        echo(verify_artifact(m, rtol=rtol, atol=atol))
 
-    _run_guarded(ctx, body)
+    _run_guarded(ctx, _on_ranks, artifact, "verify", body)
 
 
 @main.command("swap-weights")
@@ -289,7 +298,7 @@ def sign(ctx, artifact, key):
 def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_keys):
     """Greedy generation with a generator artifact (--decode) on random token ids: prints
     tokens/s, prefill latency, load time."""
-    def body():
+    def body(echo):
         import aotc
         from aotc.cli.generate import generate_report
         from aotc.errors import UsageError
@@ -299,11 +308,10 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_
             raise UsageError(f"{artifact} is not a generator", where=str(artifact),
                              expected="an artifact exported with --decode",
                              found="no prefill/decode entries", fix="use `aotc run`")
-        click.echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,
-                                   runs=runs, seed=seed, device=device,
-                                   trusted_keys=trusted_keys))
+        echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,
+                             runs=runs, seed=seed, device=device, trusted_keys=trusted_keys))
 
-    _run_guarded(ctx, body)
+    _run_guarded(ctx, _on_ranks, artifact, "generate", body)
 
 
 @main.command()

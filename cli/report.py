@@ -232,7 +232,7 @@ def _parallel_lines(tp) -> list[str]:
             + ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
             for d, names in sorted(dims.items())]
     out.append(f"  replicated: {len(tp.ranks[0].map) - len(tp.sharding)} stored tensors "
-               "(norms, buffers, and what the ranks do not divide)")
+               "(norms, position embeddings, buffers)")
     return out
 
 

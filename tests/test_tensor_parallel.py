@@ -1,8 +1,9 @@
 """Tensor-parallel artifacts (`--tensor-parallel N`) run on 2 CPU processes with gloo: each
 rank's output equals the unsharded model's (forward of samples/llama.py and of a transformers
-LLaMA with tied embeddings, split by vocabulary; greedy tokens of the sample and of a transformers Qwen2 as
-generators equal their eager tokens), and loading refuses
-a world size other than the artifact's, or no process group, with a TargetError."""
+LLaMA with tied embeddings, split by vocabulary; greedy tokens of the sample and of a
+transformers Qwen2 as generators equal their eager tokens; GPT-2 is in
+test_tensor_parallel_gpt2.py), and loading refuses a world size other than the artifact's, or
+no process group, with a TargetError."""
 from __future__ import annotations
 
 import json
@@ -157,23 +158,20 @@ def test_transformers_qwen2_generator_matches_generate(tmp_path):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).eval()
     model.generation_config.eos_token_id = None
     ids = torch.randint(0, 500, (1, 8), generator=torch.Generator().manual_seed(3))
+    generator_matches_generate(model, ids, tmp_path)
+
+
+def generator_matches_generate(model, ids, tmp_path: Path) -> Path:
+    """Export `model` as a TP=2 generator; both ranks' 16 greedy tokens equal transformers'
+    own with a static cache. The artifact's path."""
     with torch.no_grad():
         want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16,
                               do_sample=False, cache_implementation="static", pad_token_id=0)
-    path = aotc.export(model, (ids,), tmp_path / "qwen-tp2.aotc", decode=True,
+    path = aotc.export(model, (ids,), tmp_path / "gen-tp2.aotc", decode=True,
                        max_cache_len=CACHE, tensor_parallel=2)
     for _, out in launch(2, path, tmp_path / "out", "--new-tokens", "16"):
         assert torch.equal(out["tokens"], want)
-
-
-def test_gpt2_fused_attention_is_refused_by_name(tmp_path):
-    tf = pytest.importorskip("transformers")
-    model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2,
-                                             n_positions=32, use_cache=False)).eval()
-    with pytest.raises(ExportError) as info:
-        aotc.export(model, (torch.zeros(1, 4, dtype=torch.int64),), tmp_path / "x.aotc",
-                    tensor_parallel=2)
-    assert info.value.where == "transformer.h.0.attn.c_attn"
+    return path
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format_v8_tp.aotc"
