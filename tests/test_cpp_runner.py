@@ -258,3 +258,31 @@ def test_cli_says_which_runner(cli_mlp_artifact):
     assert ("runner:  cpp" if RUNNER else "runner:  python (") in shown
     ran = run_aotc("run", str(cli_mlp_artifact), "--runs", "2", "--runner", "python").stdout
     assert "runner: python (asked for)" in ran
+
+
+def test_a_generator_runs_on_the_cpp_runner_in_a_fresh_process(tmp_path):
+    """A serving process imports nothing of aotc's export side (aotc.nn, which registers the
+    aotc:: ops with the dispatcher for capture): the C++ runner runs aotc's own ops from its
+    native table, so a generator's prefill and decode both run on it, with the Python
+    runner's tokens."""
+    import subprocess
+    import sys
+
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                      hidden=128, vocab=500).eval()
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    path = aotc.export(model, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=48)
+    want = aotc.load(path, runner="python").generate(ids, 24)
+    torch.save(ids, tmp_path / "ids.pt")
+    code = ("import sys, torch, aotc\n"
+            "m = aotc.load(sys.argv[1])\n"
+            "assert 'aotc.nn' not in sys.modules, 'the runtime imported the export side'\n"
+            "print(m.runtime)\n"
+            "torch.save(m.generate(torch.load(sys.argv[2]), 24), sys.argv[3])\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "ids.pt"),
+                           str(tmp_path / "got.pt")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "cpp", done.stdout
+    assert torch.equal(torch.load(tmp_path / "got.pt"), want)
