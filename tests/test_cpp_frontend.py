@@ -72,6 +72,18 @@ def test_sample_matches_python(aotc_run, exported, tmp_path, name):
     assert "call_us" in done.stdout and "load_ms" in done.stdout
 
 
+@pytest.mark.parametrize("kind", ["tiny", "kernels"])
+def test_format_10_fixtures_run(aotc_run, tmp_path, kind):
+    """Tied weights over three shards, a non-persistent buffer; extern-only and with kernels."""
+    art = FIXTURES / f"format_v10_{kind}.aotc"
+    inputs = load_file(art / fmt.SAMPLE_INPUTS)
+    x = tuple(inputs[str(i)] for i in range(len(inputs)))
+    done, outs = run_cpp(aotc_run, art, x, tmp_path)
+    assert done.returncode == 0, done.stderr
+    for got, want in zip(outs, aotc.load(art).run_flat("forward", x), strict=True):
+        assert torch.equal(got, want)
+
+
 def test_random_inputs_run(aotc_run, mlp_artifact):
     done, _ = run_cpp(aotc_run, mlp_artifact)
     assert done.returncode == 0, done.stderr
