@@ -28,20 +28,32 @@ FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
 
 
-@pytest.fixture(scope="session")
-def aotc_run(tmp_path_factory) -> Path:
-    """samples/cpp built as a user builds it (README, "A C++ front end")."""
+def cmake_build(source: Path, build: Path) -> None:
+    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
     prefix = run_aotc("config", "--cmake-prefix-path")
     if prefix.returncode != 0:
         pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
-    build = tmp_path_factory.mktemp("cpp_sample")
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for cmd in (["cmake", "-S", AOTC_ROOT / "samples/cpp", "-B", build, *gen,
-                 f"-DCMAKE_PREFIX_PATH={prefix.stdout.strip()}", "-DCMAKE_BUILD_TYPE=Release"],
-                ["cmake", "--build", build]):
+    for cmd in (["cmake", "-S", source, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DCMAKE_PREFIX_PATH={prefix.stdout.strip()}"], ["cmake", "--build", build]):
         done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def aotc_run(tmp_path_factory) -> Path:
+    """samples/cpp's aotc_run."""
+    build = tmp_path_factory.mktemp("cpp_sample")
+    cmake_build(AOTC_ROOT / "samples/cpp", build)
     return build / "aotc_run"
+
+
+def test_concurrent_calls(exported, tmp_path):
+    build = tmp_path / "build"
+    cmake_build(AOTC_ROOT / "tests/cpp", build)
+    done = subprocess.run([str(build / "concurrent"), str(exported("transformer").path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
 def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None):
@@ -120,8 +132,29 @@ def test_slot_out_of_range_refused(aotc_run, artifact_copy):
     _edit_runner(artifact_copy, edit)
     done, _ = run_cpp(aotc_run, artifact_copy)
     assert done.returncode == 5, done.stderr
+    assert "ArtifactError: runner/forward.json is malformed at steps[0]" in done.stderr
+    assert "slot 99999 (out of range)" in done.stderr
+
+
+def test_expression_index_out_of_range_refused(aotc_run, artifact_copy):
+    """What the runner itself checks again (runtime/cpp/program.cpp), past the reader."""
+    def edit(doc):
+        next(s for s in doc["steps"] if s[0] == "kernel")[5][0][2][0] = [9999]
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
     assert "ArtifactError: the C++ runner refuses plan forward" in done.stderr
-    assert "out of range" in done.stderr
+    assert "an expression index" in done.stderr
+
+
+def test_read_before_write_refused(aotc_run, artifact_copy):
+    """A slot read before any step binds it (here: the plan's output slot, by its first call)."""
+    def edit(doc):
+        next(s for s in doc["steps"] if s[0] == "call")[4][0] = ["slot", doc["outputs"][0][0]]
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "field steps[0]" in done.stderr and "unbound or freed" in done.stderr
 
 
 def test_op_outside_the_table_refused(aotc_run, artifact_copy):

@@ -51,7 +51,9 @@ class Field {
   double number() const;
   bool boolean() const;
   const std::string& string(size_t max = 4096) const;
-  Field member(const std::string& key, const Value& v) const { return {v, *file_, path_ + "." + key}; }
+  Field member(const std::string& key, const Value& v) const {
+    return {v, *file_, path_.empty() ? key : path_ + "." + key};
+  }
 
   [[noreturn]] void fail(const std::string& expected, const std::string& found) const;
   std::string where() const;

@@ -227,6 +227,49 @@ void guards(const Field& f, EntrySpec& e) {
   e.texts.input_specs = strings(f["input_specs"], g.inputs.size());
 }
 
+void reads(const spec::Arg& a, std::vector<int32_t>& out) {
+  if (a.kind == K::Slot) out.push_back(int32_t(a.i));
+  for (const auto& item : a.items) reads(item, out);
+}
+
+// The plan as a program (runtime/schema/flow.py): every slot a step reads is bound (an input, a
+// constant or an earlier step's result) and not freed, no slot is bound twice at load, every
+// output slot is bound at the end.
+void check_flow(const Field& f, const EntrySpec& e) {
+  const spec::Program& p = e.program;
+  std::vector<char> bound(size_t(p.slots), 0);
+  auto bind = [&](int32_t slot, const Field& at) {
+    if (slot >= p.slots) at.fail("a slot below " + std::to_string(p.slots), std::to_string(slot));
+    if (bound[slot]) at.fail("a slot bound once", "slot " + std::to_string(slot) + " twice");
+    bound[slot] = 1;
+  };
+  for (int32_t s : p.inputs) bind(s, f["inputs"]);
+  for (const auto& c : e.weights) bind(c.slot, f["weights"]);
+  for (const auto& c : e.state) bind(c.slot, f["state"]);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const spec::Step& s = p.steps[i];
+    std::vector<int32_t> read = s.kind == spec::Step::Kind::Free ? s.slots : std::vector<int32_t>{};
+    for (const auto& a : s.args) read.push_back(a.slot);
+    for (const auto& a : s.call_args) reads(a, read);
+    for (const auto& kv : s.kwargs) reads(kv.second, read);
+    for (int32_t r : read) {
+      if (r < 0 || r >= p.slots)
+        f["steps"][i].fail("slots below " + std::to_string(p.slots), "slot " + std::to_string(r) + " (out of range)");
+      if (!bound[r]) f["steps"][i].fail("reads of bound slots only", "slot " + std::to_string(r) + " unbound or freed");
+    }
+    if (s.kind == spec::Step::Kind::Free)
+      for (int32_t r : s.slots) bound[r] = 0;
+    for (const auto& o : s.outs)
+      if (o.slot < p.slots) bound[o.slot] = 1;
+    for (int32_t o : s.out)
+      if (o >= 0 && o < p.slots) bound[o] = 1;
+  }
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    int32_t o = p.outputs[i].slot;
+    if (o >= 0 && (o >= p.slots || !bound[o])) f["outputs"][i].fail("a bound slot", "slot " + std::to_string(o));
+  }
+}
+
 }  // namespace
 
 bool allowed_op(const std::string& qualname) {
@@ -273,6 +316,7 @@ EntrySpec read_runner_file(const Value& doc, const std::string& file, const std:
   guards(f["guards"], e);
   if (e.guards.plan_symbols.size() != e.symbols.size())
     f["guards"]["plan_symbols"].fail("one per plan symbol", std::to_string(e.guards.plan_symbols.size()));
+  check_flow(f, e);
   return e;
 }
 
