@@ -76,14 +76,17 @@ def runner_extension() -> dict:
         def get_outputs(self):   # the library is installed with the extension
             return [*super().get_outputs(), str(self._library() / LIBRARY)]
 
-        def get_output_mapping(self):   # editable installs copy it into the source tree
-            return {**super().get_output_mapping(),
-                    str(self._library() / LIBRARY): str(HERE / "runtime/cpp/lib" / LIBRARY)}
+        def copy_extensions_to_source(self):   # editable installs: beside the sources
+            super().copy_extensions_to_source()
+            built = getattr(self, "built_library", None)
+            if built is not None:
+                (HERE / "runtime/cpp/lib").mkdir(exist_ok=True)
+                self.copy_file(str(built), str(HERE / "runtime/cpp/lib" / LIBRARY))
 
         def build_extensions(self):
             out = self._library()
             try:
-                build_library(out, Path(self.build_temp) / "aotc_runtime")
+                self.built_library = build_library(out, Path(self.build_temp) / "aotc_runtime")
             except (OSError, subprocess.CalledProcessError) as e:
                 print(f"aotc: the C++ runtime did not build ({e}); installing without it",
                       file=sys.stderr)
