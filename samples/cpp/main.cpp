@@ -37,4 +37,7 @@ int main(int argc, char** argv) try {
 } catch (const aotc::AotcError& e) {
   std::cerr << e.kind() << ": " << e.what() << "\n";
   return e.exit_code();
+} catch (const std::exception& e) {   // an ATen error inside a call
+  std::cerr << e.what() << "\n";
+  return 1;
 }

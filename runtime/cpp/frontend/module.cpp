@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -52,7 +53,7 @@ std::vector<std::pair<std::string, std::string>> cpu_levels(const fe::Artifact& 
   if (!native.has("libraries"))
     throw TargetError("the C++ front end runs C++ kernels; this artifact's are not", "manifest target.native",
                       "C++ kernel libraries", "another kind of kernels", "load it from Python (aotc.load)");
-  table = native["table"].boolean();
+  table = native.has("table") && native["table"].boolean();
   json::Field libs = native["libraries"];
   for (const auto& [level, v] : libs.members(16)) out.emplace_back(level, libs.member(level, v).string(256));
   if (out.empty()) libs.fail("at least one level", "none");
@@ -93,10 +94,17 @@ struct Module::Impl {
 };
 
 at::Tensor Module::Impl::weight(const std::string& name) {
-  json::Field map = art->field()["weights"]["map"];
-  if (!map.has(name.c_str()))
-    map.fail("an entry for weight '" + name + "' (the runner file binds it)", "none");
-  const std::string& shard = map[name.c_str()].string(256);
+  json::Field index = art->field()["weights"];
+  std::string shard;
+  if (index.has("map") && index["map"].type() != json::Value::Type::Null) {   // name -> shard
+    json::Field map = index["map"];
+    if (!map.has(name.c_str()))
+      map.fail("an entry for weight '" + name + "' (the runner file binds it)", "none");
+    shard = map[name.c_str()].string(256);
+  } else {   // one shard needs no index
+    if (index["shards"].size(1 << 16) != 1) index.fail("a map (several shards)", "no map");
+    shard = index["shards"][0].string(256);
+  }
   if (!shards.count(shard)) {
     shards[shard] = art->read(shard, true);
     headers[shard] = fe::safetensors_header(*shards[shard], art->where(shard));
@@ -192,7 +200,8 @@ std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<
   const Entry& e = it->second;
   std::vector<int64_t> syms;
   bool check = impl_->options.check_guards;
-  if (!e.guards->bind(inputs, check, syms))
+  bool defined = std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); });
+  if (!defined || !e.guards->bind(inputs, check, syms))
     syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);
   at::NoGradGuard no_grad;
   RunResult r = e.program->run(std::vector<c10::IValue>(inputs.begin(), inputs.end()), syms);
