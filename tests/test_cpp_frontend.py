@@ -96,6 +96,27 @@ def test_format_10_fixtures_run(aotc_run, tmp_path, kind):
         assert torch.equal(got, want)
 
 
+def test_dynamic_shapes(aotc_run, tmp_path):
+    """Symbolic dims: sizes bound from the inputs, sizes of buffers evaluated from them, and a
+    size outside its range refused with Python's message."""
+    from aotc.api import export_file
+    from aotc.exporter.specs import parse_input_specs
+    art = export_file(f"{AOTC_ROOT}/samples/transformer.py:Net",
+                      parse_input_specs(["batch=2[1..8]xseq=16[2..128]x128"]), tmp_path / "d.aotc")
+    m = aotc.load(art)
+    for b, seq in ((1, 2), (3, 97)):
+        x = (torch.randn(b, seq, 128),)
+        done, outs = run_cpp(aotc_run, art, x, tmp_path)
+        assert done.returncode == 0, done.stderr
+        torch.testing.assert_close(outs[0], m.run_flat("forward", x)[0], rtol=1e-5, atol=1e-5)
+    bad = (torch.randn(9, 16, 128),)
+    with pytest.raises(GuardError) as python:
+        m(*bad)
+    done, _ = run_cpp(aotc_run, art, bad, tmp_path)
+    assert done.returncode == GuardError.exit_code
+    assert done.stderr.strip() == f"GuardError: {python.value}"
+
+
 def test_random_inputs_run(aotc_run, mlp_artifact):
     done, _ = run_cpp(aotc_run, mlp_artifact)
     assert done.returncode == 0, done.stderr
