@@ -48,12 +48,35 @@ def aotc_run(tmp_path_factory) -> Path:
     return build / "aotc_run"
 
 
-def test_concurrent_calls(exported, tmp_path):
-    build = tmp_path / "build"
+@pytest.fixture(scope="session")
+def cpp_tests(tmp_path_factory) -> Path:
+    """tests/cpp's programs."""
+    build = tmp_path_factory.mktemp("cpp_tests")
     cmake_build(AOTC_ROOT / "tests/cpp", build)
-    done = subprocess.run([str(build / "concurrent"), str(exported("transformer").path)],
+    return build
+
+
+def test_concurrent_calls(cpp_tests, exported):
+    done = subprocess.run([str(cpp_tests / "concurrent"), str(exported("transformer").path)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_generation_from_cpp(cpp_tests, tmp_path):
+    """A generator's prefill and decode entries, their KV cache the module's state (zeros at
+    load, updated in place by aotc::decode_attention_write): the tokens Python generates."""
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                      hidden=128, vocab=500).eval()
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)
+    save_file({"0": ids}, tmp_path / "ids.safetensors")
+    done = subprocess.run([str(cpp_tests / "generate"), str(art), str(tmp_path / "ids.safetensors"),
+                           "12"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+    assert torch.equal(got, aotc.load(art).generate(ids, 12)[:, 9:])
 
 
 def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None):

@@ -33,6 +33,17 @@ void decode_attention(torch::jit::Stack& st) {
   st.emplace_back(std::move(out));
 }
 
+// decode_attention_write(query, key_cache, value_cache, position, key, value, scale): key and
+// value [B, Hkv, 1, D] written at `position` of the caches (in place: they are the module's
+// state), then decode_attention.
+void decode_attention_write(torch::jit::Stack& st) {
+  at::Tensor index = st[3].toTensor().reshape({1});
+  st[1].toTensor().index_copy_(2, index, st[4].toTensor());
+  st[2].toTensor().index_copy_(2, index, st[5].toTensor());
+  st.erase(st.begin() + 4, st.begin() + 6);
+  decode_attention(st);
+}
+
 }  // namespace
 
 // The aotc op of that name and its argument count, or nullptr.
@@ -40,6 +51,10 @@ NativeOp native_op(const std::string& op, const std::string& overload, size_t& a
   if (op == "aotc::decode_attention" && overload == "default") {
     arity = 5;
     return &decode_attention;
+  }
+  if (op == "aotc::decode_attention_write" && overload == "default") {
+    arity = 7;
+    return &decode_attention_write;
   }
   return nullptr;
 }

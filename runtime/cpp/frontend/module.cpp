@@ -147,8 +147,8 @@ void Module::Impl::load_entry(const std::string& name) {
     throw ArtifactError("the C++ runner refuses plan " + name + ": " + err.what(), rel,
                         "a plan it runs", std::string(err.what()).substr(0, 300), "re-export the model");
   } catch (const Unsupported& err) {
-    throw ArtifactError("the C++ runner does not run plan " + name + ": " + err.what(), rel,
-                        "a plan it runs", err.what(), "load it from Python (aotc.load)");
+    throw TargetError("the C++ runner does not run plan " + name + ": " + err.what(), rel,
+                      "a plan it runs", err.what(), "load it from Python (aotc.load)");
   } catch (const c10::Error& err) {
     throw ArtifactError("the C++ runner refuses plan " + name, rel, "a plan it runs",
                         std::string(err.what_without_backtrace()).substr(0, 300), "re-export the model");

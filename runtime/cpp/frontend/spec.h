@@ -2,8 +2,9 @@
 //
 // Every field is read through json::Field (typed, bounded, named in errors); every tag, step
 // kind, dtype and op comes from a fixed table (the ops: runtime/schema/extern_ops.txt, built
-// into this library, and aotc's own decode attention); kernels are resolved through the
-// library's table with their signature checked; then Program and Guards check the spec again.
+// into this library, and aotc's own ops, which the runner refuses unless it implements them);
+// kernels are resolved through the library's table with their signature checked; then Program
+// and Guards check the spec again.
 #pragma once
 
 #include <string>
