@@ -1,15 +1,65 @@
-"""Builds aotc's optional C++ plan runner (runtime/cpp) against the torch installed at build
-time; everything else is declared in pyproject.toml.
+"""Builds aotc's C++ runtime against the torch installed at build time; everything else is
+declared in pyproject.toml.
 
-The runner is a torch C++ extension, so it needs torch importable while building: install
-torch first and build without isolation (`pip install --no-build-isolation .`). Where torch
-or a compiler is missing, or the build fails, aotc installs without it and runs every plan
-with its Python runner; `aotc config --runner` says which runner is in use and why.
+Two front ends share one plan runner (runtime/cpp):
+  - `libaotc_runtime.so` (runtime/cpp/lib/): the runner and the Python-free front end
+    (`aotc::Module`, runtime/cpp/frontend), a plain shared library linking only libtorch; with
+    its headers (runtime/cpp/include) and CMake config (runtime/cpp/cmake/aotcConfig.cmake) it is
+    what `aotc config --cmake-prefix-path` points C++ programs at;
+  - `aotc.runtime._runner`: the Python bindings (runtime/cpp/python.cpp), linking that library.
+Both need torch importable while building: install torch first and build without isolation
+(`pip install --no-build-isolation .`). Where torch or a compiler is missing, or the build fails,
+aotc installs without them and runs every plan with its Python runner; `aotc config --runner`
+says which runner is in use and why.
 """
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 from setuptools import setup
 
-SOURCES = ["runtime/cpp/program.cpp", "runtime/cpp/call.cpp", "runtime/cpp/aotc_ops.cpp",
-           "runtime/cpp/guards.cpp", "runtime/cpp/python.cpp"]
+HERE = Path(__file__).resolve().parent
+RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp"]
+FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "native.cpp", "library.cpp", "spec.cpp",
+            "guard_errors.cpp", "module.cpp", "tensors.cpp"]
+SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
+LIBRARY = "libaotc_runtime.so"
+
+
+def _flags(torch) -> list[str]:
+    from torch.utils.cpp_extension import include_paths
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    ops = HERE / "runtime/schema/extern_ops.txt"
+    return ["-O2", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            f'-DAOTC_TORCH_VERSION="{torch.__version__}"', f'-DAOTC_EXTERN_OPS="{ops}"',
+            f"-I{HERE / 'runtime/cpp/include'}", *(f"-I{p}" for p in include_paths())]
+
+
+def build_library(out_dir: Path, temp: Path) -> Path:
+    """libaotc_runtime.so in `out_dir`, objects in `temp` (rebuilt only where older than
+    their source), sources compiled in parallel."""
+    import torch
+    from torch.utils.cpp_extension import library_paths
+    cxx = os.environ.get("CXX", "c++")
+    flags = _flags(torch)
+    temp.mkdir(parents=True, exist_ok=True)
+    headers = max(p.stat().st_mtime for p in (HERE / "runtime/cpp").rglob("*.h"))
+
+    def compile_one(src: str) -> Path:
+        obj = temp / (src.replace("/", "_") + ".o")
+        if not obj.exists() or obj.stat().st_mtime < max((HERE / src).stat().st_mtime, headers):
+            subprocess.run([cxx, *flags, "-c", str(HERE / src), "-o", str(obj)], check=True)
+        return obj
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        objects = list(pool.map(compile_one, SOURCES))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / LIBRARY
+    torch_lib = library_paths()[0]
+    subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib), f"-L{torch_lib}",
+                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch"], check=True)
+    return lib
 
 
 def runner_extension() -> dict:
@@ -18,10 +68,39 @@ def runner_extension() -> dict:
         from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:    # an isolated build: no torch to build against
         return {}
-    ext = CppExtension("aotc.runtime._runner", SOURCES, optional=True,
+
+    class Build(BuildExtension):
+        def _library(self) -> Path:
+            return Path(self.get_ext_fullpath("aotc.runtime._runner")).parent / "cpp" / "lib"
+
+        def get_outputs(self):   # the library is installed with the extension
+            return [*super().get_outputs(), str(self._library() / LIBRARY)]
+
+        def copy_extensions_to_source(self):   # editable installs: beside the sources
+            super().copy_extensions_to_source()
+            built = getattr(self, "built_library", None)
+            if built is not None:
+                (HERE / "runtime/cpp/lib").mkdir(exist_ok=True)
+                self.copy_file(str(built), str(HERE / "runtime/cpp/lib" / LIBRARY))
+
+        def build_extensions(self):
+            out = self._library()
+            try:
+                self.built_library = build_library(out, Path(self.build_temp) / "aotc_runtime")
+            except (OSError, subprocess.CalledProcessError) as e:
+                print(f"aotc: the C++ runtime did not build ({e}); installing without it",
+                      file=sys.stderr)
+                return
+            for ext in self.extensions:
+                ext.library_dirs.append(str(out))
+            super().build_extensions()
+
+    ext = CppExtension("aotc.runtime._runner", ["runtime/cpp/python.cpp"], optional=True,
+                       libraries=["aotc_runtime"],
+                       extra_link_args=["-Wl,-rpath,$ORIGIN/cpp/lib"],
                        extra_compile_args=["-O2", "-std=c++20", "-fvisibility=hidden",
                                            f'-DAOTC_TORCH_VERSION="{torch.__version__}"'])
-    return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension}}
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": Build}}
 
 
 setup(**runner_extension())

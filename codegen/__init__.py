@@ -33,6 +33,7 @@ from aotc.prove import artifact_check
 from aotc.runtime import format as fmt
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.plan import StepKind
+from aotc.runtime.runner_file import runner_files
 from aotc.runtime.schema.write import build_manifest, typed_plan
 
 __all__ = ["compile", "Target"]
@@ -91,8 +92,9 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
-    for name, plan in plans.items():   # written through the schema the runtime reads with
-        files[fmt.plan_file(name)] = fmt.dumps(typed_plan(plan, name, program.symbols).to_json())
+    typed = {name: typed_plan(plan, name, program.symbols) for name, plan in plans.items()}
+    for name, plan in typed.items():   # written through the schema the runtime reads with
+        files[fmt.plan_file(name)] = fmt.dumps(plan.to_json())
     if program.samples is not None:
         ins, outs = program.samples
         own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
@@ -129,7 +131,9 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if check is not None:
         progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
                  "sample inputs")
-    return fmt.write_artifact(dest, files, build_manifest(manifest), check=check,
+    manifest = build_manifest(manifest)
+    files.update(runner_files(manifest, typed))   # for the C++ front end
+    return fmt.write_artifact(dest, files, manifest, check=check,
                               weights=weights, shard_size=shard_size, rank_weights=ranks)
 
 

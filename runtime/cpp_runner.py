@@ -275,7 +275,11 @@ def guard_spec(guards, plan_symbols: list[str], device: torch.device) -> dict | 
     return {"symbols": len(names), "exprs": [c for _, c in exprs.values()],
             "ranges": [guards.symbols.get(n, (-2**63, 2**63 - 1)) for n in names],
             "relations": relations, "inputs": inputs, "device": device.type,
-            "plan_symbols": [names.index(n) for n in plan_symbols]}
+            "plan_symbols": [names.index(n) for n in plan_symbols],
+            # what the C++ front end's guard errors quote (runtime/guards.py's messages)
+            "names": names, "texts": list(exprs),
+            "input_names": [g.name for g in guards.inputs],
+            "input_specs": [g.spec for g in guards.inputs]}
 
 
 def _emit(n, symbols: list[str], code: list[int]) -> None:

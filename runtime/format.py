@@ -11,6 +11,7 @@ weight is read.
       weights.safetensors        parameters, buffers and constants (never pickle), or several
       weights-0000K-of-0000N.safetensors   shards of them (runtime/shards.py)
       plans/<entry>.json         the launch plan of each entry point
+      runner/<entry>.json        CPU artifacts: the C++ runner's spec of that plan (format >= 10)
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
       samples/outputs.safetensors eager outputs for those inputs
       kernels/kernels.cpp        generated C++ kernels (readable source)
@@ -36,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -96,6 +97,13 @@ CHANGELOG = {
                       "file, a package (runtime/package.py; the same manifest and files, "
                       "aligned, with an index). Versions 1-8 are migrated when read (their one "
                       "library, kernels/kernels.so, at their one level)"),
+    10: ("2026-12-01", "CPU artifacts carry a runner file per entry, runner/<entry>.json "
+                       "(runtime/runner_file.py): the C++ runner's spec of the entry's plan "
+                       "and guards as data (kernels by name and signature, weights by name "
+                       "with their load-time transform, the texts guard errors quote), listed "
+                       "and hashed like every file, for the Python-free C++ front end "
+                       "(aotc::Module). Versions 1-9 load as they are, in Python; the C++ "
+                       "front end refuses them (no runner file)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -123,6 +131,11 @@ SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it
 
 def plan_file(entry: str) -> str:
     return f"plans/{entry}.json"
+
+
+def runner_file(entry: str) -> str:
+    """The C++ runner's spec of an entry (format >= 10, CPU artifacts; runtime/runner_file.py)."""
+    return f"runner/{entry}.json"
 
 
 def triton_source_file(kernel: str) -> str:

@@ -169,7 +169,9 @@ def test_deleting_any_manifest_key_gives_a_typed_error(mlp_artifact, tmp_path):
                 ("files", fmt.SAMPLE_INPUTS), ("files", fmt.SAMPLE_OUTPUTS),
                 # a single shard needs no index; blake3 digests and state keys are optional
                 ("weights", "map"), ("weights", "state_dict"),
-                ("files", fmt.WEIGHTS, "chunks", "blake3")}
+                ("files", fmt.WEIGHTS, "chunks", "blake3"),
+                # read by the C++ front end only, which refuses an entry without it
+                ("files", fmt.runner_file("forward"))}
     checked, untyped = _sweep(mlp_artifact, tmp_path, fmt.MANIFEST, lambda p: (
         # export_check is a display-only record of what export ran: any part may be absent
         p[0] in ("manifest_sha256", "options", "export_check") or p in optional

@@ -33,16 +33,14 @@ void decode_attention(torch::jit::Stack& st) {
   st.emplace_back(std::move(out));
 }
 
-// decode_attention_write(query, key_cache, value_cache, position, key [B, Hkv, 1, D], value,
-// scale): key and value written at `position` of the caches (in place: the caches are the
-// artifact's state), then decode_attention.
+// decode_attention_write(query, key_cache, value_cache, position, key, value, scale): key and
+// value [B, Hkv, 1, D] written at `position` of the caches (in place: they are the module's
+// state), then decode_attention.
 void decode_attention_write(torch::jit::Stack& st) {
-  at::Tensor index = st[3].toTensor().reshape(1);
-  at::Tensor k = st[1].toTensor();
-  at::Tensor v = st[2].toTensor();
-  k.index_copy_(2, index, st[4].toTensor());
-  v.index_copy_(2, index, st[5].toTensor());
-  st.erase(st.begin() + 4, st.begin() + 6);   // (query, caches, position, scale)
+  at::Tensor index = st[3].toTensor().reshape({1});
+  st[1].toTensor().index_copy_(2, index, st[4].toTensor());
+  st[2].toTensor().index_copy_(2, index, st[5].toTensor());
+  st.erase(st.begin() + 4, st.begin() + 6);
   decode_attention(st);
 }
 

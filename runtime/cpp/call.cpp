@@ -161,6 +161,12 @@ at::ScalarType dtype_named(const std::string& name, const std::string& where) {
   throw SpecError("unknown dtype " + name, where);
 }
 
+std::string dtype_name(at::ScalarType t) {
+  for (const auto& [n, dt] : kDtypes)
+    if (t == dt) return n;
+  return c10::toString(t);
+}
+
 c10::IValue Program::Filler::make(const std::vector<c10::IValue>& regs, const int64_t* ev) const {
   switch (kind) {
     case Kind::Fixed: return fixed;

@@ -53,6 +53,7 @@ struct Program::Instr {
 Program::Call resolve_call(const spec::Step& s, const c10::Device& device, int32_t slots,
                            size_t exprs);
 at::ScalarType dtype_named(const std::string& name, const std::string& where);
+std::string dtype_name(at::ScalarType t);   // the plan's name of a dtype ("float32")
 constexpr size_t kMaxKernelArgs = 128;
 int call_kernel(intptr_t fn, const uint64_t* args, size_t n);
 

@@ -1,0 +1,255 @@
+// The artifact reader (files.h).
+#include "files.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "sha256.h"
+
+namespace aotc::fe {
+
+namespace {
+
+constexpr size_t kMaxManifest = 64u << 20;
+constexpr uint64_t kMaxFile = uint64_t(1) << 48;
+const char* kDamaged = "re-export the model; do not edit artifacts by hand";
+
+bool name_char(char c, bool first) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+         c == '_' || (!first && (c == '.' || c == '-'));
+}
+
+std::vector<std::string> components(const std::string& rel) {
+  std::vector<std::string> out(1);
+  for (char c : rel)
+    if (c == '/') out.emplace_back();
+    else out.back().push_back(c);
+  return out;
+}
+
+std::string read_fd(int fd, size_t size, const std::string& where) {
+  std::string out(size, '\0');
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::pread(fd, out.data() + got, size - got, off_t(got));
+    if (n <= 0)
+      throw ArtifactError("cannot read " + where, where, std::to_string(size) + " bytes",
+                          n < 0 ? std::strerror(errno) : "a shorter file", kDamaged);
+    got += size_t(n);
+  }
+  return out;
+}
+
+bool hex64(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// The bytes the exporter hashed: the canonical manifest without its top-level self-hash line
+// (indent 1: a top-level key is the only one preceded by a newline and exactly one space).
+std::string self_hashed(const std::string& raw, std::string& recorded, const std::string& where) {
+  const std::string key = "\n \"manifest_sha256\": \"";
+  size_t at = raw.find(key);
+  size_t end = at == std::string::npos ? at : raw.find("\",", at + key.size());
+  if (at == std::string::npos || raw.find(key, at + 1) != std::string::npos ||
+      end != at + key.size() + 64)
+    throw ArtifactError("manifest.json is damaged: no manifest_sha256", where,
+                        "an object with manifest_sha256", "none", kDamaged);
+  recorded = raw.substr(at + key.size(), 64);
+  return raw.substr(0, at) + raw.substr(end + 2);
+}
+
+}  // namespace
+
+bool safe_path(const std::string& rel) {
+  auto parts = components(rel);
+  if (parts.size() > 4) return false;
+  for (const auto& p : parts) {
+    if (p.empty() || p.size() > 128 || p == ".." || !name_char(p[0], true)) return false;
+    for (char c : p)
+      if (!name_char(c, false)) return false;
+  }
+  return true;
+}
+
+Bytes::~Bytes() {
+  if (map) ::munmap(map, size);
+}
+
+Artifact::Artifact(const std::string& path, bool verify_hashes) : root_(path), verify_(verify_hashes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    throw UsageError("the C++ front end does not read packages (.aotcpkg) yet", path,
+                     "an artifact directory", "a package file",
+                     "unpack it first: aotc unpack " + path + " -o DIR");
+  dirfd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dirfd_ < 0)
+    throw ArtifactError("cannot open artifact " + path, path, "an artifact directory (not a symlink)",
+                        std::strerror(errno), "check the path (aotc export ... -o " + path + ")");
+  try {
+    int fd = open_listed("manifest.json", 0);
+    struct stat ms;
+    ::fstat(fd, &ms);
+    if (uint64_t(ms.st_size) > kMaxManifest) {
+      ::close(fd);
+      throw ArtifactError("manifest.json is too large", where("manifest.json"),
+                          "at most 64 MiB", std::to_string(ms.st_size) + " bytes", kDamaged);
+    }
+    std::string raw = read_fd(fd, size_t(ms.st_size), where("manifest.json"));
+    ::close(fd);
+    std::string recorded, hashed = self_hashed(raw, recorded, where("manifest.json"));
+    std::string actual = sha256_hex(hashed.data(), hashed.size());
+    if (actual != recorded)
+      throw ArtifactError("manifest.json was modified after export (hash mismatch)",
+                          where("manifest.json"), recorded, actual, kDamaged);
+    manifest_ = json::parse(raw, manifest_name_, kMaxManifest);
+    if (field()["manifest_sha256"].string() != recorded)
+      throw ArtifactError("manifest.json is damaged: two self-hashes", where("manifest.json"),
+                          recorded, field()["manifest_sha256"].string(), kDamaged);
+    version_ = int(field()["format_version"].integer(1, 1 << 20));
+    if (version_ > kFormatVersion)
+      throw ArtifactError("artifact format version " + std::to_string(version_) +
+                          " is not supported by this aotc", where("manifest.json"),
+                          "format version " + std::to_string(kFormatVersion),
+                          std::to_string(version_), "upgrade aotc to load artifacts of a newer format");
+    parse_files();
+  } catch (...) {
+    ::close(dirfd_);
+    throw;
+  }
+}
+
+Artifact::~Artifact() {
+  if (dirfd_ >= 0) ::close(dirfd_);
+}
+
+void Artifact::parse_files() {
+  json::Field files = field()["files"];
+  for (const auto& [rel, v] : files.members(1 << 16)) {
+    json::Field f = files.member(rel, v);
+    if (!safe_path(rel))
+      f.fail("a relative path inside the artifact (letters, digits, _ . -; no ..)", rel.substr(0, 200));
+    FileEntry e;
+    e.size = uint64_t(f["size"].integer(0, int64_t(kMaxFile)));
+    if (f.has("sha256")) {
+      e.sha256 = f["sha256"].string();
+      if (!hex64(e.sha256)) f["sha256"].fail("64 hex digits", f["sha256"].found());
+    }
+    if (f.has("chunks")) {
+      json::Field c = f["chunks"];
+      e.chunk = uint64_t(c["size"].integer(1, int64_t(kMaxFile)));
+      size_t n = c["sha256"].size(1 << 24);
+      if (n != (e.size + e.chunk - 1) / e.chunk) c["sha256"].fail("one digest per chunk", std::to_string(n));
+      for (size_t i = 0; i < n; ++i) {
+        e.chunks.push_back(c["sha256"][i].string());
+        if (!hex64(e.chunks.back())) c["sha256"][i].fail("64 hex digits", c["sha256"][i].found());
+      }
+    }
+    if (e.sha256.empty() && e.chunks.empty()) f.fail("a sha256 or chunk digests", "no digest");
+    files_[rel] = std::move(e);
+  }
+}
+
+// A listed file of `size` bytes (the manifest: size not checked) opened inside the artifact.
+int Artifact::open_listed(const std::string& rel, uint64_t size) const {
+  bool size_checked = rel != "manifest.json";
+  auto parts = components(rel);
+  int dir = dirfd_;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    bool last = i + 1 == parts.size();
+    int fd = ::openat(dir, parts[i].c_str(),
+                      O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY));
+    int err = errno;
+    if (dir != dirfd_) ::close(dir);
+    if (fd < 0)
+      throw ArtifactError("artifact file " + rel + " cannot be opened", where(rel),
+                          "a regular file inside the artifact (no symlinks)", std::strerror(err),
+                          kDamaged);
+    dir = fd;
+  }
+  struct stat st;
+  if (::fstat(dir, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(dir);
+    throw ArtifactError("artifact file " + rel + " is not a regular file", where(rel),
+                        "a regular file", "another kind of file", kDamaged);
+  }
+  if (size_checked && uint64_t(st.st_size) != size) {
+    ::close(dir);
+    throw ArtifactError("artifact file " + rel + " has the wrong size (truncated or modified)",
+                        where(rel), std::to_string(size) + " bytes",
+                        std::to_string(st.st_size) + " bytes", "re-export or re-copy the artifact");
+  }
+  return dir;
+}
+
+void Artifact::verify(const std::string& rel, const FileEntry& e, const uint8_t* data) const {
+  if (!verify_) return;
+  auto mismatch = [&](const std::string& want, const std::string& got, const std::string& what) {
+    throw ArtifactError("artifact file " + rel + " is damaged (" + what + " mismatch)", where(rel),
+                        want, got, "re-export or re-copy the artifact");
+  };
+  if (!e.sha256.empty()) {
+    std::string got = sha256_hex(data, e.size);
+    if (got != e.sha256) mismatch(e.sha256, got, "sha256");
+  }
+  if (e.chunks.empty()) return;
+  std::vector<std::string> got(e.chunks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < got.size();)
+      got[i] = sha256_hex(data + i * e.chunk, std::min<uint64_t>(e.chunk, e.size - i * e.chunk));
+  };
+  size_t n = std::min<size_t>(got.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != e.chunks[i])
+      mismatch(e.chunks[i], got[i], "sha256 of chunk " + std::to_string(i) + " of " +
+               std::to_string(got.size()) + ", bytes " + std::to_string(i * e.chunk) + ".." +
+               std::to_string(std::min<uint64_t>(e.size, (i + 1) * e.chunk)));
+}
+
+std::shared_ptr<const Bytes> Artifact::read(const std::string& rel, bool mapped) const {
+  auto it = files_.find(rel);
+  if (it == files_.end())
+    throw ArtifactError("the artifact does not list " + rel, where("manifest.json"),
+                        "a file entry for " + rel, "none", kDamaged);
+  const FileEntry& e = it->second;
+  int fd = open_listed(rel, e.size);
+  auto out = std::make_shared<Bytes>();
+  out->size = e.size;
+  if (mapped && e.size) {
+    out->map = ::mmap(nullptr, e.size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (out->map == MAP_FAILED) {
+      out->map = nullptr;
+      throw ArtifactError("cannot map " + rel, where(rel), "a mappable file", std::strerror(errno),
+                          "check the memory limits of this process");
+    }
+    out->data = static_cast<const uint8_t*>(out->map);
+  } else {
+    try {
+      out->heap = read_fd(fd, e.size, where(rel));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    out->data = reinterpret_cast<const uint8_t*>(out->heap.data());
+  }
+  verify(rel, e, out->data);
+  return out;
+}
+
+}  // namespace aotc::fe

@@ -1,0 +1,70 @@
+// An artifact directory as the C++ front end reads it (runtime/artifact.py's rules in C++).
+//
+// The directory is opened once; every file is opened relative to it one component at a time,
+// never following a symlink, regular files only, and only if the manifest lists it under a
+// path of the schema's safe form. The manifest's self-hash is checked over its own bytes (the
+// canonical form the exporter wrote, minus its manifest_sha256 line) and its format version
+// against this front end's. Each file is checked against its size and sha256 (or its chunk
+// digests, chunks hashed in parallel) from the bytes that are then used: small files read into
+// memory, weights shards mapped privately and hashed from that mapping.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "json.h"
+
+namespace aotc::fe {
+
+constexpr int kFormatVersion = 10;   // runtime/format.py FORMAT_VERSION this front end reads
+
+struct FileEntry {
+  uint64_t size = 0;
+  std::string sha256;                 // or:
+  uint64_t chunk = 0;                 // chunk size, with one sha256 per chunk
+  std::vector<std::string> chunks;
+};
+
+// Verified bytes of one file: a private (copy-on-write) mapping or a heap copy.
+struct Bytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::string heap;
+  void* map = nullptr;
+  ~Bytes();
+};
+
+class Artifact {
+ public:
+  Artifact(const std::string& path, bool verify_hashes);
+  ~Artifact();
+  Artifact(const Artifact&) = delete;
+  Artifact& operator=(const Artifact&) = delete;
+
+  const json::Value& manifest() const { return manifest_; }
+  json::Field field() const { return {manifest_, manifest_name_, ""}; }
+  int version() const { return version_; }
+  std::string where(const std::string& rel) const { return root_ + "/" + rel; }
+  bool listed(const std::string& rel) const { return files_.count(rel) != 0; }
+  // A listed file's verified bytes (`mapped`: a private mapping, for weights shards).
+  std::shared_ptr<const Bytes> read(const std::string& rel, bool mapped = false) const;
+
+ private:
+  void parse_files();
+  int open_listed(const std::string& rel, uint64_t size) const;
+  void verify(const std::string& rel, const FileEntry& e, const uint8_t* data) const;
+
+  std::string root_, manifest_name_ = "manifest.json";
+  int dirfd_ = -1;
+  bool verify_ = true;
+  int version_ = 0;
+  json::Value manifest_;
+  std::map<std::string, FileEntry> files_;
+};
+
+bool safe_path(const std::string& rel);   // runtime/schema/manifest.py PATH
+
+}  // namespace aotc::fe

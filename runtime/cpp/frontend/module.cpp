@@ -1,0 +1,254 @@
+// aotc::Module (include/aotc/module.h): loading an artifact in C++ and calling its entries.
+#include "aotc/module.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+
+#include "../expr.h"
+#include "../instr.h"
+#include "guard_errors.h"
+#include "native.h"
+#include "spec.h"
+
+namespace aotc {
+
+namespace {
+
+const char* kReexport = "re-export the model with this aotc (format >= 10), or load it from Python (aotc.load)";
+
+struct Entry {
+  fe::EntrySpec spec;   // its guards and texts, for errors
+  std::unique_ptr<Program> program;
+  std::unique_ptr<Guards> guards;
+};
+
+void refuse_signatures(const LoadOptions& o) {
+  const char* env = std::getenv("AOTC_TRUSTED_KEYS");
+  if (o.trusted_keys.empty() && !(env && *env)) return;
+  throw UsageError("the C++ front end does not check signatures", o.trusted_keys.empty()
+                   ? "AOTC_TRUSTED_KEYS" : "LoadOptions.trusted_keys", "no trusted keys",
+                   o.trusted_keys.empty() ? std::string(env) : "trusted keys",
+                   "check the signature with `aotc verify --trusted-key KEY ART` where it is "
+                   "deployed, then load without keys (and with AOTC_TRUSTED_KEYS unset)");
+}
+
+// The CPU target's (level, library) pairs, or a TargetError for what C++ does not run.
+std::vector<std::pair<std::string, std::string>> cpu_levels(const fe::Artifact& art, bool& table) {
+  json::Field target = art.field()["target"];
+  const std::string& device = target["device"].string(16);
+  if (device != "cpu")
+    throw TargetError("the C++ front end runs CPU artifacts; this one runs on " + device,
+                      "manifest target.device", "cpu", device, "load it from Python (aotc.load), "
+                      "which runs CUDA artifacts, or export for --target cpu");
+  if (art.field().has("tensor_parallel") && art.field()["tensor_parallel"].type() != json::Value::Type::Null)
+    throw TargetError("the C++ front end does not run tensor-parallel artifacts", "manifest tensor_parallel",
+                      "an artifact of one rank", "a tensor-parallel artifact",
+                      "load it from Python under torchrun (aotc.load)");
+  std::vector<std::pair<std::string, std::string>> out;
+  json::Field native = target["native"];
+  if (native.type() == json::Value::Type::Null) return out;
+  if (!native.has("libraries"))
+    throw TargetError("the C++ front end runs C++ kernels; this artifact's are not", "manifest target.native",
+                      "C++ kernel libraries", "another kind of kernels", "load it from Python (aotc.load)");
+  table = native.has("table") && native["table"].boolean();
+  json::Field libs = native["libraries"];
+  for (const auto& [level, v] : libs.members(16)) out.emplace_back(level, libs.member(level, v).string(256));
+  if (out.empty()) libs.fail("at least one level", "none");
+  return out;
+}
+
+at::Tensor bound_weight(const fe::ConstantRef& w, const at::Tensor& stored, const std::string& where) {
+  std::vector<int64_t> shape(stored.sizes().begin(), stored.sizes().end());
+  bool fits = stored.scalar_type() == w.dtype && shape.size() == w.shape.size();
+  for (size_t d = 0; fits && d < shape.size(); ++d) fits = w.shape[d] < 0 || w.shape[d] == shape[d];
+  if (!fits)
+    throw ArtifactError("weight '" + w.name + "' does not match its runner file", where,
+                        dtype_name(w.dtype) + c10::str(c10::IntArrayRef(w.shape)),
+                        dtype_name(stored.scalar_type()) + c10::str(stored.sizes()),
+                        "re-export the model (the weights file does not match the plan)");
+  if (w.transform == "transpose" && stored.dim() == 2) return stored.t();
+  if (w.transform == "channels_last" && stored.dim() == 4)
+    return stored.contiguous(at::MemoryFormat::ChannelsLast);
+  return stored;
+}
+
+}  // namespace
+
+struct Module::Impl {
+  std::unique_ptr<fe::Artifact> art;
+  std::unique_ptr<fe::KernelLibrary> lib;
+  std::map<std::string, Entry> entries;
+  std::map<std::string, std::map<std::string, fe::StoredTensor>> headers;   // per shard
+  std::map<std::string, std::shared_ptr<const fe::Bytes>> shards;
+  std::map<std::string, at::Tensor> state;
+  std::string level;
+  LoadOptions options;
+
+  at::Tensor weight(const std::string& name);
+  at::Tensor state_tensor(const fe::ConstantRef& s, const std::string& where);
+  void load_entry(const std::string& name);
+  void verify_rest();
+};
+
+at::Tensor Module::Impl::weight(const std::string& name) {
+  json::Field index = art->field()["weights"];
+  std::string shard;
+  if (index.has("map") && index["map"].type() != json::Value::Type::Null) {   // name -> shard
+    json::Field map = index["map"];
+    if (!map.has(name.c_str()))
+      map.fail("an entry for weight '" + name + "' (the runner file binds it)", "none");
+    shard = map[name.c_str()].string(256);
+  } else {   // one shard needs no index
+    if (index["shards"].size(1 << 16) != 1) index.fail("a map (several shards)", "no map");
+    shard = index["shards"][0].string(256);
+  }
+  if (!shards.count(shard)) {
+    shards[shard] = art->read(shard, true);
+    headers[shard] = fe::safetensors_header(*shards[shard], art->where(shard));
+  }
+  auto it = headers[shard].find(name);
+  if (it == headers[shard].end())
+    throw ArtifactError("weight '" + name + "' is not in " + shard, art->where(shard), name, "no such tensor",
+                        "re-export the model (the weights file does not match the plan)");
+  return fe::stored_tensor(shards[shard], it->second);
+}
+
+at::Tensor Module::Impl::state_tensor(const fe::ConstantRef& s, const std::string& where) {
+  auto it = state.find(s.name);
+  if (it == state.end())
+    return state[s.name] = at::zeros(s.shape, at::TensorOptions().dtype(s.dtype));
+  if (it->second.scalar_type() != s.dtype || it->second.sizes() != c10::IntArrayRef(s.shape))
+    throw ArtifactError("state '" + s.name + "' is declared twice, differently", where,
+                        "one dtype and shape per state", "two", "re-export the model");
+  return it->second;
+}
+
+void Module::Impl::load_entry(const std::string& name) {
+  std::string rel = "runner/" + name + ".json";
+  if (!art->listed(rel))
+    throw ArtifactError("entry " + name + " has no runner file, which the C++ front end runs",
+                        art->where(rel), "a listed " + rel + " (aotc >= 0.1.0, format 10)",
+                        "none (format " + std::to_string(art->version()) + ")", kReexport);
+  auto bytes = art->read(rel);
+  json::Value doc = json::parse(std::string_view(reinterpret_cast<const char*>(bytes->data), bytes->size),
+                                rel, 64u << 20);
+  Entry e;
+  e.spec = fe::read_runner_file(doc, rel, name, lib.get());
+  for (const auto& w : e.spec.weights)
+    e.spec.program.constants.emplace_back(w.slot, bound_weight(w, weight(w.name), rel + ", weight " + w.name));
+  for (const auto& s : e.spec.state) e.spec.program.constants.emplace_back(s.slot, state_tensor(s, rel));
+  try {
+    e.program = std::make_unique<Program>(e.spec.program);
+    e.guards = std::make_unique<Guards>(e.spec.guards);
+  } catch (const SpecError& err) {
+    throw ArtifactError("the C++ runner refuses plan " + name + ": " + err.what(), rel,
+                        "a plan it runs", std::string(err.what()).substr(0, 300), "re-export the model");
+  } catch (const Unsupported& err) {
+    throw TargetError("the C++ runner does not run plan " + name + ": " + err.what(), rel,
+                      "a plan it runs", err.what(), "load it from Python (aotc.load)");
+  } catch (const c10::Error& err) {
+    throw ArtifactError("the C++ runner refuses plan " + name, rel, "a plan it runs",
+                        std::string(err.what_without_backtrace()).substr(0, 300), "re-export the model");
+  }
+  e.spec.program.constants.clear();
+  entries.emplace(name, std::move(e));
+}
+
+// Every listed file not read yet is checked too (its size and digests), as Python does.
+void Module::Impl::verify_rest() {
+  for (const auto& [rel, v] : art->field()["files"].members(1 << 16))
+    if (!shards.count(rel) && rel.rfind("runner/", 0) != 0) art->read(rel, true);
+}
+
+Module::Module(const std::string& path, const LoadOptions& options) : impl_(std::make_unique<Impl>()) {
+  refuse_signatures(options);
+  impl_->options = options;
+  impl_->art = std::make_unique<fe::Artifact>(path, options.verify_hashes);
+  const fe::Artifact& art = *impl_->art;
+  if (art.version() < fe::kFormatVersion)
+    throw ArtifactError("artifact format " + std::to_string(art.version()) + " has no runner files, "
+                        "which the C++ front end runs", art.where("manifest.json"),
+                        "format version " + std::to_string(fe::kFormatVersion),
+                        std::to_string(art.version()), kReexport);
+  bool table = false;
+  auto levels = cpu_levels(art, table);
+  if (!levels.empty()) {
+    impl_->lib = std::make_unique<fe::KernelLibrary>(art, levels, options.isa, table);
+    impl_->level = impl_->lib->level();
+  }
+  json::Field entries = art.field()["entries"];
+  for (const auto& [name, v] : entries.members(64)) impl_->load_entry(name);
+  impl_->verify_rest();
+}
+
+Module::~Module() = default;
+Module::Module(Module&&) noexcept = default;
+Module& Module::operator=(Module&&) noexcept = default;
+
+std::vector<at::Tensor> Module::forward(const std::vector<at::Tensor>& inputs) const {
+  return run("forward", inputs);
+}
+
+std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<at::Tensor>& inputs) const {
+  auto it = impl_->entries.find(entry);
+  if (it == impl_->entries.end())
+    throw UsageError("the artifact has no entry " + entry, "Module::run", "an entry of the manifest",
+                     entry, "call one of Module::entries()");
+  const Entry& e = it->second;
+  std::vector<int64_t> syms;
+  bool check = impl_->options.check_guards;
+  bool defined = std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); });
+  if (!defined || !e.guards->bind(inputs, check, syms))
+    syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);
+  at::NoGradGuard no_grad;
+  RunResult r = e.program->run(std::vector<c10::IValue>(inputs.begin(), inputs.end()), syms);
+  if (r.failed_step >= 0) {
+    std::string kernel;
+    for (const auto& s : e.spec.program.steps)
+      if (s.index == r.failed_step) kernel = s.name;
+    throw GuardError("an index is out of range (kernel " + kernel + ", plan step " +
+                     std::to_string(r.failed_step) + ")", "kernel " + kernel,
+                     "indices within the indexed dim", "an index out of range",
+                     "check the values of integer index inputs (e.g. token ids below the vocabulary size)");
+  }
+  std::vector<at::Tensor> out;
+  for (auto& v : r.outputs)
+    out.push_back(v.isTensor() ? v.toTensor() : v.isNone() ? at::Tensor() : at::scalar_tensor(v.toScalar()));
+  return out;
+}
+
+std::vector<at::Tensor> Module::example_inputs(const std::string& entry) const {
+  auto it = impl_->entries.find(entry);
+  if (it == impl_->entries.end())
+    throw UsageError("the artifact has no entry " + entry, "Module::example_inputs",
+                     "an entry of the manifest", entry, "call one of Module::entries()");
+  const spec::Guards& g = it->second.spec.guards;
+  std::vector<int64_t> syms;
+  for (const auto& [lo, hi] : g.ranges) syms.push_back(std::min(std::max<int64_t>(lo, 1), hi));
+  std::vector<at::Tensor> out;
+  for (const auto& in : g.inputs) {
+    std::vector<int64_t> shape;
+    for (const auto& d : in.dims)
+      shape.push_back(d.kind == spec::GuardDim::Kind::Static ? d.value
+                      : d.kind == spec::GuardDim::Kind::Symbol ? syms[d.value]
+                                                               : expr::eval(g.exprs[d.value], syms.data()));
+    auto options = at::TensorOptions().dtype(dtype_named(in.dtype, "guards"));
+    out.push_back(at::isFloatingType(options.dtype().toScalarType()) ? at::randn(shape, options)
+                                                                     : at::zeros(shape, options));
+  }
+  return out;
+}
+
+std::vector<std::string> Module::entries() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : impl_->entries) out.push_back(name);
+  return out;
+}
+
+const std::string& Module::level() const { return impl_->level; }
+int Module::format_version() const { return impl_->art->version(); }
+
+}  // namespace aotc

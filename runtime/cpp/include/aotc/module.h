@@ -1,0 +1,67 @@
+// aotc::Module: an aotc artifact loaded and run from C++, with no Python.
+//
+//   aotc::Module m("mlp.aotc");
+//   std::vector<at::Tensor> out = m.forward({torch::randn({32, 64})});
+//
+// Loading checks what the Python runtime checks (README, "A C++ front end"): the manifest's
+// self-hash and format, the size and sha256 of every file it lists (weights hashed from the
+// mapping they are served from), the target (a CPU artifact, a CPU level this host has), the
+// kernel library's own table against every kernel step, and each entry's runner file
+// (runner/<entry>.json, format >= 10) field by field, before the plan runner, shared with the
+// Python front end, checks its spec again. Calls check the guards and raise the GuardError
+// Python raises, with the same message. A Module holds no per-call state: concurrent calls of
+// `forward` / `run` on one Module are safe. Errors are the classes of aotc/errors.h.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aotc/errors.h"
+
+namespace aotc {
+
+struct LoadOptions {
+  bool verify_hashes = true;   // false: sizes only (as aotc.load(verify_hashes=False))
+  bool check_guards = true;    // false: symbols still bound from the input sizes
+  std::string isa;             // the CPU level to load; empty: the best this CPU supports
+  // Signatures are not checked in C++: a non-empty list (or AOTC_TRUSTED_KEYS set) is
+  // refused with a UsageError rather than ignored; verify them with `aotc verify`.
+  std::vector<std::string> trusted_keys;
+};
+
+class Module {
+ public:
+  explicit Module(const std::string& path, const LoadOptions& options = {});
+  ~Module();
+  Module(Module&&) noexcept;
+  Module& operator=(Module&&) noexcept;
+
+  // The "forward" entry; outputs flat, in the manifest's order (a constant or integer output
+  // comes back as a 0-d tensor, a None output as an undefined tensor).
+  std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs) const;
+  std::vector<at::Tensor> run(const std::string& entry,
+                              const std::vector<at::Tensor>& inputs) const;
+
+  // Inputs an entry's guards accept: random values (zeros for integer and bool inputs), each
+  // dynamic dim at its symbol's lower bound (at least 1); for samples and smoke tests.
+  std::vector<at::Tensor> example_inputs(const std::string& entry = "forward") const;
+
+  std::vector<std::string> entries() const;
+  const std::string& level() const;     // the CPU level whose kernels run ("" if none)
+  int format_version() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Tensors "0", "1", ... of a safetensors file, in that order (the file's header checked as
+// an artifact's weights are), and the same written; for passing inputs and outputs around.
+std::vector<at::Tensor> load_tensors(const std::string& path);
+void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
+
+}  // namespace aotc

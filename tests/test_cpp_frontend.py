@@ -1,0 +1,279 @@
+"""The Python-free C++ front end (runtime/cpp/frontend, `aotc::Module`), end to end: the sample
+program (samples/cpp) built with CMake against the installed runtime, run on exported samples
+and compared with `aotc.load`; and what it refuses (tampered, malformed or escaping files, old
+formats, other targets, packages, signatures), with the error class and message Python gives.
+
+The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
+session, skipped where CMake or the runtime library is missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import aotc
+from aotc.errors import GuardError
+from aotc.runtime import format as fmt
+from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_aotc,
+                            write_manifest)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+
+
+def cmake_build(source: Path, build: Path) -> None:
+    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
+    prefix = run_aotc("config", "--cmake-prefix-path")
+    if prefix.returncode != 0:
+        pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    for cmd in (["cmake", "-S", source, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DCMAKE_PREFIX_PATH={prefix.stdout.strip()}"], ["cmake", "--build", build]):
+        done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def aotc_run(tmp_path_factory) -> Path:
+    """samples/cpp's aotc_run."""
+    build = tmp_path_factory.mktemp("cpp_sample")
+    cmake_build(AOTC_ROOT / "samples/cpp", build)
+    return build / "aotc_run"
+
+
+@pytest.fixture(scope="session")
+def cpp_tests(tmp_path_factory) -> Path:
+    """tests/cpp's programs."""
+    build = tmp_path_factory.mktemp("cpp_tests")
+    cmake_build(AOTC_ROOT / "tests/cpp", build)
+    return build
+
+
+def test_concurrent_calls(cpp_tests, exported):
+    done = subprocess.run([str(cpp_tests / "concurrent"), str(exported("transformer").path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_generation_from_cpp(cpp_tests, tmp_path):
+    """A generator's prefill and decode entries, their KV cache the module's state (zeros at
+    load, updated in place by aotc::decode_attention_write): the tokens Python generates."""
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                      hidden=128, vocab=500).eval()
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)
+    save_file({"0": ids}, tmp_path / "ids.safetensors")
+    done = subprocess.run([str(cpp_tests / "generate"), str(art), str(tmp_path / "ids.safetensors"),
+                           "12"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+    assert torch.equal(got, aotc.load(art).generate(ids, 12)[:, 9:])
+
+
+def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None):
+    """(completed process, outputs) of aotc_run on `art` with `inputs` (a tuple of tensors)."""
+    args = [str(exe), str(art)]
+    if inputs is not None:
+        save_file({str(i): t.contiguous() for i, t in enumerate(inputs)}, tmp / "in.safetensors")
+        args += [str(tmp / "in.safetensors"), str(tmp / "out.safetensors")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **(env or {})))
+    outs = None
+    if done.returncode == 0 and inputs is not None:
+        got = load_file(tmp / "out.safetensors")
+        outs = [got[str(i)] for i in range(len(got))]
+    return done, outs
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_sample_matches_python(aotc_run, exported, tmp_path, name):
+    e = exported(name)
+    m = aotc.load(e.path)
+    done, outs = run_cpp(aotc_run, e.path, e.inputs, tmp_path)
+    assert done.returncode == 0, done.stderr
+    want = m.run_flat("forward", e.inputs)
+    assert len(outs) == len(want)
+    for got, ref in zip(outs, want):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    assert "call_us" in done.stdout and "load_ms" in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["tiny", "kernels"])
+def test_format_10_fixtures_run(aotc_run, tmp_path, kind):
+    """Tied weights over three shards, a non-persistent buffer; extern-only and with kernels."""
+    art = FIXTURES / f"format_v10_{kind}.aotc"
+    inputs = load_file(art / fmt.SAMPLE_INPUTS)
+    x = tuple(inputs[str(i)] for i in range(len(inputs)))
+    done, outs = run_cpp(aotc_run, art, x, tmp_path)
+    assert done.returncode == 0, done.stderr
+    for got, want in zip(outs, aotc.load(art).run_flat("forward", x), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_dynamic_shapes(aotc_run, tmp_path):
+    """Symbolic dims: sizes bound from the inputs, sizes of buffers evaluated from them, and a
+    size outside its range refused with Python's message."""
+    from aotc.api import export_file
+    from aotc.exporter.specs import parse_input_specs
+    art = export_file(f"{AOTC_ROOT}/samples/transformer.py:Net",
+                      parse_input_specs(["batch=2[1..8]xseq=16[2..128]x128"]), tmp_path / "d.aotc")
+    m = aotc.load(art)
+    for b, seq in ((1, 2), (3, 97)):
+        x = (torch.randn(b, seq, 128),)
+        done, outs = run_cpp(aotc_run, art, x, tmp_path)
+        assert done.returncode == 0, done.stderr
+        torch.testing.assert_close(outs[0], m.run_flat("forward", x)[0], rtol=1e-5, atol=1e-5)
+    bad = (torch.randn(9, 16, 128),)
+    with pytest.raises(GuardError) as python:
+        m(*bad)
+    done, _ = run_cpp(aotc_run, art, bad, tmp_path)
+    assert done.returncode == GuardError.exit_code
+    assert done.stderr.strip() == f"GuardError: {python.value}"
+
+
+def test_random_inputs_run(aotc_run, mlp_artifact):
+    done, _ = run_cpp(aotc_run, mlp_artifact)
+    assert done.returncode == 0, done.stderr
+    assert "output 0: [32, 10]" in done.stdout
+
+
+def test_wrong_shape_is_pythons_guard_error(aotc_run, mlp_artifact, tmp_path):
+    bad = (torch.randn(16, 64),)
+    with pytest.raises(GuardError) as python:
+        aotc.load(mlp_artifact)(*bad)
+    done, _ = run_cpp(aotc_run, mlp_artifact, bad, tmp_path)
+    assert done.returncode == GuardError.exit_code
+    assert done.stderr.strip() == f"GuardError: {python.value}"
+
+
+def test_tampered_weights_refused(aotc_run, artifact_copy):
+    flip_byte(artifact_copy / fmt.WEIGHTS, -3, 0x01)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "artifact file weights.safetensors is damaged (sha256 of chunk 0 of 1" in done.stderr
+
+
+def _edit_runner(art: Path, edit) -> None:
+    rel = fmt.runner_file("forward")
+    doc = json.loads((art / rel).read_bytes())
+    edit(doc)
+    replace_file(art, rel, fmt.dumps(doc))
+
+
+def test_slot_out_of_range_refused(aotc_run, artifact_copy):
+    def edit(doc):
+        step = next(s for s in doc["steps"] if s[0] == "call")
+        step[4][0] = ["slot", 99999]
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "ArtifactError: runner/forward.json is malformed at steps[0]" in done.stderr
+    assert "slot 99999 (out of range)" in done.stderr
+
+
+def test_expression_index_out_of_range_refused(aotc_run, artifact_copy):
+    """What the runner itself checks again (runtime/cpp/program.cpp), past the reader."""
+    def edit(doc):
+        next(s for s in doc["steps"] if s[0] == "kernel")[5][0][2][0] = [9999]
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "ArtifactError: the C++ runner refuses plan forward" in done.stderr
+    assert "an expression index" in done.stderr
+
+
+def test_read_before_write_refused(aotc_run, artifact_copy):
+    """A slot read before any step binds it (here: the plan's output slot, by its first call)."""
+    def edit(doc):
+        next(s for s in doc["steps"] if s[0] == "call")[4][0] = ["slot", doc["outputs"][0][0]]
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "field steps[0]" in done.stderr and "unbound or freed" in done.stderr
+
+
+def test_op_outside_the_table_refused(aotc_run, artifact_copy):
+    def edit(doc):   # a real ATen op, but not one a plan may call
+        next(s for s in doc["steps"] if s[0] == "call")[2] = "aten::from_file"
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5 and "an op of aotc's fixed table" in done.stderr, done.stderr
+
+
+def test_kernel_signature_checked_against_table(aotc_run, artifact_copy):
+    def edit(doc):
+        next(s for s in doc["steps"] if s[0] == "kernel")[3][0] += 1
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "with arguments its library does not take" in done.stderr
+
+
+def test_symlink_escaping_the_artifact_refused(aotc_run, artifact_copy, tmp_path):
+    outside = tmp_path / "outside.safetensors"
+    shutil.copy(artifact_copy / fmt.WEIGHTS, outside)   # the same bytes: the hash would pass
+    (artifact_copy / fmt.WEIGHTS).unlink()
+    (artifact_copy / fmt.WEIGHTS).symlink_to(outside)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "cannot be opened" in done.stderr and "no symlinks" in done.stderr
+
+
+def _refused_after(aotc_run, art: Path, edit, code: int) -> str:
+    """aotc_run's error output on `art` once `edit(manifest)` was written (self-hash valid)."""
+    m = read_raw_manifest(art)
+    edit(m)
+    write_manifest(art, m)
+    done, _ = run_cpp(aotc_run, art)
+    assert done.returncode == code, done.stderr
+    return done.stderr
+
+
+def test_path_escaping_the_artifact_refused(aotc_run, artifact_copy):
+    def edit(m):
+        m["files"]["../outside.json"] = m["files"].pop(fmt.runner_file("forward"))
+    assert "a relative path inside the artifact" in _refused_after(aotc_run, artifact_copy, edit, 5)
+
+
+def test_edited_manifest_refused(aotc_run, artifact_copy):
+    raw = (artifact_copy / fmt.MANIFEST).read_bytes().replace(b'"float32"', b'"float64"', 1)
+    (artifact_copy / fmt.MANIFEST).write_bytes(raw)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5 and "modified after export" in done.stderr, done.stderr
+
+
+def test_old_format_refused(aotc_run):
+    done, _ = run_cpp(aotc_run, FIXTURES / "format_v9_kernels.aotc")
+    assert done.returncode == 5, done.stderr
+    assert "format 9 has no runner files" in done.stderr and "re-export" in done.stderr
+
+
+def test_cuda_target_refused(aotc_run, artifact_copy):
+    err = _refused_after(aotc_run, artifact_copy, lambda m: m["target"].update(device="cuda"), 7)
+    assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
+
+
+def test_package_and_signatures_refused(aotc_run, mlp_artifact, tmp_path):
+    pkg = tmp_path / "mlp.aotcpkg"
+    assert run_aotc("pack", mlp_artifact, "-o", pkg).returncode == 0
+    done, _ = run_cpp(aotc_run, pkg)
+    assert done.returncode == 2 and "does not read packages" in done.stderr, done.stderr
+    done, _ = run_cpp(aotc_run, mlp_artifact, env={"AOTC_TRUSTED_KEYS": str(tmp_path)})
+    assert done.returncode == 2 and "does not check signatures" in done.stderr, done.stderr
+
+
+def test_python_checks_the_runner_file(artifact_copy):
+    rel = fmt.runner_file("forward")
+    assert rel in read_raw_manifest(artifact_copy)["files"]
+    flip_byte(artifact_copy / rel, 10, 0x01)
+    with pytest.raises(aotc.ArtifactError, match="runner/forward.json is damaged"):
+        aotc.load(artifact_copy)
