@@ -15,11 +15,13 @@ from pathlib import Path
 
 from aotc.runtime import format as fmt
 from aotc.runtime.artifact import Artifact
+from aotc.runtime.runner_file import runner_files
 from aotc.runtime.shards import Lazy, resolve_aliases, stored_tensors
 from aotc.runtime.statedict import StateMap, check, read_weights_file
 
 SAMPLES = (fmt.SAMPLE_INPUTS, fmt.SAMPLE_OUTPUTS)
 PLANS_CHANGED = 5      # plans of earlier versions are migrated when read (schema/migrate.py)
+RUNNER_FILES = 10      # CPU artifacts carry runner/<entry>.json from this version on
 
 
 def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path, list[str]]:
@@ -51,6 +53,10 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
         if art.version < PLANS_CHANGED:   # written in the current form, as loading migrated them
             files.update({spec.plan: fmt.dumps(art.plan(name).to_json())
                           for name, spec in art.manifest.entries.items()})
+        if art.version < RUNNER_FILES:    # the artifact is written in the current format: with
+            # the runner files it lacks (the weights' names, dtypes and shapes do not change)
+            files.update(runner_files(art.manifest, {name: art.plan(name)
+                                                     for name in art.manifest.entries}))
         manifest = dataclasses.replace(
             art.manifest, weights=dataclasses.replace(art.manifest.weights, shards=(), map=None))
         cap = _cap(art.manifest)

@@ -257,6 +257,30 @@ def test_old_format_refused(aotc_run):
     assert "format 9 has no runner files" in done.stderr and "re-export" in done.stderr
 
 
+@pytest.mark.parametrize("version", [7, 9])
+def test_swapping_weights_into_an_old_artifact_writes_its_runner_files(aotc_run, tmp_path,
+                                                                     version):
+    """swap-weights writes the current format, so an artifact from before runner files gets
+    them: the C++ front end runs the swapped artifact with the new weights, as Python does."""
+    from safetensors.torch import save_file as save
+    from aotc.runtime.swap import swap_weights
+    src = FIXTURES / f"format_v{version}_kernels.aotc"
+    m = aotc.load(src)
+    new = {k: torch.randn_like(v) for k, v in m.state_dict().items()}
+    save({k: v.contiguous() for k, v in new.items()}, tmp_path / "w.safetensors")
+    dest, _ = swap_weights(src, tmp_path / "w.safetensors", tmp_path / "s.aotc")
+    assert fmt.read_manifest(dest).format_version == fmt.FORMAT_VERSION
+    assert (dest / fmt.runner_file("forward")).is_file()
+    inputs = load_file(src / fmt.SAMPLE_INPUTS)
+    x = tuple(inputs[str(i)] for i in range(len(inputs)))
+    done, outs = run_cpp(aotc_run, dest, x, tmp_path)
+    assert done.returncode == 0, done.stderr
+    want = aotc.load(dest).run_flat("forward", x)
+    assert not torch.equal(want[0], m.run_flat("forward", x)[0])    # the new weights
+    for got, w in zip(outs, want, strict=True):
+        assert torch.equal(got, w)
+
+
 def test_cuda_target_refused(aotc_run, artifact_copy):
     err = _refused_after(aotc_run, artifact_copy, lambda m: m["target"].update(device="cuda"), 7)
     assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
