@@ -249,7 +249,13 @@ std::shared_ptr<const Bytes> Artifact::read(const std::string& rel, bool mapped)
     out->data = reinterpret_cast<const uint8_t*>(out->heap.data());
   }
   verify(rel, e, out->data);
+  verified_.insert(rel);
   return out;
+}
+
+void Artifact::verify_unread() const {
+  for (const auto& [rel, e] : files_)
+    if (!verified_.count(rel)) read(rel, true);
 }
 
 }  // namespace aotc::fe

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ class Artifact {
   bool listed(const std::string& rel) const { return files_.count(rel) != 0; }
   // A listed file's verified bytes (`mapped`: a private mapping, for weights shards).
   std::shared_ptr<const Bytes> read(const std::string& rel, bool mapped = false) const;
+  // Checks every listed file that no read() has checked yet (its size and digests), as
+  // Python's loader checks every file: each file is hashed once.
+  void verify_unread() const;
 
  private:
   void parse_files();
@@ -63,6 +67,7 @@ class Artifact {
   int version_ = 0;
   json::Value manifest_;
   std::map<std::string, FileEntry> files_;
+  mutable std::set<std::string> verified_;   // files read() has checked (loading is serial)
 };
 
 bool safe_path(const std::string& rel);   // runtime/schema/manifest.py PATH

@@ -90,7 +90,6 @@ struct Module::Impl {
   at::Tensor weight(const std::string& name);
   at::Tensor state_tensor(const fe::ConstantRef& s, const std::string& where);
   void load_entry(const std::string& name);
-  void verify_rest();
 };
 
 at::Tensor Module::Impl::weight(const std::string& name) {
@@ -157,11 +156,6 @@ void Module::Impl::load_entry(const std::string& name) {
   entries.emplace(name, std::move(e));
 }
 
-// Every listed file not read yet is checked too (its size and digests), as Python does.
-void Module::Impl::verify_rest() {
-  for (const auto& [rel, v] : art->field()["files"].members(1 << 16))
-    if (!shards.count(rel) && rel.rfind("runner/", 0) != 0) art->read(rel, true);
-}
 
 Module::Module(const std::string& path, const LoadOptions& options) : impl_(std::make_unique<Impl>()) {
   refuse_signatures(options);
@@ -181,7 +175,7 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
   }
   json::Field entries = art.field()["entries"];
   for (const auto& [name, v] : entries.members(64)) impl_->load_entry(name);
-  impl_->verify_rest();
+  impl_->art->verify_unread();   // the files no entry read, as Python checks every file
 }
 
 Module::~Module() = default;
