@@ -51,6 +51,17 @@ _FUNCTIONS = {"aten::addmm.default": torch.addmm, "aten::mm.default": torch.mm,
               "aten::bmm.default": torch.bmm, "aten::baddbmm.default": torch.baddbmm}
 
 
+def load_transform(slot) -> str:
+    """How a weight slot's tensor is made from the stored one at load (both front ends: the
+    runner file records it for the C++ one, runtime/runner_file.py): "transpose", a free view;
+    "channels_last", a copy made once; "" the stored tensor as it is."""
+    if slot.layout == "transposed" and len(slot.shape) == 2:
+        return "transpose"
+    if slot.memory_format == "channels_last" and len(slot.shape) == 4:
+        return "channels_last"
+    return ""
+
+
 def _weight(slot, weights: dict) -> torch.Tensor:
     """A weight as its slot wants it: "memory_format": "channels_last" (a convolution weight
     that the plan runs channels-last) is converted here, once, at load; "layout": "transposed"
@@ -66,9 +77,10 @@ def _weight(slot, weights: dict) -> torch.Tensor:
                             f"plan slot says {slot.dtype}", where=slot.weight,
                             expected=slot.dtype, found=str(w.dtype).removeprefix("torch."),
                             fix="re-export the model (the weights file does not match the plan)")
-    if slot.layout == "transposed" and w.dim() == 2:
+    transform = load_transform(slot)   # (a stored tensor of another rank fails the shape check)
+    if transform == "transpose" and w.dim() == 2:
         w = w.t()
-    if slot.memory_format == "channels_last" and w.dim() == 4:
+    elif transform == "channels_last" and w.dim() == 4:
         w = w.contiguous(memory_format=torch.channels_last)
     if all(isinstance(d, int) for d in slot.shape) and tuple(w.shape) != slot.shape:
         raise ArtifactError(f"weight {slot.weight!r} has shape {list(w.shape)} in the weights "

@@ -28,6 +28,7 @@ import torch
 
 from aotc.runtime import format as fmt
 from aotc.runtime.cpp_runner import _collectives, _Spec, guard_spec
+from aotc.runtime.executor import load_transform
 from aotc.runtime.guards import Guards
 from aotc.runtime.schema.types import SlotKind
 
@@ -99,12 +100,8 @@ def _weights(plan, aliases: dict) -> list:
     for i, s in enumerate(plan.slots):
         if s.kind is not SlotKind.WEIGHT:
             continue
-        shape = list(s.shape)
-        transform = ""
-        if s.layout == "transposed" and len(shape) == 2:
-            transform, shape = "transpose", shape[::-1]
-        elif s.memory_format == "channels_last" and len(shape) == 4:
-            transform = "channels_last"
+        transform = load_transform(s)
+        shape = list(s.shape)[::-1] if transform == "transpose" else list(s.shape)
         shape = [d if isinstance(d, int) else -1 for d in shape]   # -1: not checked
         out.append([i, aliases.get(s.weight, s.weight), s.dtype, shape, transform])
     return out
