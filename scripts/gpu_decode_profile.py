@@ -71,26 +71,6 @@ def grouped(by_name, labels: dict) -> list[str]:
             sorted(kinds.items(), key=lambda kv: -kv[1][0])[:30]]
 
 
-def load_profile(path: Path, prompt) -> list[str]:
-    """Where `aotc.load` and the first token's time goes (cProfile, cumulative, top 25)."""
-    import cProfile
-    import io
-    import pstats
-
-    import aotc
-    prof = cProfile.Profile()
-    t = time.perf_counter()
-    prof.enable()
-    m = aotc.load(path)
-    m.prefill(prompt)
-    torch.cuda.synchronize()
-    prof.disable()
-    wall = time.perf_counter() - t
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
-    return [f"== load + first token under cProfile: {wall * 1e3:.0f} ms", out.getvalue()]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-1b")
@@ -111,7 +91,6 @@ def main() -> None:
             systems["aotc-autotune"] = Aotc(model, 1, args.cache, prompt, Path(tmp) / "t.aotc",
                                             autotune=True)
         systems["reduce-overhead"] = Compiled(model, 1, args.cache)
-        lines += load_profile(Path(tmp) / "g.aotc", prompt)
         for name, s in systems.items():
             clean = sorted(decode_time(s, prompt, 128)[0] / 128 for _ in range(3))[1]
             r = profile(s, prompt, args.steps)
