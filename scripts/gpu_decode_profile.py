@@ -78,19 +78,22 @@ def main() -> None:
     ap.add_argument("--cache", type=int, default=1216)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device("cuda")
     model, meta = build_model(args.model, device, DTYPES[args.dtype])
-    prompt = torch.randint(0, meta["vocab"], (1, args.prompt), device=device)
+    prompt = torch.randint(0, meta["vocab"], (args.batch, args.prompt), device=device)
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
-        systems = {"aotc": Aotc(model, 1, args.cache, prompt, Path(tmp) / "g.aotc")}
+        systems = {"aotc": Aotc(model, args.batch, args.cache, prompt,
+                                    Path(tmp) / "g.aotc")}
         if args.autotune:
-            systems["aotc-autotune"] = Aotc(model, 1, args.cache, prompt, Path(tmp) / "t.aotc",
+            systems["aotc-autotune"] = Aotc(model, args.batch, args.cache, prompt,
+                                            Path(tmp) / "t.aotc",
                                             autotune=True)
-        systems["reduce-overhead"] = Compiled(model, 1, args.cache)
+        systems["reduce-overhead"] = Compiled(model, args.batch, args.cache)
         for name, s in systems.items():
             clean = sorted(decode_time(s, prompt, 128)[0] / 128 for _ in range(3))[1]
             r = profile(s, prompt, args.steps)
