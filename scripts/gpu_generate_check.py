@@ -6,11 +6,14 @@ divergence is reported, not only pass/fail).
     python scripts/gpu_generate_check.py --families llama,qwen2,mistral,gpt2,sample --new 32
 
 Models are mid-size configs with seeded random weights (hidden 512, 4 layers, vocab 32000),
-built in bf16 on the device; two prompts of 24 random ids (batch 2). One line per family.
+built in bf16 on the device; two prompts of 24 random ids (batch 2). One line per family. For
+scale, each line also gives where eager bf16 and aotc bf16 leave the tokens of the same weights
+in fp32 (random weights give flat logits, so bf16 rounding flips near-ties early).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import sys
 import tempfile
@@ -67,19 +70,29 @@ def check(family: str, n: int, cache: int, out_dir: Path, device: str) -> str:
     ids = torch.randint(1, 32000, (2, 24), generator=torch.Generator().manual_seed(1))
     ids = ids.to(device)
     want = _reference(family, model, ids, n, cache)
+    exact = _reference(family, copy.deepcopy(model).float(), ids, n, cache)
     t = time.perf_counter()
     path = aotc.export(model, (ids,), out_dir / f"{family}.aotc", decode=True,
                        max_cache_len=cache,
                        target="cuda:sm_90" if device == "cuda" else "cpu")
     export_s = time.perf_counter() - t
     got = aotc.load(path).generate(ids, n)
-    new_got, new_want = got[:, ids.shape[1]:], want[:, ids.shape[1]:]
-    diff = (new_got != new_want).any(0).nonzero()
-    first = int(diff[0]) if len(diff) else None
+    first = _divergence(got, want, ids.shape[1])
     verdict = "ok" if first is None else ("FAIL" if first < 32 else "ok (late flip)")
-    where = "none" if first is None else f"token {first}"
-    return (f"{family:8s} {verdict:15s} first divergence: {where:10s} of {n}; "
+    return (f"{family:8s} {verdict:15s} first divergence from eager bf16: {_at(first)}; "
+            f"from fp32 (same weights): eager bf16 {_at(_divergence(want, exact, ids.shape[1]))}"
+            f", aotc bf16 {_at(_divergence(got, exact, ids.shape[1]))}; of {n}; "
             f"export {export_s:.1f} s")
+
+
+def _divergence(a: torch.Tensor, b: torch.Tensor, prompt: int) -> int | None:
+    """The first generated position where any row of `a` and `b` differ, else None."""
+    diff = (a[:, prompt:] != b[:, prompt:]).any(0).nonzero()
+    return int(diff[0]) if len(diff) else None
+
+
+def _at(first: int | None) -> str:
+    return "none" if first is None else f"token {first}"
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Where a fresh process's `aotc.load` and first token go on a GPU: a generator artifact is
 exported once, then loaded and prefilled in a new Python process under cProfile (what a
 serving host pays at start: imports, the driver, module loads, graph capture, the first call).
+Fresh processes with one and with eight cubin-loading threads, twice each, then one profiled.
 
     python scripts/gpu_load_profile.py --model llama-small --out OUT
 """
@@ -15,23 +16,31 @@ from pathlib import Path
 CHILD = r"""
 import cProfile, io, pstats, sys, time
 t0 = time.perf_counter()
-prof = cProfile.Profile()
-prof.enable()
+prof = cProfile.Profile() if sys.argv[3] == "1" else None
+if prof:
+    prof.enable()
 import torch
 import aotc
+import aotc.runtime.cuda
+aotc.runtime.cuda.LOAD_THREADS = int(sys.argv[2])
 t1 = time.perf_counter()
 torch.cuda.init()
 t2 = time.perf_counter()
 m = aotc.load(sys.argv[1])
 t3 = time.perf_counter()
 ids = torch.randint(0, 1000, (1, 128), device="cuda")
-m.prefill(ids)
+token = m.prefill(ids).argmax(-1, keepdim=True)
 torch.cuda.synchronize()
 t4 = time.perf_counter()
-prof.disable()
-print(f"imports {1e3 * (t1 - t0):.0f} ms, cuda init {1e3 * (t2 - t1):.0f} ms, "
-      f"aotc.load {1e3 * (t3 - t2):.0f} ms, first prefill {1e3 * (t4 - t3):.0f} ms")
-for key in ("cumulative", "tottime"):
+m.decode(token)
+torch.cuda.synchronize()
+t5 = time.perf_counter()
+if prof:
+    prof.disable()
+print(f"threads {sys.argv[2]}: imports {1e3 * (t1 - t0):.0f} ms, cuda init {1e3 * (t2 - t1):.0f} "
+      f"ms, aotc.load {1e3 * (t3 - t2):.0f} ms, first prefill {1e3 * (t4 - t3):.0f} ms, "
+      f"first decode {1e3 * (t5 - t4):.0f} ms")
+for key in ("cumulative", "tottime") if prof else ():
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats(key).print_stats(30)
     print(out.getvalue())
@@ -41,6 +50,7 @@ for key in ("cumulative", "tottime"):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-small")
+    p.add_argument("--cache", type=int, default=320)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     import torch
@@ -50,16 +60,19 @@ def main() -> None:
     model, _ = build_model(args.model, torch.device("cuda"), torch.bfloat16)
     prompt = torch.randint(0, 1000, (1, 128), device="cuda")
     with tempfile.TemporaryDirectory() as tmp:
-        Aotc(model, 1, 320, prompt, Path(tmp) / "g.aotc")
-        text = _child(Path(tmp) / "g.aotc")
+        Aotc(model, 1, args.cache, prompt, Path(tmp) / "g.aotc")
+        runs = [("1", "0"), ("8", "0"), ("1", "0"), ("8", "0"), ("8", "1")]
+        text = "".join(_child(Path(tmp) / "g.aotc", *r) for r in runs)
     print(text)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "load_profile.txt").write_text(text + "\n")
 
 
-def _child(path: Path) -> str:
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
+def _child(path: Path, threads: str, profiled: str) -> str:
+    """One fresh process's timings (`threads` loading cubins; under cProfile if `profiled`)."""
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), threads, profiled],
+                          capture_output=True,
                           text=True, check=False)
     return done.stdout + done.stderr[-3000:]
 
