@@ -44,7 +44,8 @@ t5 = time.perf_counter()
 if prof:
     prof.disable()
 print(f"threads {sys.argv[2]}: imports {1e3 * (t1 - t0):.0f} ms, CUDA context {1e3 * (t2 - t1):.0f} "
-      f"ms, aotc.load {1e3 * (t3 - t2):.0f} ms (kernel table and cubin loads {1e3 * sum(cubins):.0f} ms), first prefill {1e3 * (t4 - t3):.0f} ms, "
+      f"ms, aotc.load {1e3 * (t3 - t2):.0f} ms (kernel table and cubin loads "
+      f"{1e3 * sum(cubins):.0f} ms), first prefill {1e3 * (t4 - t3):.0f} ms, "
       f"first decode {1e3 * (t5 - t4):.0f} ms")
 for key in ("cumulative", "tottime") if prof else ():
     out = io.StringIO()
