@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -24,7 +23,6 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024
 SIZES = frozenset({"i32", "i64"})   # the types of dim-size parameters
-LOAD_THREADS = 8   # cubins are loaded into the context by this many threads at once
 
 _lock = threading.Lock()
 _driver = None
@@ -137,11 +135,8 @@ class CudaKernels(TritonKernels):
         self.context = driver().primary_context(index)
         driver().make_current(self.context)
         self.modules: list = []
+        self.launchers = {name: self._load(name, spec) for name, spec in self.specs.items()}
         weakref.finalize(self, _unload, self.context, self.modules)
-        names = list(self.specs)
-        with ThreadPoolExecutor(max(1, min(LOAD_THREADS, len(names)))) as pool:
-            launchers = list(pool.map(self._load, names, [self.specs[n] for n in names]))
-        self.launchers = dict(zip(names, launchers))
 
     def _load(self, name: str, spec) -> "CudaLauncher":
         if self.arch not in spec.archs:
@@ -153,11 +148,9 @@ class CudaKernels(TritonKernels):
                             None if div16 is None else (*self._function(div16), div16))
 
     def _function(self, build) -> tuple:
-        """(CUfunction, CUmodule) of the cubin `build` names (called from the loading threads:
-        each makes the context current on itself)."""
-        d = driver()
-        d.make_current(self.context)
-        module, fn = d.function(self.artifact.read(build.cubin), build.symbol, build.shared)
+        """(CUfunction, CUmodule) of the cubin `build` names."""
+        module, fn = driver().function(self.artifact.read(build.cubin), build.symbol,
+                                       build.shared)
         self.modules.append(module)
         return fn, module
 

@@ -1,7 +1,7 @@
 """Where a fresh process's `aotc.load` and first token go on a GPU: a generator artifact is
 exported once, then loaded and prefilled in a new Python process under cProfile (what a
 serving host pays at start: imports, the driver, module loads, graph capture, the first call).
-Fresh processes with one and with eight cubin-loading threads, twice each, then one profiled.
+Three fresh processes timed, then one under cProfile (which doubles the load's time).
 
     python scripts/gpu_load_profile.py --model llama-small --out OUT
 """
@@ -16,13 +16,12 @@ from pathlib import Path
 CHILD = r"""
 import cProfile, io, pstats, sys, time
 t0 = time.perf_counter()
-prof = cProfile.Profile() if sys.argv[3] == "1" else None
+prof = cProfile.Profile() if sys.argv[2] == "1" else None
 if prof:
     prof.enable()
 import torch
 import aotc
 import aotc.runtime.cuda
-aotc.runtime.cuda.LOAD_THREADS = int(sys.argv[2])
 cubins = []
 def timed(self, *args, _init=aotc.runtime.cuda.CudaKernels.__init__):
     t = time.perf_counter()
@@ -43,7 +42,7 @@ torch.cuda.synchronize()
 t5 = time.perf_counter()
 if prof:
     prof.disable()
-print(f"threads {sys.argv[2]}: imports {1e3 * (t1 - t0):.0f} ms, CUDA context {1e3 * (t2 - t1):.0f} "
+print(f"imports {1e3 * (t1 - t0):.0f} ms, CUDA context {1e3 * (t2 - t1):.0f} "
       f"ms, aotc.load {1e3 * (t3 - t2):.0f} ms (kernel table and cubin loads "
       f"{1e3 * sum(cubins):.0f} ms), first prefill {1e3 * (t4 - t3):.0f} ms, "
       f"first decode {1e3 * (t5 - t4):.0f} ms")
@@ -68,17 +67,16 @@ def main() -> None:
     prompt = torch.randint(0, 1000, (1, 128), device="cuda")
     with tempfile.TemporaryDirectory() as tmp:
         Aotc(model, 1, args.cache, prompt, Path(tmp) / "g.aotc")
-        runs = [("1", "0"), ("8", "0"), ("1", "0"), ("8", "0"), ("8", "1")]
-        text = "".join(_child(Path(tmp) / "g.aotc", *r) for r in runs)
+        text = "".join(_child(Path(tmp) / "g.aotc", p) for p in ("0", "0", "0", "1"))
     print(text)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "load_profile.txt").write_text(text + "\n")
 
 
-def _child(path: Path, threads: str, profiled: str) -> str:
-    """One fresh process's timings (`threads` loading cubins; under cProfile if `profiled`)."""
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), threads, profiled],
+def _child(path: Path, profiled: str) -> str:
+    """One fresh process's timings (under cProfile if `profiled`, which inflates them)."""
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), profiled],
                           capture_output=True,
                           text=True, check=False)
     return done.stdout + done.stderr[-3000:]
