@@ -22,6 +22,7 @@ from aotc.codegen.attention_fusion import REWRITE, fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.index_checks import kernel_checks
 from aotc.codegen.ir import declared_minima
+from aotc.codegen import gpu_layouts
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
@@ -83,12 +84,13 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
              isa: str, autotune: bool, prove: bool, progress, shard_size: int | None) -> Path:
     target = _resolve_archs(target, codegen)
     progress(f"lowering {len(program.graph['nodes'])} ops")
-    parts = _lower_entries(program, target, codegen)
+    parts, gpu_transposed = _lower_entries(program, target, codegen)
     count = sum(len(kernels) for *_, kernels in parts.values())
     progress(f"compiling {count} kernels" if count else "writing an ATen-only plan")
     bindings = {k: v["max"] for k, v in program.symbols.items()}
     hints = {"example": {k: v["example"] for k, v in program.symbols.items()}, "maximum": bindings}
-    weights, aliases, transposed = _stored_weights(program, parts, target, codegen, bindings)
+    weights, aliases, transposed = _stored_weights(program, parts, target, codegen, bindings,
+                                                   gpu_transposed)
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
@@ -162,9 +164,10 @@ def _weights_index(program: Program, stored: dict, aliases: dict, transposed: li
             **({"state_dict": keys} if keys is not None else {})}
 
 
-def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
-    """Each entry (forward, and backward for training) lowered and scheduled: name ->
-    (lowered graph, steps, fusion decisions, kernels)."""
+def _lower_entries(program: Program, target: Target, codegen: bool) -> tuple[dict, list]:
+    """Each entry (forward, and backward for training) lowered and scheduled: (name ->
+    (lowered graph, steps, fusion decisions, kernels), the weights a GPU plan reads
+    transposed, codegen/gpu_layouts.py)."""
     graphs = program.entry_graphs()
     if program.state is not None:    # generators: cache writes in place (codegen/state.py)
         graphs = {name: fuse_cache_writes(reinplace(g)) for name, g in graphs.items()}
@@ -172,6 +175,11 @@ def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
     # them as they are
     inference = codegen and program.training is None
     cpu = codegen and target.device == "cpu"
+    flipped = []
+    if inference and target.device == "cuda":
+        _, aliases = _dedup_weights(program.weights)
+        flipped = gpu_layouts.transposed_operands(graphs, set(aliases) | set(aliases.values()))
+        graphs = {name: gpu_layouts.with_transposed(g, flipped) for name, g in graphs.items()}
     parts = {}
     for name, graph in graphs.items():
         lowered, steps, decisions = lower_and_schedule(
@@ -183,20 +191,26 @@ def _lower_entries(program: Program, target: Target, codegen: bool) -> dict:
             # SDPA outputs where the CPU's attention puts them (the export machine's torch);
             # hand-written attention as SDPA in CPU inference (not measured on GPUs yet)
             sdpa_layout=cpu, fuse_attention=cpu and inference)
+        gpu_layouts.mark_transposed(lowered.slots, flipped)
         kernels = [s for s in steps if isinstance(s, Kernel)]
         if len(graphs) > 1:   # one library for all entries: kernel names must be unique
             for k in kernels:
                 k.name = f"{name}_{k.name}"
         parts[name] = (lowered, steps, decisions, kernels)
-    return parts
+    return parts, flipped
 
 
 def _stored_weights(program: Program, parts: dict, target: Target, codegen: bool,
-                    bindings: dict) -> tuple[dict, dict, list]:
+                    bindings: dict, gpu_transposed: list) -> tuple[dict, dict, list]:
     """(weights as weights.safetensors stores them, tied aliases, names stored transposed):
     in CPU inference, matmul weights are stored as W^T where the CPU BLAS runs the product
-    faster that way (codegen/layouts.py; their plan slots say so)."""
+    faster that way (codegen/layouts.py; their plan slots say so); on GPUs `gpu_transposed`,
+    which the plans were lowered for (codegen/gpu_layouts.py)."""
     weights, aliases = _dedup_weights(program.weights)
+    if gpu_transposed:
+        for name in gpu_transposed:
+            weights[name] = weights[name].t()
+        return weights, aliases, list(gpu_transposed)
     if not (codegen and target.device == "cpu" and program.training is None):
         return weights, aliases, []
     args = {name: (lowered.slots, steps, lowered.outputs)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from aotc.codegen.ir import (ComputedBuffer, NullHandler, Reduction, index_bounds, index_vars,
-                             linear_index, product)
+from aotc.codegen.ir import (Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
+                             contiguous_strides, index_bounds, index_vars, linear_index, product)
 from aotc.codegen.plan import step_uses
 
 
@@ -114,6 +114,40 @@ def can_fuse(kernel: Kernel, node: ComputedBuffer) -> tuple[bool, str]:
     return True, f"{what}: {how}, rows {list(prefix)}"
 
 
+def reshaped(node: ComputedBuffer, prefix: tuple) -> ComputedBuffer | None:
+    """`node`, a pointwise node of contiguous buffers, iterated over `prefix` and then its
+    remaining dims, where that differs from its own iteration space only by dims of size 1
+    (a decode step's [1, K] row against a kernel's rows [1, 1], or [1, 1, N] against [1, N]),
+    else None. Dims of size 1 do not move an element of a contiguous buffer, so the same
+    stores land where they did: the node's buffers are rebound to the new shape (the same
+    names and slots), its body reads its own indices with 0 for each dim of size 1."""
+    body = node.body
+    if isinstance(body, Reduction) or not prefix:
+        return None
+    ranges = tuple(body.ranges)
+    big = [d for d in ranges if d != 1]
+    lead = [d for d in prefix if d != 1]
+    if big[:len(lead)] != lead or tuple(ranges[:len(prefix)]) == tuple(prefix):
+        return None
+    shape = (*prefix, *big[len(lead):])
+    if any(tuple(b.shape) != ranges or tuple(b.stride) != contiguous_strides(b.shape)
+           for b in node.buffers):
+        return None
+    own = [i for i, d in enumerate(ranges) if d != 1]
+    new = [i for i, d in enumerate(shape) if d != 1]
+    fn = body.inner_fn
+
+    def inner_fn(h, idx):
+        full = [sympy.Integer(0)] * len(ranges)
+        for i, j in zip(own, new):
+            full[i] = idx[j]
+        return fn(h, tuple(full))
+    buffers = tuple(Buffer(name=b.name, slot=b.slot, shape=shape,
+                           stride=contiguous_strides(shape), dtype=b.dtype) for b in node.buffers)
+    return ComputedBuffer(buffers=buffers, body=Pointwise(
+        ranges=shape, dtype=body.dtype, inner_fn=inner_fn, origins=body.origins))
+
+
 def drop_unread(steps: list, outputs: list) -> list:
     """The steps without the realized nodes whose buffers nothing reads (from the last step
     back, so that what only they read goes too). Lowering can leave such nodes behind when a
@@ -159,6 +193,9 @@ def schedule(steps: list) -> tuple[list, list]:
         placed = False
         for i in order:
             ok, why = can_fuse(run[i], step)
+            same = None if ok else reshaped(step, run[i].prefix)
+            if same is not None and (fits := can_fuse(run[i], same))[0]:
+                step, (ok, why) = same, fits
             if ok:
                 run[i].nodes.append(step)
                 run[i].reasons.append("fused " + why)

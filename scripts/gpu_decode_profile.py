@@ -97,9 +97,10 @@ def main() -> None:
         for name, s in systems.items():
             clean = sorted(decode_time(s, prompt, 128)[0] / 128 for _ in range(3))[1]
             r = profile(s, prompt, args.steps)
-            lines.append(f"== {name}: step {clean * 1e6:.0f} us ({1 / clean:.0f} tokens/s) "
-                         f"unprofiled; {r['wall_us']:.0f} us wall profiled, {r['gpu_us']:.0f} "
-                         f"us in {r['kernels']:.0f} kernels")
+            lines.append(f"== {name}: step {clean * 1e6:.0f} us ({args.batch / clean:.0f} "
+                         f"tokens/s) unprofiled; {r['wall_us']:.0f} us wall profiled, "
+                         f"{r['gpu_us']:.0f} us in {r['kernels']:.0f} kernels")
+            print(lines[-1], flush=True)
             if name.startswith("aotc"):
                 labels = kernel_labels(Path(tmp) / ("g.aotc" if name == "aotc" else "t.aotc"))
                 lines.append("  by what the kernels fuse:")

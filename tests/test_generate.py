@@ -95,9 +95,10 @@ def test_more_transformers_decoders(tmp_path, family):
 
 
 @pytest.mark.slow
-def test_a_cuda_generator_runs_through_the_triton_interpreter(tmp_path):
+@pytest.mark.parametrize("family", ["llama", "gpt2"])   # gpt2: [K, N] weights, stored transposed
+def test_a_cuda_generator_runs_through_the_triton_interpreter(tmp_path, family):
     pytest.importorskip("triton")
-    m = _hf("llama")
+    m = _hf(family)
     ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))
     want = _hf_reference(m, ids, 40)
     path = aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True, max_cache_len=64,

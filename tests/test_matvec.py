@@ -74,3 +74,46 @@ def test_a_computed_vector_is_stored_once_not_recomputed_by_every_program(tmp_pa
     assert len(sources) == 2 and sum("tl.exp" in s for s in sources) == 1
     m = aotc.load(path, device="cpu", interpret=True)
     torch.testing.assert_close(m(x, w1, w2, w3), mlp(x, w1, w2, w3), rtol=1e-4, atol=1e-3)
+
+
+class _Conv1D(torch.nn.Module):
+    """GPT-2's layout: a [K, N] weight that the product reads as it is (addmm(b, x, W))."""
+
+    def __init__(self, k: int, n: int, norm: bool = False):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.weight = torch.nn.Parameter(torch.randn(k, n, generator=g) / k ** 0.5)
+        self.bias = torch.nn.Parameter(torch.randn(n, generator=g))
+        self.norm = torch.nn.LayerNorm(k) if norm else None
+
+    def forward(self, x):          # x [1, 1, K], as a decode step's hidden state
+        if self.norm is not None:
+            x = self.norm(x)
+        return torch.addmm(self.bias, x.view(-1, x.shape[-1]), self.weight)
+
+
+def test_a_gpu_stores_a_k_by_n_product_weight_transposed_and_reduces_it_in_one_kernel(tmp_path):
+    """Read as [K, N], one output's weights lie N apart (an outer reduction, too few programs:
+    split in two kernels). Stored as W^T and bound as its transpose view, the product is one
+    inner-reduction kernel; the state_dict still hands out the [K, N] weight."""
+    model, x = _Conv1D(256, 96).eval(), torch.randn(1, 1, 256)
+    path = aotc.export(model, (x,), tmp_path / "m.aotc", **CUDA)
+    assert aotc.runtime.format.read_manifest(path).weights.transposed == ("weight",)
+    kernels = _kernels(path)
+    assert len(kernels) == 1, list(kernels)
+    m = aotc.load(path, device="cpu", interpret=True)
+    torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
+    assert torch.equal(m.state_dict()["weight"], model.weight.detach())
+    cpu = aotc.load(aotc.export(model, (x,), tmp_path / "c.aotc"))   # the CPU's own rule
+    torch.testing.assert_close(cpu(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_norm_of_a_viewed_row_fuses_with_its_statistics(tmp_path):
+    """LayerNorm over [1, 1, K] whose output the product reads as [1, K]: the statistics and
+    the normalized row in one kernel (the row's extra dim of size 1 does not split them), the
+    product in a second one."""
+    model, x = _Conv1D(256, 96, norm=True).eval(), torch.randn(1, 1, 256)
+    path = aotc.export(model, (x,), tmp_path / "m.aotc", **CUDA)
+    assert len(_kernels(path)) == 2, list(_kernels(path))
+    m = aotc.load(path, device="cpu", interpret=True)
+    torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
