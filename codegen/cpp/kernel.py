@@ -62,9 +62,10 @@ class CppHandler:
     def load(self, name: str, index) -> CVal:
         index = simplify_index(index, self.ranges)
         buf = self.buffers[name]
-        if name in self.locals:
+        if name in self.locals:   # the value of this row (a dim of size 1 has index 0)
             row_index, var = self.locals[name]
-            if sympy.expand(index - row_index) == 0:
+            ones = {v: 0 for v, n in self.ranges.items() if n == 1}
+            if sympy.expand((index - row_index).subs(ones)) == 0:
                 return CVal(var, buf.dtype, True)
         self.read_names.add(name)
         access = f"{name}[{cexpr(index)}]"
