@@ -4,12 +4,11 @@ and compared with `aotc.load`; and what it refuses (tampered, malformed or escap
 formats, other targets, packages, signatures), with the error class and message Python gives.
 
 The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
-session, skipped where CMake or the runtime library is missing.
+session (conftest.py), skipped where CMake or the runtime library is missing.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,38 +21,10 @@ import aotc
 from aotc.errors import GuardError
 from aotc.runtime import format as fmt
 from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_aotc,
-                            write_manifest)
+                      run_cpp, write_manifest)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
-
-
-def cmake_build(source: Path, build: Path) -> None:
-    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
-    prefix = run_aotc("config", "--cmake-prefix-path")
-    if prefix.returncode != 0:
-        pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for cmd in (["cmake", "-S", source, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DCMAKE_PREFIX_PATH={prefix.stdout.strip()}"], ["cmake", "--build", build]):
-        done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-
-@pytest.fixture(scope="session")
-def aotc_run(tmp_path_factory) -> Path:
-    """samples/cpp's aotc_run."""
-    build = tmp_path_factory.mktemp("cpp_sample")
-    cmake_build(AOTC_ROOT / "samples/cpp", build)
-    return build / "aotc_run"
-
-
-@pytest.fixture(scope="session")
-def cpp_tests(tmp_path_factory) -> Path:
-    """tests/cpp's programs."""
-    build = tmp_path_factory.mktemp("cpp_tests")
-    cmake_build(AOTC_ROOT / "tests/cpp", build)
-    return build
 
 
 def test_concurrent_calls(cpp_tests, exported):
@@ -77,21 +48,6 @@ def test_generation_from_cpp(cpp_tests, tmp_path):
     assert done.returncode == 0, done.stderr
     got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
     assert torch.equal(got, aotc.load(art).generate(ids, 12)[:, 9:])
-
-
-def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None):
-    """(completed process, outputs) of aotc_run on `art` with `inputs` (a tuple of tensors)."""
-    args = [str(exe), str(art)]
-    if inputs is not None:
-        save_file({str(i): t.contiguous() for i, t in enumerate(inputs)}, tmp / "in.safetensors")
-        args += [str(tmp / "in.safetensors"), str(tmp / "out.safetensors")]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **(env or {})))
-    outs = None
-    if done.returncode == 0 and inputs is not None:
-        got = load_file(tmp / "out.safetensors")
-        outs = [got[str(i)] for i in range(len(got))]
-    return done, outs
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
