@@ -1,7 +1,7 @@
 """The Python-free C++ front end (runtime/cpp/frontend, `aotc::Module`), end to end: the sample
 program (samples/cpp) built with CMake against the installed runtime, run on exported samples
 and compared with `aotc.load`; and what it refuses (tampered, malformed or escaping files, old
-formats, other targets, packages, signatures), with the error class and message Python gives.
+formats, other targets, signatures), with the error class and message Python gives.
 
 The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
 session (conftest.py), skipped where CMake or the runtime library is missing.
@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save_file
 import aotc
 from aotc.errors import GuardError
 from aotc.runtime import format as fmt
-from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_aotc,
-                      run_cpp, write_manifest)
+from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_cpp,
+                      write_manifest)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
@@ -242,11 +242,7 @@ def test_cuda_target_refused(aotc_run, artifact_copy):
     assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
 
 
-def test_package_and_signatures_refused(aotc_run, mlp_artifact, tmp_path):
-    pkg = tmp_path / "mlp.aotcpkg"
-    assert run_aotc("pack", mlp_artifact, "-o", pkg).returncode == 0
-    done, _ = run_cpp(aotc_run, pkg)
-    assert done.returncode == 2 and "does not read packages" in done.stderr, done.stderr
+def test_signatures_refused(aotc_run, mlp_artifact, tmp_path):
     done, _ = run_cpp(aotc_run, mlp_artifact, env={"AOTC_TRUSTED_KEYS": str(tmp_path)})
     assert done.returncode == 2 and "does not check signatures" in done.stderr, done.stderr
 
