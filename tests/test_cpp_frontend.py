@@ -4,7 +4,8 @@ and compared with `aotc.load`; and what it refuses (tampered, malformed or escap
 formats, other targets, signatures), with the error class and message Python gives.
 
 The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
-session (conftest.py), skipped where CMake or the runtime library is missing.
+session (conftest.py), skipped where CMake or the runtime library is missing. Packages:
+tests/test_cpp_package.py.
 """
 from __future__ import annotations
 
@@ -35,19 +36,26 @@ def test_concurrent_calls(cpp_tests, exported):
 
 def test_generation_from_cpp(cpp_tests, tmp_path):
     """A generator's prefill and decode entries, their KV cache the module's state (zeros at
-    load, updated in place by aotc::decode_attention_write): the tokens Python generates."""
+    load, updated in place by aotc::decode_attention_write): the tokens Python generates, from
+    the artifact directory and from its package."""
     from conftest import SAMPLES_DIR, import_file
+    from aotc.runtime.package import pack
     torch.manual_seed(0)
     model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
                                                       hidden=128, vocab=500).eval()
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)
+    pkg = pack(art, tmp_path / "llama.aotcpkg")
     save_file({"0": ids}, tmp_path / "ids.safetensors")
-    done = subprocess.run([str(cpp_tests / "generate"), str(art), str(tmp_path / "ids.safetensors"),
-                           "12"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
-    assert torch.equal(got, aotc.load(art).generate(ids, 12)[:, 9:])
+    want = aotc.load(pkg).generate(ids, 12)[:, 9:]
+    assert torch.equal(want, aotc.load(art).generate(ids, 12)[:, 9:])
+    for path in (art, pkg):
+        done = subprocess.run([str(cpp_tests / "generate"), str(path),
+                               str(tmp_path / "ids.safetensors"), "12"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+        assert torch.equal(got, want), path
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
