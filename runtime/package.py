@@ -22,10 +22,12 @@ Layout (integers little-endian):
                  at least 4096 bytes, 64 for the others.
     end          the end of the last member is the end of the file; nothing may follow
 
-A reader refuses a bad magic or version, an index that is not that JSON, a member name that is
-not a safe relative path, a name twice, a member out of bounds, overlapping or not at its
-aligned place, non-zero padding, bytes after the last member (all here), and members the
-manifest does not list or listed files that are not members (runtime/artifact.py).
+A reader refuses a bad magic, version or header, an index that is not that JSON (strict JSON of
+that shape; its bytes need not be canonical), a member name that is not a safe relative path, a
+name twice, a member out of bounds, overlapping or not at its aligned place, non-zero padding,
+bytes after the last member (all here), and members the manifest does not list or listed files
+that are not members (runtime/artifact.py). The C++ front end reads packages by the same rules,
+with the same messages (runtime/cpp/frontend/package.cpp).
 """
 from __future__ import annotations
 
@@ -116,14 +118,20 @@ class Package:
 
     def _index(self) -> list[Member]:
         head = _pread(self.fd, 0, min(self.size, HEADER.size), str(self.path))
-        if len(head) < HEADER.size or head[:8] != MAGIC:
+        if head[:8] != MAGIC:
             raise self._fail(f"no artifact directory at {self.path}: a file that is not an "
                              "aotc package", "header",
                              f"the magic {MAGIC!r}", repr(head[:8]))
+        if len(head) < HEADER.size:
+            raise self._fail("the package ends inside its header", "header",
+                             f"at least {HEADER.size} bytes", f"{len(head)} bytes")
         _, layout, zero, length = HEADER.unpack(head)
-        if layout != LAYOUT or zero != 0:
+        if layout != LAYOUT:
             raise self._fail(f"package layout {layout} is not supported by this aotc", "header",
                              f"layout {LAYOUT}", layout)
+        if zero != 0:
+            raise self._fail("the package header's reserved field is not zero", "header", 0,
+                             zero)
         if length > min(MAX_INDEX, self.size - HEADER.size):
             raise self._fail("the package index is larger than the package", "index",
                              f"at most {min(MAX_INDEX, self.size - HEADER.size)} bytes",

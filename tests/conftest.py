@@ -1,7 +1,9 @@
 """Shared fixtures and helpers for the aotc test suite.
 
 Exports are the slow part (seconds each), so every sample is exported at most once per session
-(`exported`); tests that damage an artifact work on a copy (`artifact_copy`).
+(`exported`); tests that damage an artifact work on a copy (`artifact_copy`). The C++ front
+end's programs (samples/cpp, tests/cpp) are built with CMake once per session (`aotc_run`,
+`cpp_tests`).
 """
 from __future__ import annotations
 
@@ -258,3 +260,49 @@ def cli_mlp_artifact(tmp_path_factory) -> Path:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out.absolute()), proc.stdout
     return out
+
+
+# ------------------------------------------------------------------ the C++ front end's programs
+
+def cmake_build(source: Path, build: Path) -> None:
+    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
+    prefix = run_aotc("config", "--cmake-prefix-path")
+    if prefix.returncode != 0:
+        pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    for cmd in (["cmake", "-S", source, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DCMAKE_PREFIX_PATH={prefix.stdout.strip()}"], ["cmake", "--build", build]):
+        done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def aotc_run(tmp_path_factory) -> Path:
+    """samples/cpp's aotc_run."""
+    build = tmp_path_factory.mktemp("cpp_sample")
+    cmake_build(AOTC_ROOT / "samples/cpp", build)
+    return build / "aotc_run"
+
+
+@pytest.fixture(scope="session")
+def cpp_tests(tmp_path_factory) -> Path:
+    """tests/cpp's programs."""
+    build = tmp_path_factory.mktemp("cpp_tests")
+    cmake_build(AOTC_ROOT / "tests/cpp", build)
+    return build
+
+
+def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None, cwd=None):
+    """(completed process, outputs) of aotc_run on `art` with `inputs` (a tuple of tensors)."""
+    from safetensors.torch import load_file, save_file
+    args = [str(exe), str(art)]
+    if inputs is not None:
+        save_file({str(i): t.contiguous() for i, t in enumerate(inputs)}, tmp / "in.safetensors")
+        args += [str(tmp / "in.safetensors"), str(tmp / "out.safetensors")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=dict(os.environ, **(env or {})))
+    outs = None
+    if done.returncode == 0 and inputs is not None:
+        got = load_file(tmp / "out.safetensors")
+        outs = [got[str(i)] for i in range(len(got))]
+    return done, outs

@@ -1,15 +1,15 @@
 """The Python-free C++ front end (runtime/cpp/frontend, `aotc::Module`), end to end: the sample
 program (samples/cpp) built with CMake against the installed runtime, run on exported samples
 and compared with `aotc.load`; and what it refuses (tampered, malformed or escaping files, old
-formats, other targets, packages, signatures), with the error class and message Python gives.
+formats, other targets, signatures), with the error class and message Python gives.
 
 The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
-session, skipped where CMake or the runtime library is missing.
+session (conftest.py), skipped where CMake or the runtime library is missing. Packages:
+tests/test_cpp_package.py.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,39 +21,11 @@ from safetensors.torch import load_file, save_file
 import aotc
 from aotc.errors import GuardError
 from aotc.runtime import format as fmt
-from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_aotc,
-                            write_manifest)
+from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_cpp,
+                      write_manifest)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
-
-
-def cmake_build(source: Path, build: Path) -> None:
-    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
-    prefix = run_aotc("config", "--cmake-prefix-path")
-    if prefix.returncode != 0:
-        pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for cmd in (["cmake", "-S", source, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DCMAKE_PREFIX_PATH={prefix.stdout.strip()}"], ["cmake", "--build", build]):
-        done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-
-@pytest.fixture(scope="session")
-def aotc_run(tmp_path_factory) -> Path:
-    """samples/cpp's aotc_run."""
-    build = tmp_path_factory.mktemp("cpp_sample")
-    cmake_build(AOTC_ROOT / "samples/cpp", build)
-    return build / "aotc_run"
-
-
-@pytest.fixture(scope="session")
-def cpp_tests(tmp_path_factory) -> Path:
-    """tests/cpp's programs."""
-    build = tmp_path_factory.mktemp("cpp_tests")
-    cmake_build(AOTC_ROOT / "tests/cpp", build)
-    return build
 
 
 def test_concurrent_calls(cpp_tests, exported):
@@ -64,34 +36,26 @@ def test_concurrent_calls(cpp_tests, exported):
 
 def test_generation_from_cpp(cpp_tests, tmp_path):
     """A generator's prefill and decode entries, their KV cache the module's state (zeros at
-    load, updated in place by aotc::decode_attention_write): the tokens Python generates."""
+    load, updated in place by aotc::decode_attention_write): the tokens Python generates, from
+    the artifact directory and from its package."""
     from conftest import SAMPLES_DIR, import_file
+    from aotc.runtime.package import pack
     torch.manual_seed(0)
     model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
                                                       hidden=128, vocab=500).eval()
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)
+    pkg = pack(art, tmp_path / "llama.aotcpkg")
     save_file({"0": ids}, tmp_path / "ids.safetensors")
-    done = subprocess.run([str(cpp_tests / "generate"), str(art), str(tmp_path / "ids.safetensors"),
-                           "12"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
-    assert torch.equal(got, aotc.load(art).generate(ids, 12)[:, 9:])
-
-
-def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None):
-    """(completed process, outputs) of aotc_run on `art` with `inputs` (a tuple of tensors)."""
-    args = [str(exe), str(art)]
-    if inputs is not None:
-        save_file({str(i): t.contiguous() for i, t in enumerate(inputs)}, tmp / "in.safetensors")
-        args += [str(tmp / "in.safetensors"), str(tmp / "out.safetensors")]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **(env or {})))
-    outs = None
-    if done.returncode == 0 and inputs is not None:
-        got = load_file(tmp / "out.safetensors")
-        outs = [got[str(i)] for i in range(len(got))]
-    return done, outs
+    want = aotc.load(pkg).generate(ids, 12)[:, 9:]
+    assert torch.equal(want, aotc.load(art).generate(ids, 12)[:, 9:])
+    for path in (art, pkg):
+        done = subprocess.run([str(cpp_tests / "generate"), str(path),
+                               str(tmp_path / "ids.safetensors"), "12"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+        assert torch.equal(got, want), path
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
@@ -286,11 +250,7 @@ def test_cuda_target_refused(aotc_run, artifact_copy):
     assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
 
 
-def test_package_and_signatures_refused(aotc_run, mlp_artifact, tmp_path):
-    pkg = tmp_path / "mlp.aotcpkg"
-    assert run_aotc("pack", mlp_artifact, "-o", pkg).returncode == 0
-    done, _ = run_cpp(aotc_run, pkg)
-    assert done.returncode == 2 and "does not read packages" in done.stderr, done.stderr
+def test_signatures_refused(aotc_run, mlp_artifact, tmp_path):
     done, _ = run_cpp(aotc_run, mlp_artifact, env={"AOTC_TRUSTED_KEYS": str(tmp_path)})
     assert done.returncode == 2 and "does not check signatures" in done.stderr, done.stderr
 

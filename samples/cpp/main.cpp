@@ -1,7 +1,7 @@
-// aotc_run ART [INPUTS.safetensors [OUTPUTS.safetensors]]: load an aotc artifact with no
-// Python, run its forward entry on random inputs (or on tensors "0", "1", ... of INPUTS), print
-// the outputs and the load time and per-call latency (median of 100 calls after warm-up); with
-// OUTPUTS, write the outputs there.
+// aotc_run ART [INPUTS.safetensors [OUTPUTS.safetensors]]: load an aotc artifact (a directory,
+// or a package from `aotc pack`, read in place) with no Python, run its forward entry on random
+// inputs (or on tensors "0", "1", ... of INPUTS), print the outputs and the load time and
+// per-call latency (median of 100 calls after warm-up); with OUTPUTS, write the outputs there.
 #include <aotc/module.h>
 #include <ATen/ATen.h>
 

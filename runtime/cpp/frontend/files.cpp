@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "package.h"
 #include "sha256.h"
 
 namespace aotc::fe {
@@ -21,6 +22,7 @@ namespace {
 constexpr size_t kMaxManifest = 64u << 20;
 constexpr uint64_t kMaxFile = uint64_t(1) << 48;
 const char* kDamaged = "re-export the model; do not edit artifacts by hand";
+const char* kRepack = "re-pack the artifact with `aotc pack`, or re-copy the package";
 
 bool name_char(char c, bool first) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
@@ -32,19 +34,6 @@ std::vector<std::string> components(const std::string& rel) {
   for (char c : rel)
     if (c == '/') out.emplace_back();
     else out.back().push_back(c);
-  return out;
-}
-
-std::string read_fd(int fd, size_t size, const std::string& where) {
-  std::string out(size, '\0');
-  size_t got = 0;
-  while (got < size) {
-    ssize_t n = ::pread(fd, out.data() + got, size - got, off_t(got));
-    if (n <= 0)
-      throw ArtifactError("cannot read " + where, where, std::to_string(size) + " bytes",
-                          n < 0 ? std::strerror(errno) : "a shorter file", kDamaged);
-    got += size_t(n);
-  }
   return out;
 }
 
@@ -81,55 +70,89 @@ bool safe_path(const std::string& rel) {
   return true;
 }
 
-Bytes::~Bytes() {
-  if (map) ::munmap(map, size);
+std::string read_at(int fd, uint64_t offset, size_t size, const std::string& where, const char* fix) {
+  std::string out(size, '\0');
+  for (size_t got = 0; got < size;) {
+    ssize_t n = ::pread(fd, out.data() + got, std::min<size_t>(size - got, 1 << 24), off_t(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw ArtifactError(n < 0 ? "cannot read " + where : where + " ended while being read", where,
+                          std::to_string(size) + " bytes",
+                          n < 0 ? std::string(std::strerror(errno)) : std::to_string(got) + " bytes", fix);
+    got += size_t(n);
+  }
+  return out;
 }
+
+Bytes::~Bytes() {
+  if (map) ::munmap(map, map_size);
+}
+
+// A file's descriptor (closed with this when the artifact's own, a directory's file) and the
+// place of its bytes in it (a package's member).
+struct Artifact::Opened {
+  int fd = -1;
+  bool owned = false;
+  uint64_t base = 0, size = 0;
+  Opened(int f, bool own, uint64_t b, uint64_t s) : fd(f), owned(own), base(b), size(s) {}
+  Opened(Opened&& o) noexcept : fd(o.fd), owned(o.owned), base(o.base), size(o.size) { o.owned = false; }
+  Opened(const Opened&) = delete;
+  ~Opened() {
+    if (owned) ::close(fd);
+  }
+};
 
 Artifact::Artifact(const std::string& path, bool verify_hashes) : root_(path), verify_(verify_hashes) {
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-    throw UsageError("the C++ front end does not read packages (.aotcpkg) yet", path,
-                     "an artifact directory", "a package file",
-                     "unpack it first: aotc unpack " + path + " -o DIR");
-  dirfd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dirfd_ < 0)
-    throw ArtifactError("cannot open artifact " + path, path, "an artifact directory (not a symlink)",
-                        std::strerror(errno), "check the path (aotc export ... -o " + path + ")");
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    package_ = std::make_unique<Package>(path);
+  } else {
+    dirfd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd_ < 0)
+      throw ArtifactError("cannot open artifact " + path, path, "an artifact directory (not a symlink) "
+                          "or a package file", std::strerror(errno),
+                          "check the path (aotc export ... -o " + path + ")");
+  }
   try {
-    int fd = open_listed("manifest.json", 0);
-    struct stat ms;
-    ::fstat(fd, &ms);
-    if (uint64_t(ms.st_size) > kMaxManifest) {
-      ::close(fd);
-      throw ArtifactError("manifest.json is too large", where("manifest.json"),
-                          "at most 64 MiB", std::to_string(ms.st_size) + " bytes", kDamaged);
-    }
-    std::string raw = read_fd(fd, size_t(ms.st_size), where("manifest.json"));
-    ::close(fd);
-    std::string recorded, hashed = self_hashed(raw, recorded, where("manifest.json"));
-    std::string actual = sha256_hex(hashed.data(), hashed.size());
-    if (actual != recorded)
-      throw ArtifactError("manifest.json was modified after export (hash mismatch)",
-                          where("manifest.json"), recorded, actual, kDamaged);
-    manifest_ = json::parse(raw, manifest_name_, kMaxManifest);
-    if (field()["manifest_sha256"].string() != recorded)
-      throw ArtifactError("manifest.json is damaged: two self-hashes", where("manifest.json"),
-                          recorded, field()["manifest_sha256"].string(), kDamaged);
-    version_ = int(field()["format_version"].integer(1, 1 << 20));
-    if (version_ > kFormatVersion)
-      throw ArtifactError("artifact format version " + std::to_string(version_) +
-                          " is not supported by this aotc", where("manifest.json"),
-                          "format version " + std::to_string(kFormatVersion),
-                          std::to_string(version_), "upgrade aotc to load artifacts of a newer format");
+    read_manifest();
     parse_files();
+    check_members();
   } catch (...) {
-    ::close(dirfd_);
+    if (dirfd_ >= 0) ::close(dirfd_);
     throw;
   }
 }
 
 Artifact::~Artifact() {
   if (dirfd_ >= 0) ::close(dirfd_);
+}
+
+std::string Artifact::where(const std::string& rel) const {
+  return package_ ? package_->where(rel) : root_ + "/" + rel;
+}
+
+// The manifest, its self-hash and format version checked.
+void Artifact::read_manifest() {
+  Opened f = open_file("manifest.json");
+  if (f.size > kMaxManifest)
+    throw ArtifactError("manifest.json is too large", where("manifest.json"),
+                        "at most 64 MiB", std::to_string(f.size) + " bytes", kDamaged);
+  std::string raw = read_at(f.fd, f.base, size_t(f.size), where("manifest.json"), kDamaged);
+  std::string recorded, hashed = self_hashed(raw, recorded, where("manifest.json"));
+  std::string actual = sha256_hex(hashed.data(), hashed.size());
+  if (actual != recorded)
+    throw ArtifactError("manifest.json was modified after export (hash mismatch)",
+                        where("manifest.json"), recorded, actual, kDamaged);
+  manifest_ = json::parse(raw, manifest_name_, kMaxManifest);
+  if (field()["manifest_sha256"].string() != recorded)
+    throw ArtifactError("manifest.json is damaged: two self-hashes", where("manifest.json"),
+                        recorded, field()["manifest_sha256"].string(), kDamaged);
+  version_ = int(field()["format_version"].integer(1, 1 << 20));
+  if (version_ > kFormatVersion)
+    throw ArtifactError("artifact format version " + std::to_string(version_) +
+                        " is not supported by this aotc", where("manifest.json"),
+                        "format version " + std::to_string(kFormatVersion),
+                        std::to_string(version_), "upgrade aotc to load artifacts of a newer format");
 }
 
 void Artifact::parse_files() {
@@ -159,9 +182,29 @@ void Artifact::parse_files() {
   }
 }
 
-// A listed file of `size` bytes (the manifest: size not checked) opened inside the artifact.
-int Artifact::open_listed(const std::string& rel, uint64_t size) const {
-  bool size_checked = rel != "manifest.json";
+// A package holds the manifest, signatures.json and the listed files, nothing else (its
+// members in index order, as runtime/artifact.py checks them); every listed file exists with its
+// listed size (in name order, as runtime/artifact.py checks them).
+void Artifact::check_members() const {
+  if (package_)
+    for (const auto& [name, m] : package_->rows())
+      if (!files_.count(name) && name != "manifest.json" && name != "signatures.json")
+        throw ArtifactError("package member " + name + " is not listed in its manifest", where(name),
+                            "only files the manifest lists", "an unlisted member " + name,
+                            "re-pack the artifact with `aotc pack`");
+  for (const auto& [rel, e] : files_) open_listed(rel, e.size);
+}
+
+// File `rel` opened inside the artifact: a package's member, or a directory's regular file
+// reached one component at a time without following a symlink.
+Artifact::Opened Artifact::open_file(const std::string& rel) const {
+  if (package_) {
+    const Member* m = package_->member(rel);
+    if (!m)
+      throw ArtifactError("artifact file " + rel + " is missing from the package", where(rel),
+                          "the file the manifest lists", "no such member", kRepack);
+    return Opened(package_->fd(), false, m->offset, m->size);
+  }
   auto parts = components(rel);
   int dir = dirfd_;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -176,19 +219,23 @@ int Artifact::open_listed(const std::string& rel, uint64_t size) const {
                           kDamaged);
     dir = fd;
   }
+  Opened f(dir, true, 0, 0);
   struct stat st;
-  if (::fstat(dir, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(dir);
+  if (::fstat(dir, &st) != 0 || !S_ISREG(st.st_mode))
     throw ArtifactError("artifact file " + rel + " is not a regular file", where(rel),
                         "a regular file", "another kind of file", kDamaged);
-  }
-  if (size_checked && uint64_t(st.st_size) != size) {
-    ::close(dir);
+  f.size = uint64_t(st.st_size);
+  return f;
+}
+
+// Listed file `rel`, whose size must be the listed `size`.
+Artifact::Opened Artifact::open_listed(const std::string& rel, uint64_t size) const {
+  Opened f = open_file(rel);
+  if (f.size != size)
     throw ArtifactError("artifact file " + rel + " has the wrong size (truncated or modified)",
                         where(rel), std::to_string(size) + " bytes",
-                        std::to_string(st.st_size) + " bytes", "re-export or re-copy the artifact");
-  }
-  return dir;
+                        std::to_string(f.size) + " bytes", "re-export or re-copy the artifact");
+  return f;
 }
 
 void Artifact::verify(const std::string& rel, const FileEntry& e, const uint8_t* data) const {
@@ -226,26 +273,21 @@ std::shared_ptr<const Bytes> Artifact::read(const std::string& rel, bool mapped)
     throw ArtifactError("the artifact does not list " + rel, where("manifest.json"),
                         "a file entry for " + rel, "none", kDamaged);
   const FileEntry& e = it->second;
-  int fd = open_listed(rel, e.size);
+  Opened f = open_listed(rel, e.size);
   auto out = std::make_shared<Bytes>();
   out->size = e.size;
-  if (mapped && e.size) {
-    out->map = ::mmap(nullptr, e.size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    ::close(fd);
+  if (mapped && e.size) {   // from the page boundary at or before the file's bytes
+    uint64_t lead = f.base % uint64_t(::sysconf(_SC_PAGESIZE));
+    out->map_size = size_t(e.size + lead);
+    out->map = ::mmap(nullptr, out->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f.fd, off_t(f.base - lead));
     if (out->map == MAP_FAILED) {
       out->map = nullptr;
       throw ArtifactError("cannot map " + rel, where(rel), "a mappable file", std::strerror(errno),
                           "check the memory limits of this process");
     }
-    out->data = static_cast<const uint8_t*>(out->map);
+    out->data = static_cast<const uint8_t*>(out->map) + lead;
   } else {
-    try {
-      out->heap = read_fd(fd, e.size, where(rel));
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    ::close(fd);
+    out->heap = read_at(f.fd, f.base, size_t(e.size), where(rel), kDamaged);
     out->data = reinterpret_cast<const uint8_t*>(out->heap.data());
   }
   verify(rel, e, out->data);

@@ -1,8 +1,12 @@
-// An artifact directory as the C++ front end reads it (runtime/artifact.py's rules in C++).
+// An artifact as the C++ front end reads it (runtime/artifact.py's rules in C++): a directory,
+// or a package file (package.h) whose members stand for the files of the same names.
 //
 // The directory is opened once; every file is opened relative to it one component at a time,
 // never following a symlink, regular files only, and only if the manifest lists it under a
-// path of the schema's safe form. The manifest's self-hash is checked over its own bytes (the
+// path of the schema's safe form. A package is opened once and its layout checked; a member
+// is then read or mapped from the package's descriptor at its offset, the manifest's and
+// signatures.json aside every member must be a file the manifest lists, and every listed file
+// must be a member (as every listed file must exist in a directory), with its listed size. The manifest's self-hash is checked over its own bytes (the
 // canonical form the exporter wrote, minus its manifest_sha256 line) and its format version
 // against this front end's. Each file is checked against its size and sha256 (or its chunk
 // digests, chunks hashed in parallel) from the bytes that are then used: small files read into
@@ -20,6 +24,8 @@
 
 namespace aotc::fe {
 
+class Package;
+
 constexpr int kFormatVersion = 10;   // runtime/format.py FORMAT_VERSION this front end reads
 
 struct FileEntry {
@@ -35,6 +41,7 @@ struct Bytes {
   size_t size = 0;
   std::string heap;
   void* map = nullptr;
+  size_t map_size = 0;   // from the page boundary at or before `data`
   ~Bytes();
 };
 
@@ -48,7 +55,8 @@ class Artifact {
   const json::Value& manifest() const { return manifest_; }
   json::Field field() const { return {manifest_, manifest_name_, ""}; }
   int version() const { return version_; }
-  std::string where(const std::string& rel) const { return root_ + "/" + rel; }
+  // "ROOT/rel" for a directory, "ROOT:rel" for a package (as Python names them)
+  std::string where(const std::string& rel) const;
   bool listed(const std::string& rel) const { return files_.count(rel) != 0; }
   // A listed file's verified bytes (`mapped`: a private mapping, for weights shards).
   std::shared_ptr<const Bytes> read(const std::string& rel, bool mapped = false) const;
@@ -57,12 +65,17 @@ class Artifact {
   void verify_unread() const;
 
  private:
+  struct Opened;
+  void read_manifest();
   void parse_files();
-  int open_listed(const std::string& rel, uint64_t size) const;
+  void check_members() const;
+  Opened open_file(const std::string& rel) const;
+  Opened open_listed(const std::string& rel, uint64_t size) const;
   void verify(const std::string& rel, const FileEntry& e, const uint8_t* data) const;
 
   std::string root_, manifest_name_ = "manifest.json";
   int dirfd_ = -1;
+  std::unique_ptr<Package> package_;   // or a directory (dirfd_)
   bool verify_ = true;
   int version_ = 0;
   json::Value manifest_;
@@ -71,5 +84,9 @@ class Artifact {
 };
 
 bool safe_path(const std::string& rel);   // runtime/schema/manifest.py PATH
+
+// `size` bytes of `fd` from `offset`; an ArtifactError naming `where` (with `fix`) if it ends
+// first.
+std::string read_at(int fd, uint64_t offset, size_t size, const std::string& where, const char* fix);
 
 }  // namespace aotc::fe

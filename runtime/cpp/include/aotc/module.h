@@ -3,14 +3,17 @@
 //   aotc::Module m("mlp.aotc");
 //   std::vector<at::Tensor> out = m.forward({torch::randn({32, 64})});
 //
-// Loading checks what the Python runtime checks (README, "A C++ front end"): the manifest's
-// self-hash and format, the size and sha256 of every file it lists (weights hashed from the
-// mapping they are served from), the target (a CPU artifact, a CPU level this host has), the
-// kernel library's own table against every kernel step, and each entry's runner file
-// (runner/<entry>.json, format >= 10) field by field, before the plan runner, shared with the
-// Python front end, checks its spec again. Calls check the guards and raise the GuardError
-// Python raises, with the same message. A Module holds no per-call state: concurrent calls of
-// `forward` / `run` on one Module are safe. Errors are the classes of aotc/errors.h.
+// The path is an artifact directory or a package (`aotc pack`), read in place: its layout
+// checked as runtime/package.py checks it, its weights mapped from the package at their
+// offsets, nothing written to disk. Loading checks what the Python runtime checks (README, "A
+// C++ front end"): the manifest's self-hash and format, the size and sha256 of every file it
+// lists (weights hashed from the mapping they are served from), the target (a CPU artifact, a
+// CPU level this host has), the kernel library's own table against every kernel step, and each
+// entry's runner file (runner/<entry>.json, format >= 10) field by field, before the plan
+// runner, shared with the Python front end, checks its spec again. Calls check the guards and
+// raise the GuardError Python raises, with the same message. A Module holds no per-call state:
+// concurrent calls of `forward` / `run` on one Module are safe. Errors are the classes of
+// aotc/errors.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
