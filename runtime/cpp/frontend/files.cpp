@@ -96,7 +96,7 @@ Artifact::Artifact(const std::string& path, bool verify_hashes) : root_(path), v
     throw ArtifactError("cannot open artifact " + path, path, "an artifact directory (not a symlink)",
                         std::strerror(errno), "check the path (aotc export ... -o " + path + ")");
   try {
-    int fd = open_listed("manifest.json", 0);
+    int fd = open_listed("manifest.json", std::nullopt);
     struct stat ms;
     ::fstat(fd, &ms);
     if (uint64_t(ms.st_size) > kMaxManifest) {
@@ -122,6 +122,7 @@ Artifact::Artifact(const std::string& path, bool verify_hashes) : root_(path), v
                           "format version " + std::to_string(kFormatVersion),
                           std::to_string(version_), "upgrade aotc to load artifacts of a newer format");
     parse_files();
+    manifest_bytes_ = std::move(raw);
   } catch (...) {
     ::close(dirfd_);
     throw;
@@ -159,9 +160,8 @@ void Artifact::parse_files() {
   }
 }
 
-// A listed file of `size` bytes (the manifest: size not checked) opened inside the artifact.
-int Artifact::open_listed(const std::string& rel, uint64_t size) const {
-  bool size_checked = rel != "manifest.json";
+// A listed file of `size` bytes (none: the size is not checked) opened inside the artifact.
+int Artifact::open_listed(const std::string& rel, std::optional<uint64_t> size) const {
   auto parts = components(rel);
   int dir = dirfd_;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -182,10 +182,10 @@ int Artifact::open_listed(const std::string& rel, uint64_t size) const {
     throw ArtifactError("artifact file " + rel + " is not a regular file", where(rel),
                         "a regular file", "another kind of file", kDamaged);
   }
-  if (size_checked && uint64_t(st.st_size) != size) {
+  if (size && uint64_t(st.st_size) != *size) {
     ::close(dir);
     throw ArtifactError("artifact file " + rel + " has the wrong size (truncated or modified)",
-                        where(rel), std::to_string(size) + " bytes",
+                        where(rel), std::to_string(*size) + " bytes",
                         std::to_string(st.st_size) + " bytes", "re-export or re-copy the artifact");
   }
   return dir;
@@ -251,6 +251,28 @@ std::shared_ptr<const Bytes> Artifact::read(const std::string& rel, bool mapped)
   verify(rel, e, out->data);
   verified_.insert(rel);
   return out;
+}
+
+std::optional<std::string> Artifact::read_unlisted(const std::string& name, size_t limit) const {
+  struct stat st;
+  if (::fstatat(dirfd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+    return std::nullopt;
+  int fd = open_listed(name, std::nullopt);
+  ::fstat(fd, &st);
+  if (uint64_t(st.st_size) > limit) {
+    ::close(fd);
+    throw ArtifactError(name + " is larger than aotc reads", where(name),
+                        "at most " + std::to_string(limit) + " bytes",
+                        std::to_string(st.st_size) + " bytes", "re-export the model");
+  }
+  try {
+    std::string out = read_fd(fd, size_t(st.st_size), where(name));
+    ::close(fd);
+    return out;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
 }
 
 void Artifact::verify_unread() const {

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ class Artifact {
   Artifact& operator=(const Artifact&) = delete;
 
   const json::Value& manifest() const { return manifest_; }
+  const std::string& manifest_bytes() const { return manifest_bytes_; }   // as read and hashed
   json::Field field() const { return {manifest_, manifest_name_, ""}; }
   int version() const { return version_; }
   std::string where(const std::string& rel) const { return root_ + "/" + rel; }
@@ -55,10 +57,13 @@ class Artifact {
   // Checks every listed file that no read() has checked yet (its size and digests), as
   // Python's loader checks every file: each file is hashed once.
   void verify_unread() const;
+  // A file of the format the manifest does not list (signatures.json) at the artifact's top,
+  // opened as listed ones are, at most `limit` bytes; nullopt where there is none.
+  std::optional<std::string> read_unlisted(const std::string& name, size_t limit) const;
 
  private:
   void parse_files();
-  int open_listed(const std::string& rel, uint64_t size) const;
+  int open_listed(const std::string& rel, std::optional<uint64_t> size) const;
   void verify(const std::string& rel, const FileEntry& e, const uint8_t* data) const;
 
   std::string root_, manifest_name_ = "manifest.json";
@@ -66,6 +71,7 @@ class Artifact {
   bool verify_ = true;
   int version_ = 0;
   json::Value manifest_;
+  std::string manifest_bytes_;
   std::map<std::string, FileEntry> files_;
   mutable std::set<std::string> verified_;   // files read() has checked (loading is serial)
 };
