@@ -1,7 +1,8 @@
 """The Python-free C++ front end (runtime/cpp/frontend, `aotc::Module`), end to end: the sample
 program (samples/cpp) built with CMake against the installed runtime, run on exported samples
 and compared with `aotc.load`; and what it refuses (tampered, malformed or escaping files, old
-formats, other targets, packages, signatures), with the error class and message Python gives.
+formats, other targets, packages), with the error class and message Python gives; signatures:
+test_cpp_signing.py.
 
 The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
 session, skipped where CMake or the runtime library is missing.
@@ -286,13 +287,11 @@ def test_cuda_target_refused(aotc_run, artifact_copy):
     assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
 
 
-def test_package_and_signatures_refused(aotc_run, mlp_artifact, tmp_path):
+def test_package_refused(aotc_run, mlp_artifact, tmp_path):
     pkg = tmp_path / "mlp.aotcpkg"
     assert run_aotc("pack", mlp_artifact, "-o", pkg).returncode == 0
     done, _ = run_cpp(aotc_run, pkg)
     assert done.returncode == 2 and "does not read packages" in done.stderr, done.stderr
-    done, _ = run_cpp(aotc_run, mlp_artifact, env={"AOTC_TRUSTED_KEYS": str(tmp_path)})
-    assert done.returncode == 2 and "does not check signatures" in done.stderr, done.stderr
 
 
 def test_python_checks_the_runner_file(artifact_copy):
