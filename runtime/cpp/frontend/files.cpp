@@ -184,8 +184,7 @@ void Artifact::parse_files() {
 }
 
 // A package holds the manifest, signatures.json and the listed files, nothing else (its
-// members in index order, as runtime/artifact.py checks them); every listed file exists with its
-// listed size (in name order, as runtime/artifact.py checks them).
+// members in index order, as runtime/artifact.py checks them).
 void Artifact::check_members() const {
   if (package_)
     for (const auto& [name, m] : package_->rows())
@@ -193,6 +192,11 @@ void Artifact::check_members() const {
         throw ArtifactError("package member " + name + " is not listed in its manifest", where(name),
                             "only files the manifest lists", "an unlisted member " + name,
                             "re-pack the artifact with `aotc pack`");
+}
+
+// Every listed file exists with its listed size (in name order, as runtime/artifact.py checks
+// them).
+void Artifact::check_listed() const {
   for (const auto& [rel, e] : files_) open_listed(rel, e.size);
 }
 

@@ -65,6 +65,9 @@ class Artifact {
   // Checks every listed file that no read() has checked yet (its size and digests), as
   // Python's loader checks every file: each file is hashed once.
   void verify_unread() const;
+  // Every listed file exists (a package's member, a directory's regular file) with its listed
+  // size; Module calls it after the signature check, as Python checks the files after it.
+  void check_listed() const;
   // A file of the format the manifest does not list (signatures.json) at the artifact's top,
   // opened as listed ones are, at most `limit` bytes; nullopt where there is none.
   std::optional<std::string> read_unlisted(const std::string& name, size_t limit) const;

@@ -157,6 +157,7 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
     throw UsageError("a required signature means nothing without the hash checks",
                      "LoadOptions.verify_hashes", "true", "false",
                      "leave verify_hashes on with trusted keys");
+  impl_->art->check_listed();   // after the signature, as Python checks the files
   const fe::Artifact& art = *impl_->art;
   if (art.version() < fe::kFormatVersion)
     throw ArtifactError("artifact format " + std::to_string(art.version()) + " has no runner files, "
