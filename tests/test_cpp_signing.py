@@ -307,6 +307,37 @@ def test_trusted_keys_from_the_environment(tool, signed, keys, tmp_path, monkeyp
     assert same(tool, signed, [pub]) == f"signer {kid}"     # the argument's keys and the env's
 
 
+def test_signed_package_loads_with_its_key_and_only_with_it(tool, mlp_artifact, signed, keys,
+                                                            tmp_path):
+    """A package holds signatures.json as a member (runtime/package.py): C++ reads it from the
+    package in place and gives Python's outcome, its errors naming PKG:signatures.json."""
+    from aotc.runtime.artifact import Artifact
+    from aotc.runtime.package import pack, write_package
+    (_, pub), (_, other) = keys
+    kid = key_id(public_key_bytes(pub))
+    pkg = pack(signed, tmp_path / "signed.aotcpkg")
+    assert same(tool, pkg, [pub]) == f"signer {kid}"
+    assert same(tool, pkg, [other, pub]) == f"signer {kid}"
+    assert same(tool, pkg) == "signer "
+    refused = same(tool, pkg, [other])
+    assert refused.startswith("ArtifactError: the artifact is not signed by a trusted key")
+    assert f"{pkg}:{fmt.SIGNATURES}" in refused
+    unsigned = pack(mlp_artifact, tmp_path / "unsigned.aotcpkg")
+    assert "found: no signature" in same(tool, unsigned, [pub])
+    sign_artifact(unsigned, keys[0][0])                      # signing a package adds the member
+    assert same(tool, unsigned, [pub]) == f"signer {kid}"
+    doc = json.loads((signed / fmt.SIGNATURES).read_bytes())
+    sig = bytearray(base64.b64decode(doc["signatures"][0]["signature"]))
+    sig[0] ^= 1
+    doc["signatures"][0]["signature"] = base64.b64encode(bytes(sig)).decode()
+    art = Artifact(signed, signature_policy=False)
+    try:
+        bad = write_package(art, tmp_path / "bad.aotcpkg", json.dumps(doc).encode())
+    finally:
+        art.close()
+    assert same(tool, bad, [pub]).startswith("ArtifactError: the artifact is not signed")
+
+
 def _resign(art: Path, edit) -> None:
     doc = json.loads((art / fmt.SIGNATURES).read_bytes())
     edit(doc["signatures"][0])
