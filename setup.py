@@ -23,7 +23,8 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp"]
 FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp",
-            "spec.cpp", "guard_errors.cpp", "module.cpp", "tensors.cpp"]
+            "spec.cpp", "guard_errors.cpp", "module.cpp", "tensors.cpp", "sha512.cpp",
+            "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp"]
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"
 

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
@@ -57,10 +58,18 @@ def public_key_bytes(key) -> bytes:
     if isinstance(key, bytes) and len(key) == 32:
         return key
     if isinstance(key, bytes) and key.lstrip().startswith(b"-----BEGIN"):
-        loaded = serialization.load_pem_public_key(key)
+        from cryptography.exceptions import UnsupportedAlgorithm
+        try:
+            loaded = serialization.load_pem_public_key(key)
+        except ValueError:   # no PUBLIC KEY block, or one that does not parse
+            _not_a_key(key)
+        except UnsupportedAlgorithm:
+            loaded = None
         if not isinstance(loaded, ed25519.Ed25519PublicKey):
             raise UsageError("the trusted key is not an Ed25519 key", where="trusted_keys",
-                             expected="an Ed25519 public key", found=type(loaded).__name__,
+                             expected="an Ed25519 public key",
+                             found=type(loaded).__name__ if loaded is not None else
+                             "a key of an algorithm cryptography does not support",
                              fix="use a key written by `aotc keygen`")
         return public_key_bytes(loaded)
     try:
@@ -68,10 +77,14 @@ def public_key_bytes(key) -> bytes:
     except (ValueError, TypeError, AttributeError):
         raw = b""
     if len(raw) != 32:
-        raise UsageError("a trusted key is not an Ed25519 public key", where="trusted_keys",
-                         expected="a PEM public key, its file, or 32 raw bytes (base64)",
-                         found=repr(key)[:60], fix="use the .pub file `aotc keygen` wrote")
+        _not_a_key(key)
     return raw
+
+
+def _not_a_key(key) -> NoReturn:
+    raise UsageError("a trusted key is not an Ed25519 public key", where="trusted_keys",
+                     expected="a PEM public key, its file, or 32 raw bytes (base64)",
+                     found=repr(key)[:60], fix="use the .pub file `aotc keygen` wrote")
 
 
 def trusted_from_env() -> list:

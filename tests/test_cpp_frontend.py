@@ -1,7 +1,8 @@
 """The Python-free C++ front end (runtime/cpp/frontend, `aotc::Module`), end to end: the sample
 program (samples/cpp) built with CMake against the installed runtime, run on exported samples
 and compared with `aotc.load`; and what it refuses (tampered, malformed or escaping files, old
-formats, other targets, signatures), with the error class and message Python gives.
+formats, other targets), with the error class and message Python gives; signatures:
+tests/test_cpp_signing.py.
 
 The CMake build of the sample is the slow part (about a minute on 2 cores): done once per
 session (conftest.py), skipped where CMake or the runtime library is missing. Packages:
@@ -248,11 +249,6 @@ def test_swapping_weights_into_an_old_artifact_writes_its_runner_files(aotc_run,
 def test_cuda_target_refused(aotc_run, artifact_copy):
     err = _refused_after(aotc_run, artifact_copy, lambda m: m["target"].update(device="cuda"), 7)
     assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
-
-
-def test_signatures_refused(aotc_run, mlp_artifact, tmp_path):
-    done, _ = run_cpp(aotc_run, mlp_artifact, env={"AOTC_TRUSTED_KEYS": str(tmp_path)})
-    assert done.returncode == 2 and "does not check signatures" in done.stderr, done.stderr
 
 
 def test_python_checks_the_runner_file(artifact_copy):

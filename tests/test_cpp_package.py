@@ -239,8 +239,8 @@ def test_a_symlink_to_a_package_is_refused(aotc_run, packed, tmp_path):
 
 
 def test_a_signed_package_runs(aotc_run, packed, tmp_path):
-    """signatures.json is a member a package may hold beside the listed files (C++ does not
-    check it: see test_signatures_refused)."""
+    """signatures.json is a member a package may hold beside the listed files (with trusted
+    keys C++ verifies it: tests/test_cpp_signing.py, test_a_signed_package_...)."""
     pytest.importorskip("cryptography")
     from aotc.runtime.signing import generate_keys, sign_artifact
     priv, _ = generate_keys(tmp_path / "k")

@@ -93,6 +93,10 @@ def test_trusted_keys_in_every_form(mlp_artifact, tmp_path, keys):
         assert aotc.load(art, trusted_keys=[key]).signer == key_id(raw)
     with pytest.raises(UsageError):
         aotc.load(art, trusted_keys=["not a key"])
+    private = (tmp_path / "producer").read_text()   # a PEM, but no public key
+    for junk in (private, "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"):
+        with pytest.raises(UsageError, match="a trusted key is not an Ed25519 public key"):
+            aotc.load(art, trusted_keys=[junk])
 
 
 def test_cli_keygen_sign_inspect_and_verify(mlp_artifact, tmp_path):

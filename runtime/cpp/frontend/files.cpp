@@ -153,6 +153,7 @@ void Artifact::read_manifest() {
                         " is not supported by this aotc", where("manifest.json"),
                         "format version " + std::to_string(kFormatVersion),
                         std::to_string(version_), "upgrade aotc to load artifacts of a newer format");
+  manifest_bytes_ = std::move(raw);
 }
 
 void Artifact::parse_files() {
@@ -183,8 +184,7 @@ void Artifact::parse_files() {
 }
 
 // A package holds the manifest, signatures.json and the listed files, nothing else (its
-// members in index order, as runtime/artifact.py checks them); every listed file exists with its
-// listed size (in name order, as runtime/artifact.py checks them).
+// members in index order, as runtime/artifact.py checks them).
 void Artifact::check_members() const {
   if (package_)
     for (const auto& [name, m] : package_->rows())
@@ -192,6 +192,11 @@ void Artifact::check_members() const {
         throw ArtifactError("package member " + name + " is not listed in its manifest", where(name),
                             "only files the manifest lists", "an unlisted member " + name,
                             "re-pack the artifact with `aotc pack`");
+}
+
+// Every listed file exists with its listed size (in name order, as runtime/artifact.py checks
+// them).
+void Artifact::check_listed() const {
   for (const auto& [rel, e] : files_) open_listed(rel, e.size);
 }
 
@@ -298,6 +303,24 @@ std::shared_ptr<const Bytes> Artifact::read(const std::string& rel, bool mapped)
 void Artifact::verify_unread() const {
   for (const auto& [rel, e] : files_)
     if (!verified_.count(rel)) read(rel, true);
+}
+
+// As runtime/artifact.py's _read_file: a package's member of that name, or a directory's
+// regular file reached without following a symlink; nullopt where there is none.
+std::optional<std::string> Artifact::read_unlisted(const std::string& name, size_t limit) const {
+  if (package_) {
+    if (!package_->member(name)) return std::nullopt;
+  } else {
+    struct stat st;
+    if (::fstatat(dirfd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+      return std::nullopt;
+  }
+  Opened f = open_file(name);
+  if (f.size > limit)
+    throw ArtifactError(name + " is larger than aotc reads", where(name),
+                        "at most " + std::to_string(limit) + " bytes",
+                        std::to_string(f.size) + " bytes", "re-export the model");
+  return read_at(f.fd, f.base, size_t(f.size), where(name), kDamaged);
 }
 
 }  // namespace aotc::fe

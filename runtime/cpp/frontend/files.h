@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@ class Artifact {
   Artifact& operator=(const Artifact&) = delete;
 
   const json::Value& manifest() const { return manifest_; }
+  const std::string& manifest_bytes() const { return manifest_bytes_; }   // as read and hashed
   json::Field field() const { return {manifest_, manifest_name_, ""}; }
   int version() const { return version_; }
   // "ROOT/rel" for a directory, "ROOT:rel" for a package (as Python names them)
@@ -63,6 +65,12 @@ class Artifact {
   // Checks every listed file that no read() has checked yet (its size and digests), as
   // Python's loader checks every file: each file is hashed once.
   void verify_unread() const;
+  // Every listed file exists (a package's member, a directory's regular file) with its listed
+  // size; Module calls it after the signature check, as Python checks the files after it.
+  void check_listed() const;
+  // A file of the format the manifest does not list (signatures.json) at the artifact's top,
+  // opened as listed ones are, at most `limit` bytes; nullopt where there is none.
+  std::optional<std::string> read_unlisted(const std::string& name, size_t limit) const;
 
  private:
   struct Opened;
@@ -79,6 +87,7 @@ class Artifact {
   bool verify_ = true;
   int version_ = 0;
   json::Value manifest_;
+  std::string manifest_bytes_;
   std::map<std::string, FileEntry> files_;
   mutable std::set<std::string> verified_;   // files read() has checked (loading is serial)
 };

@@ -11,6 +11,7 @@
 #include "../instr.h"
 #include "guard_errors.h"
 #include "native.h"
+#include "signing.h"
 #include "spec.h"
 
 namespace aotc {
@@ -24,16 +25,6 @@ struct Entry {
   std::unique_ptr<Program> program;
   std::unique_ptr<Guards> guards;
 };
-
-void refuse_signatures(const LoadOptions& o) {
-  const char* env = std::getenv("AOTC_TRUSTED_KEYS");
-  if (o.trusted_keys.empty() && !(env && *env)) return;
-  throw UsageError("the C++ front end does not check signatures", o.trusted_keys.empty()
-                   ? "AOTC_TRUSTED_KEYS" : "LoadOptions.trusted_keys", "no trusted keys",
-                   o.trusted_keys.empty() ? std::string(env) : "trusted keys",
-                   "check the signature with `aotc verify --trusted-key KEY ART` where it is "
-                   "deployed, then load without keys (and with AOTC_TRUSTED_KEYS unset)");
-}
 
 // The CPU target's (level, library) pairs, or a TargetError for what C++ does not run.
 std::vector<std::pair<std::string, std::string>> cpu_levels(const fe::Artifact& art, bool& table) {
@@ -85,6 +76,7 @@ struct Module::Impl {
   std::map<std::string, std::shared_ptr<const fe::Bytes>> shards;
   std::map<std::string, at::Tensor> state;
   std::string level;
+  std::string signer;   // the trusted key that signed it ("": none was asked for)
   LoadOptions options;
 
   at::Tensor weight(const std::string& name);
@@ -158,9 +150,14 @@ void Module::Impl::load_entry(const std::string& name) {
 
 
 Module::Module(const std::string& path, const LoadOptions& options) : impl_(std::make_unique<Impl>()) {
-  refuse_signatures(options);
   impl_->options = options;
   impl_->art = std::make_unique<fe::Artifact>(path, options.verify_hashes);
+  impl_->signer = fe::check_signature(*impl_->art, options.trusted_keys);   // before any other file
+  if (!impl_->signer.empty() && !options.verify_hashes)
+    throw UsageError("a required signature means nothing without the hash checks",
+                     "LoadOptions.verify_hashes", "true", "false",
+                     "leave verify_hashes on with trusted keys");
+  impl_->art->check_listed();   // after the signature, as Python checks the files
   const fe::Artifact& art = *impl_->art;
   if (art.version() < fe::kFormatVersion)
     throw ArtifactError("artifact format " + std::to_string(art.version()) + " has no runner files, "
@@ -243,6 +240,7 @@ std::vector<std::string> Module::entries() const {
 }
 
 const std::string& Module::level() const { return impl_->level; }
+const std::string& Module::signer() const { return impl_->signer; }
 int Module::format_version() const { return impl_->art->version(); }
 
 }  // namespace aotc

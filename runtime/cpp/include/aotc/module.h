@@ -8,12 +8,13 @@
 // offsets, nothing written to disk. Loading checks what the Python runtime checks (README, "A
 // C++ front end"): the manifest's self-hash and format, the size and sha256 of every file it
 // lists (weights hashed from the mapping they are served from), the target (a CPU artifact, a
-// CPU level this host has), the kernel library's own table against every kernel step, and each
-// entry's runner file (runner/<entry>.json, format >= 10) field by field, before the plan
-// runner, shared with the Python front end, checks its spec again. Calls check the guards and
-// raise the GuardError Python raises, with the same message. A Module holds no per-call state:
-// concurrent calls of `forward` / `run` on one Module are safe. Errors are the classes of
-// aotc/errors.h.
+// CPU level this host has), the kernel library's own table against every kernel step, a
+// signature by a trusted key where any is trusted (LoadOptions.trusted_keys; signatures.json,
+// a package's member or a directory's file), and each entry's runner file (runner/<entry>.json,
+// format >= 10) field by field, before the plan runner, shared with the Python front end,
+// checks its spec again. Calls check the guards and raise the GuardError Python raises, with
+// the same message. A Module holds no per-call state: concurrent calls of `forward` / `run` on
+// one Module are safe. Errors are the classes of aotc/errors.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,8 +31,12 @@ struct LoadOptions {
   bool verify_hashes = true;   // false: sizes only (as aotc.load(verify_hashes=False))
   bool check_guards = true;    // false: symbols still bound from the input sizes
   std::string isa;             // the CPU level to load; empty: the best this CPU supports
-  // Signatures are not checked in C++: a non-empty list (or AOTC_TRUSTED_KEYS set) is
-  // refused with a UsageError rather than ignored; verify them with `aotc verify`.
+  // Ed25519 public keys, as aotc.load(trusted_keys=...) takes them: paths of key files, PEM
+  // text, base64 of the 32 raw bytes, or the 32 bytes. With any key trusted here or in
+  // AOTC_TRUSTED_KEYS (key files and directories of *.pub / *.pem, separated by ':'), a valid
+  // signature by one of them (`aotc sign`) is required, checked before anything but the
+  // manifest is read: an ArtifactError where there is none, a UsageError for a key that is
+  // no Ed25519 public key.
   std::vector<std::string> trusted_keys;
 };
 
@@ -54,6 +59,7 @@ class Module {
 
   std::vector<std::string> entries() const;
   const std::string& level() const;     // the CPU level whose kernels run ("" if none)
+  const std::string& signer() const;    // the key id of the trusted key that signed ("" if none)
   int format_version() const;
 
   struct Impl;
