@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <regex>
 #include <set>
 
 #include "files.h"
 #include "json.h"
+#include "pyrepr.h"
 
 namespace aotc::fe {
 
@@ -49,26 +49,6 @@ T little_endian(const std::string& b, size_t at) {
 std::string n(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
-
-std::string py_repr(const std::string& s, bool bytes) {
-  char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out = bytes ? "b" : "";
-  out += q;
-  for (unsigned char c : s) {
-    if (c == q || c == '\\') {
-      out += '\\', out += char(c);
-    } else if (c == '\t' || c == '\n' || c == '\r') {
-      out += c == '\t' ? "\\t" : c == '\n' ? "\\n" : "\\r";
-    } else if (c < 0x20 || c == 0x7f || (bytes && c >= 0x80)) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += char(c);
-    }
-  }
-  return out + q;
-}
 
 Package::Package(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -109,7 +89,7 @@ std::string Package::read_index() {
   std::string head = read_at(fd_, 0, size_t(std::min(size_, kHeader)), path_, kFix);
   if (head.compare(0, 8, std::string(kMagic, 8)) != 0)
     fail("no artifact directory at " + path_ + ": a file that is not an aotc package", "header",
-         "the magic b'AOTCPKG\\x00'", py_repr(head.substr(0, 8), true));
+         "the magic b'AOTCPKG\\x00'", py::bytes_repr(head.substr(0, 8)));
   if (head.size() < kHeader)
     fail("the package ends inside its header", "header", "at least " + n(kHeader) + " bytes",
          n(head.size()) + " bytes");
@@ -141,8 +121,8 @@ void Package::parse_index(const std::string& raw) {
     const std::string& name = row[0].string(600);
     std::string shown = name.substr(0, 200);
     if (!safe_path(name))
-      fail("package member name " + py_repr(shown, false) + " is not a safe relative path", shown,
-           "a relative path inside the artifact (letters, digits, _ . -; no ..)", py_repr(shown, false));
+      fail("package member name " + py::repr(shown) + " is not a safe relative path", shown,
+           "a relative path inside the artifact (letters, digits, _ . -; no ..)", py::repr(shown));
     if (!seen.insert(name).second)
       fail("package member " + name + " appears twice", name, "distinct names", name + " twice");
     Member m{uint64_t(row[1].integer(0, int64_t(kMaxOffset))), uint64_t(row[2].integer(0, int64_t(kMaxOffset)))};

@@ -50,8 +50,4 @@ class Package {
   std::map<std::string, Member> members_;
 };
 
-// Python's repr() of a str (`bytes` false) or of a bytes object, for messages that quote
-// what Python's quote (non-ASCII bytes of a str are kept as they are).
-std::string py_repr(const std::string& s, bool bytes);
-
 }  // namespace aotc::fe
