@@ -192,6 +192,20 @@ def flat_tensors(value) -> list[torch.Tensor]:
 
 # -------------------------------------------------------------------------------- artifacts
 
+@pytest.fixture(scope="module")
+def packed(mlp_artifact, tmp_path_factory) -> Path:
+    """The exported MLP as a single-file package (`aotc pack`)."""
+    from aotc.runtime.package import pack
+    return pack(mlp_artifact, tmp_path_factory.mktemp("pkg") / "mlp.aotcpkg")
+
+
+def package_index(data: bytes) -> tuple[int, list]:
+    """(the index's length, its [name, offset, size] rows) of a package's bytes."""
+    from aotc.runtime.package import HEADER
+    length = HEADER.unpack(data[:HEADER.size])[3]
+    return length, json.loads(data[HEADER.size:HEADER.size + length])["members"]
+
+
 def snapshot(path: Path) -> dict[str, bytes]:
     """Every file under an artifact directory: relative path -> bytes."""
     path = Path(path)

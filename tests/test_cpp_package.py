@@ -21,23 +21,13 @@ import aotc
 from aotc.errors import AotcError
 from aotc.runtime import format as fmt
 from aotc.runtime.package import HEADER, _layout, pack
-from conftest import LIBRARY, run_cpp
+from conftest import LIBRARY, package_index, run_cpp
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
 
 
-@pytest.fixture(scope="module")
-def packed(mlp_artifact, tmp_path_factory):
-    return pack(mlp_artifact, tmp_path_factory.mktemp("cpp_pkg") / "mlp.aotcpkg")
-
-
-def _index(data: bytes) -> tuple[int, list]:
-    length = HEADER.unpack(data[:HEADER.size])[3]
-    return length, json.loads(data[HEADER.size:HEADER.size + length])["members"]
-
-
 def _members(data: bytes) -> list[tuple[str, bytes]]:
-    return [(name, data[offset:offset + size]) for name, offset, size in _index(data)[1]]
+    return [(name, data[offset:offset + size]) for name, offset, size in package_index(data)[1]]
 
 
 def _repacked(members: list[tuple[str, bytes]]) -> bytes:
@@ -81,7 +71,7 @@ def test_a_package_is_read_in_place(cpp_tests, packed, tmp_path):
         ro.chmod(0o755)
     maps = [line.split(" ", 1) for line in done.stdout.splitlines()]
     real = os.path.realpath(packed)
-    weights = next(offset for name, offset, _ in _index(packed.read_bytes())[1]
+    weights = next(offset for name, offset, _ in package_index(packed.read_bytes())[1]
                    if name == fmt.WEIGHTS)
     assert [real, weights] in [[path, int(offset)] for offset, path in maps]
     assert any(path.startswith("/memfd:aotc-kernels") for _, path in maps), done.stdout
@@ -91,7 +81,7 @@ def test_a_package_is_read_in_place(cpp_tests, packed, tmp_path):
 
 def _edit_index(data: bytes, edit) -> bytes:
     """`data` with its index rows edited by `edit(rows)`, padded to the index's own length."""
-    length, rows = _index(data)
+    length, rows = package_index(data)
     edit(rows)
     index = json.dumps({"members": rows}).encode()
     assert len(index) <= length
@@ -100,7 +90,7 @@ def _edit_index(data: bytes, edit) -> bytes:
 
 def _index_text(data: bytes, text: bytes) -> bytes:
     """`data` with `text` for its index, padded to the index's own length."""
-    length, _ = _index(data)
+    length, _ = package_index(data)
     assert len(text) <= length
     return data[:HEADER.size] + text.ljust(length) + data[HEADER.size + length:]
 
@@ -128,7 +118,7 @@ def _set(data: bytes, offset: int, byte: int) -> bytes:
 
 def _flip(data: bytes, member: str) -> bytes:
     """`data` with the middle byte of `member` flipped (changed after packing)."""
-    _, offset, size = next(r for r in _index(data)[1] if r[0] == member)
+    _, offset, size = next(r for r in package_index(data)[1] if r[0] == member)
     return _set(data, offset + size // 2, data[offset + size // 2] ^ 0x10)
 
 
@@ -155,7 +145,7 @@ SAME_MESSAGE = {
     "misaligned": lambda d: _edit_index(d, lambda r: r[_small_row(r)].__setitem__(
         1, r[_small_row(r)][1] + 64)),
     "past the end": lambda d: d[:-10],
-    "bad padding": lambda d: _set(d, _index(d)[1][_padded_row(_index(d)[1])][1] - 1, 7),
+    "bad padding": lambda d: _set(d, package_index(d)[1][_padded_row(package_index(d)[1])][1] - 1, 7),
     "trailing bytes": lambda d: d + b"\0junk",
     "unlisted member": lambda d: _edit_index(d, lambda r: r[-1].__setitem__(0, "extra.bin")),
     "listed file missing": lambda d: _drop(d, fmt.runner_file("forward")),
@@ -247,6 +237,6 @@ def test_a_signed_package_runs(aotc_run, packed, tmp_path):
     pkg = tmp_path / "s.aotcpkg"
     pkg.write_bytes(packed.read_bytes())
     sign_artifact(pkg, priv)
-    assert fmt.SIGNATURES in [name for name, _, _ in _index(pkg.read_bytes())[1]]
+    assert fmt.SIGNATURES in [name for name, _, _ in package_index(pkg.read_bytes())[1]]
     done, _ = run_cpp(aotc_run, pkg)
     assert done.returncode == 0, done.stderr

@@ -11,24 +11,14 @@ import pytest
 import aotc
 from aotc.errors import ArtifactError
 from aotc.runtime import format as fmt
-from aotc.runtime.package import HEADER, pack, unpack
-from conftest import run_aotc, run_python, snapshot
-
-
-@pytest.fixture(scope="module")
-def packed(mlp_artifact, tmp_path_factory):
-    return pack(mlp_artifact, tmp_path_factory.mktemp("pkg") / "mlp.aotcpkg")
-
-
-def _index(data: bytes) -> tuple[int, list]:
-    length = HEADER.unpack(data[:HEADER.size])[3]
-    return length, json.loads(data[HEADER.size:HEADER.size + length])["members"]
+from aotc.runtime.package import HEADER, unpack
+from conftest import package_index, run_aotc, run_python, snapshot
 
 
 def _rewrite(src, dst, edit) -> bytes:
     """`src`'s bytes with its index rows edited by `edit(rows)` (padded to the same length)."""
     data = bytearray(src.read_bytes())
-    length, rows = _index(data)
+    length, rows = package_index(data)
     edit(rows)
     index = json.dumps({"members": rows}).encode()
     assert len(index) <= length
@@ -43,7 +33,7 @@ def test_pack_loads_in_place_and_unpacks_byte_identical(mlp_artifact, packed, tm
     assert (m(*x) == d(*x)).all()
     out = unpack(packed, tmp_path / "back.aotc")
     assert snapshot(out) == snapshot(mlp_artifact)
-    _, rows = _index(packed.read_bytes())
+    _, rows = package_index(packed.read_bytes())
     for name, offset, size in rows:
         if size >= 4096 or name.startswith("weights"):
             assert offset % 4096 == 0, name
@@ -71,7 +61,7 @@ def _flip_weight(rows, data):
 def test_a_damaged_package_is_refused(packed, tmp_path, case):
     bad = tmp_path / "bad.aotcpkg"
     data = bytearray(packed.read_bytes())
-    length, rows = _index(data)
+    length, rows = package_index(data)
     if case == "weight byte":
         member = _flip_weight(rows, data)
         bad.write_bytes(bytes(data))
@@ -134,7 +124,7 @@ def test_a_signed_package_verifies_and_a_tampered_one_does_not(packed, tmp_path)
     unpack(pkg, signed)
     assert aotc.load(signed, trusted_keys=[pub]).signer is not None
     data = bytearray(pkg.read_bytes())
-    _, rows = _index(data)
+    _, rows = package_index(data)
     _flip_weight(rows, data)
     pkg.write_bytes(bytes(data))
     with pytest.raises(ArtifactError):
