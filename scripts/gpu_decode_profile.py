@@ -80,6 +80,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
+    ap.add_argument("--systems", default="aotc,reduce-overhead",
+                    help="comma list of aotc, reduce-overhead")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device("cuda")
@@ -87,20 +89,23 @@ def main() -> None:
     prompt = torch.randint(0, meta["vocab"], (args.batch, args.prompt), device=device)
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
-        systems = {"aotc": Aotc(model, args.batch, args.cache, prompt,
-                                    Path(tmp) / "g.aotc")}
+        chosen = args.systems.split(",")
+        systems = {}
+        if "aotc" in chosen:
+            systems["aotc"] = Aotc(model, args.batch, args.cache, prompt, Path(tmp) / "g.aotc")
         if args.autotune:
             systems["aotc-autotune"] = Aotc(model, args.batch, args.cache, prompt,
                                             Path(tmp) / "t.aotc",
                                             autotune=True)
-        systems["reduce-overhead"] = Compiled(model, args.batch, args.cache)
+        if "reduce-overhead" in chosen:
+            systems["reduce-overhead"] = Compiled(model, args.batch, args.cache)
         for name, s in systems.items():
+            start = len(lines)
             clean = sorted(decode_time(s, prompt, 128)[0] / 128 for _ in range(3))[1]
             r = profile(s, prompt, args.steps)
             lines.append(f"== {name}: step {clean * 1e6:.0f} us ({args.batch / clean:.0f} "
                          f"tokens/s) unprofiled; {r['wall_us']:.0f} us wall profiled, "
                          f"{r['gpu_us']:.0f} us in {r['kernels']:.0f} kernels")
-            print(lines[-1], flush=True)
             if name.startswith("aotc"):
                 labels = kernel_labels(Path(tmp) / ("g.aotc" if name == "aotc" else "t.aotc"))
                 lines.append("  by what the kernels fuse:")
@@ -110,8 +115,8 @@ def main() -> None:
                           for n, t, c in r["by_name"][:40]]
             else:
                 lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
+            print("\n".join(lines[start:]), flush=True)
     text = "\n".join(lines)
-    print(text)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "decode_profile.txt").write_text(text + "\n")
