@@ -72,7 +72,8 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
         kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
 {key_new}
-        qk = tl.dot(q, tl.trans(kt)).to(tl.float32) * {scale}
+        qk = tl.dot(q.to(tl.float32), tl.trans(kt).to(tl.float32),
+                    input_precision="{precision}") * {scale}
         qk = tl.where(kmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -81,7 +82,8 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
         l_i = l_i * alpha + tl.reduce(p, 1, aotc_add)
         vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
-{value_new}        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt).to(tl.float32)
+{value_new}        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype).to(tl.float32),
+                                            vt.to(tl.float32), input_precision="{precision}")
         m_i = m_new
     part = rows * {splits} + s
     tl.store({mo} + part[:, None] * {d} + dims[None, :], acc, mask=hmask[:, None])
@@ -159,7 +161,7 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
     group = heads // hkv
     sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, _pow2(group)),
                  d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=_pow2(splits),
-                 scale=repr(float(scale)))
+                 scale=repr(float(scale)), precision=dot_precision(q.dtype))
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
                        outs=(mo, mm, ml),
@@ -171,6 +173,16 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
                      (combine, f"combine {splits} chunks")):
         hk.reasons.append(f"decode attention ({what}, {group} query heads per KV head)")
     return [split, combine]
+
+
+def dot_precision(dtype) -> str:
+    """How a kernel's `tl.dot` multiplies values of `dtype`, widened to float32 first: tf32
+    for bf16 and fp16 (every such value is exact in tf32, so only the float32 sums round, as
+    on their own tensor cores), IEEE float32 for float32 (tf32 would drop 13 of its bits).
+    The operands are widened because Triton's interpreter, through 3.9 at least, multiplies
+    bf16 blocks' raw bits: a bf16 `tl.dot` there returns garbage."""
+    import torch
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def _pow2(n: int) -> int:
