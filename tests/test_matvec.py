@@ -117,3 +117,37 @@ def test_a_norm_of_a_viewed_row_fuses_with_its_statistics(tmp_path):
     assert len(_kernels(path)) == 2, list(_kernels(path))
     m = aotc.load(path, device="cpu", interpret=True)
     torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,k,n", [(8, 96, 80), (8, 2048, 512), (5, 100, 33), (16, 64, 2048)],
+                         ids=["one-split", "split-k", "ragged", "wide"])
+@pytest.mark.parametrize("case", ["mm", "addmm", "conv1d"])
+def test_products_of_a_few_half_rows_are_hand_kernels_streaming_the_weight(tmp_path, m, k, n,
+                                                                          case):
+    """2 to 16 rows in bf16 (decode at a small batch): codegen/triton/skinny_mm.py's kernels,
+    no cuBLAS call; K split where the columns alone give too few programs, the splits summed
+    (with the bias) by a second kernel. Against float32 products of the same bf16 values."""
+    g, dt = torch.Generator().manual_seed(0), torch.bfloat16
+    x, w = torch.randn(m, k, generator=g).to(dt), (torch.randn(n, k, generator=g) / k ** .5).to(dt)
+    b, wt = torch.randn(n, generator=g).to(dt), (torch.randn(k, n, generator=g) / k ** .5).to(dt)
+    fn = {"mm": lambda x, w, b, wt: x @ w.t(),
+          "addmm": lambda x, w, b, wt: torch.addmm(b, x, w.t()),
+          "conv1d": lambda x, w, b, wt: torch.addmm(b, x, wt)}[case]
+    path = compile_function(fn, (x, w, b, wt), tmp_path / "m.aotc", **CUDA)
+    ops, plan = _ops(path)
+    assert not any("mm" in op for op in ops), ops
+    reasons = [r for s in plan.steps if s.kind.value == "kernel" for r in s.reasons]
+    assert any(f"product of {m} rows" in r for r in reasons), reasons
+    assert any("K splits" in r for r in reasons) == (k == 2048), reasons
+    got = aotc.load(path, device="cpu", interpret=True)(x, w, b, wt)
+    want = fn(x.float(), w.float(), b.float(), wt.float())
+    assert got.dtype == dt
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_seventeen_rows_or_fp32_keep_gemms(tmp_path):
+    w = torch.randn(16, 32)
+    for i, x in enumerate((torch.randn(17, 32).bfloat16(), torch.randn(8, 32))):
+        fn = lambda x, w: x @ w.t()   # noqa: E731
+        ops, _ = _ops(compile_function(fn, (x, w.to(x.dtype)), tmp_path / f"{i}.aotc", **CUDA))
+        assert "aten::mm.default" in ops

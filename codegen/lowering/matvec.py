@@ -7,7 +7,9 @@ an H200 (a LLaMA-1B decode step spent 814 of its 1190 us in them); as loop IR it
 Triton reduction over contiguous rows of the weight, as fast as aotc's row sums, and fuses with
 what it feeds and reads: the bias add, SiLU of the gate times the up projection (two products
 over the same rows, fused horizontally into one kernel that reads x once), residual adds.
-Products of more rows, and every product on CPUs, stay vendor GEMMs.
+Products of 2 to 16 rows (decode at a small batch) run the hand-written kernels of
+codegen/triton/skinny_mm.py, which stream the weight once too. Products of more rows, and
+every product on CPUs, stay vendor GEMMs.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from aotc.codegen.lowering.reductions import acc_dtype
 
 aten = torch.ops.aten
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+HALVES = (torch.float16, torch.bfloat16)   # tensor-core products (fp32 would round to tf32)
 INLINE_VECTOR_OPS = 2      # a vector operand costing more ops than this is stored once
 
 
@@ -28,6 +31,36 @@ def _one_row(g, x, w, dtype) -> bool:
     shapes = (*x.shape, *w.shape)
     return len(x.shape) == 2 and len(w.shape) == 2 and \
         all(getattr(d, "is_Integer", isinstance(d, int)) for d in shapes) and int(x.shape[0]) == 1
+
+
+def _few_rows(g, x, w, dtype) -> bool:
+    from aotc.codegen.triton.skinny_mm import MAX_ROWS
+    if not g.split_reductions or not g.codegen or dtype not in HALVES or \
+            x.dtype != dtype or w.dtype != dtype:
+        return False
+    shapes = (*x.shape, *w.shape)
+    return len(x.shape) == 2 and len(w.shape) == 2 and \
+        all(getattr(d, "is_Integer", isinstance(d, int)) for d in shapes) and \
+        2 <= int(x.shape[0]) <= MAX_ROWS
+
+
+def _skinny(g, x, w, bias, dtype):
+    """x [M, K] @ w [K, N] (+ bias [N]) by the few-rows kernels, into a new dense slot."""
+    from aotc.codegen.lowering.decode import _dense
+    from aotc.codegen.triton.skinny_mm import plan_tiles, skinny_mm_kernels
+    from aotc.codegen.ir import sym
+    m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
+    xb, wb = _dense(g, x), g._buffer(g.materialize(w))
+    bb = _dense(g, bias) if bias is not None else None
+    tiles = plan_tiles(m, k, n)
+    out = g._buffer(g.new_slot((sym(m), sym(n)), dtype))
+    partial = None if tiles.splits == 1 else \
+        g._buffer(g.new_slot((sym(tiles.splits), sym(m), sym(n)), torch.float32))
+    for b in (out, partial):
+        if b is not None:
+            g.out.slots[b.slot]["producer"] = "kernel"
+    g.out.steps.extend(skinny_mm_kernels(xb, wb, bb, out, partial, tiles))
+    return g.realized(out.slot)
 
 
 def _vector(g, x):
@@ -62,16 +95,19 @@ def _matvec(g, x, w, dtype):
 def mm(g, metas, x, w):
     dtype = out_dtype(metas)
     if not _one_row(g, x, w, dtype):
-        return None
+        return _skinny(g, x, w, None, dtype) if _few_rows(g, x, w, dtype) else None
     red = _matvec(g, x, w, dtype)
     load = red.loader
     return g.pointwise(out_shape(metas), dtype, lambda h, i: h.to_dtype(load(h, i), dtype),
                        "mm")
 
 
-def addmm_one_row(g, metas, bias, x, w):
-    """bias + x @ w for one row of x (addmm's lowering asks this first), else None."""
+def addmm_few_rows(g, metas, bias, x, w):
+    """bias + x @ w for one row of x, or for 2 to 16 with a bias [N] (addmm's lowering asks
+    this first), else None."""
     dtype = out_dtype(metas)
+    if len(bias.shape) == 1 and bias.dtype == dtype and _few_rows(g, x, w, dtype):
+        return _skinny(g, x, w, bias, dtype)
     if not _one_row(g, x, w, dtype) or len(bias.shape) not in (1, 2):
         return None
     red = _matvec(g, x, w, dtype)

@@ -320,8 +320,8 @@ def addmm(g, metas, bias, x, w, beta=1, alpha=1):
     GEMM skips its bias pre-fill (ATen's addmm copies the bias into the output first)."""
     if beta != 1 or alpha != 1 or not is_tensor(bias):
         return None
-    from aotc.codegen.lowering.matvec import addmm_one_row
-    one_row = addmm_one_row(g, metas, bias, x, w)   # a GPU product of one row: a reduction
+    from aotc.codegen.lowering.matvec import addmm_few_rows
+    one_row = addmm_few_rows(g, metas, bias, x, w)   # a GPU product of 1 to 16 rows
     if one_row is not None or len(bias.shape) != 1:
         return one_row
     shape, dtype = out_shape(metas), out_dtype(metas)

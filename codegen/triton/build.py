@@ -48,6 +48,7 @@ class KernelSource:
     num_warps: int
     error_code: int | None    # what the kernel stores into aotc_err for an index out of range
     aligned: tuple = ()       # size params in load/store addresses: the div16 variant's
+    num_stages: int | None = None   # software pipelining of loops (None: NUM_STAGES)
 
 
 def triton_version() -> str:
@@ -136,7 +137,7 @@ def _compile(fn, ks, arch: str, sizes16: tuple = ()) -> tuple[bytes, dict]:
     signature = dict(ks.signature, **{c: "constexpr" for c in ks.constexprs})
     attrs = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(ks.signature.items())
              if t.startswith("*") or n in sizes16}
-    options = {"num_warps": ks.num_warps, "num_stages": NUM_STAGES, "enable_fp_fusion": True}
+    options = {"num_warps": ks.num_warps, "num_stages": ks.num_stages or NUM_STAGES, "enable_fp_fusion": True}
     try:
         compiled = triton.compile(ASTSource(fn=fn, signature=signature,
                                             constexprs=ks.constexprs, attrs=attrs),
