@@ -17,12 +17,68 @@ from pathlib import Path
 
 import torch
 
-from aotc.codegen.triton.skinny_mm import Tiles, combine_source, plan_tiles, product_source
+from aotc.codegen.triton.skinny_mm import Tiles, plan_tiles, product_source
 
 SHAPES = {"llama q/o": (2048, 2048), "llama k/v": (2048, 512), "llama gate/up": (2048, 5632),
           "llama down": (5632, 2048), "llama head": (2048, 32000), "gpt2 qkv": (768, 2304),
           "gpt2 fc": (768, 3072), "gpt2 proj": (3072, 768), "gpt2 attn out": (768, 768)}
 HEADER = "import triton\nimport triton.language as tl\n\n"
+ROTATE_BYTES = 512 << 20    # weights cycled through, so that no launch finds its weight in L2
+
+# Candidate kernels beside codegen's ("dot-tf32"): "dot-bf16", the same with bf16 operands
+# (wrong under Triton's interpreter); "swap" (the weight's [BN, BK] tile as the left operand
+# of the product, x^T on the right); "fma" (no tensor cores: [M, XB, RB] products on CUDA
+# cores, summed over K once at the end). Each stores float32 partials for a split K.
+_SWAP = """
+@triton.jit
+def {name}(x, w, o):
+    pn = tl.program_id(0)
+    ps = tl.program_id(1)
+    ns = pn * {bn} + tl.arange(0, {bn})
+    ms = tl.arange(0, 16)
+    acc = tl.full([{bn}, 16], 0.0, tl.float32)
+    for k0 in range(0, {chunk}, {bk}):
+        ks = ps * {chunk} + k0 + tl.arange(0, {bk})
+        wt = tl.load(w + ns[:, None] * {k} + ks[None, :])
+        xt = tl.load(x + ms[None, :] * {k} + ks[:, None], mask=(ms < {m})[None, :], other=0.0)
+        acc += tl.dot(wt{widen}, xt{widen}{prec})
+    tl.store(o + (ps * {m} + ms[None, :]) * {n} + ns[:, None], acc, mask=(ms < {m})[None, :])
+"""
+_FMA = """
+@triton.jit
+def {name}(x, w, o):
+    pn = tl.program_id(0)
+    ps = tl.program_id(1)
+    ns = pn * {bn} + tl.arange(0, {bn})
+    ms = tl.arange(0, {m})
+    acc = tl.full([{m}, {bn}, {bk}], 0.0, tl.float32)
+    for k0 in range(0, {chunk}, {bk}):
+        ks = ps * {chunk} + k0 + tl.arange(0, {bk})
+        wt = tl.load(w + ns[:, None] * {k} + ks[None, :]).to(tl.float32)
+        xt = tl.load(x + ms[:, None] * {k} + ks[None, :]).to(tl.float32)
+        acc += wt[None, :, :] * xt[:, None, :]
+    out = tl.sum(acc, 2)
+    tl.store(o + (ps * {m} + ms[:, None]) * {n} + ns[None, :], out)
+"""
+
+
+def variant_source(variant: str, name: str, m: int, k: int, n: int, t: Tiles) -> str:
+    """The product kernel of `variant`: codegen's ("dot-tf32", and "dot-bf16" with bf16
+    operands), or one of the templates above (float32 partials [splits, m, n]; the sizes must
+    divide evenly)."""
+    if variant.startswith("dot"):
+        text = product_source(name, "x", "w", None, "o", m=m, k=k, n=n, strides=(1, k),
+                              tiles=t)
+        if variant == "dot-bf16":
+            text = text.replace('xt.to(tl.float32), wt.to(tl.float32), input_precision="tf32"',
+                                "xt, wt")
+        return text
+    fill = dict(name=name, m=m, k=k, n=n, bn=t.block_n, bk=t.block_k, chunk=t.chunk)
+    if variant == "fma":
+        return _FMA.format(**fill)
+    wide = variant == "swap-tf32"
+    return _SWAP.format(widen=".to(tl.float32)" if wide else "",
+                        prec=', input_precision="tf32"' if wide else "", **fill)
 
 
 def _load(name: str, text: str, tmp: Path):
@@ -35,53 +91,82 @@ def _load(name: str, text: str, tmp: Path):
     return getattr(module, name)
 
 
-def _graph_time(fn, launches: int = 20, reps: int = 5) -> float:
-    """Seconds per call of `fn`, from CUDA-graph replays of `launches` calls."""
-    fn()
+def _graph_time(fns: list) -> float:
+    """Seconds per call, from CUDA-graph replays of one call of each of `fns` (each reading
+    its own copy of the weight), median of 5."""
+    for fn in fns:
+        fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(launches):
+        for fn in fns:
             fn()
     graph.replay()
     torch.cuda.synchronize()
     times = []
-    for _ in range(reps):
+    for _ in range(5):
         t = time.perf_counter()
         graph.replay()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) / launches)
+        times.append((time.perf_counter() - t) / len(fns))
     return statistics.median(times)
 
 
-def ours(x, w, tiles: Tiles, tmp: Path, tag: str):
-    """A callable running the product (and its sum) for x [M, K] and w [N, K] (read as the
-    [K, N] view), and its output."""
-    m, k = x.shape
-    n = w.shape[0]
-    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    part = torch.empty(tiles.splits, m, n, device=x.device, dtype=torch.float32)
-    name = f"mm_{tag}"
-    prod = _load(name, product_source(name, "x", "w", None, "o", m=m, k=k, n=n,
-                                      strides=(1, k), tiles=tiles), tmp)
-    grid = ((n + tiles.block_n - 1) // tiles.block_n, tiles.splits)
-    if tiles.splits == 1:
-        return (lambda: prod[grid](x, w, out, num_warps=tiles.num_warps,
-                                   num_stages=tiles.num_stages)), out
-    comb = _load(f"sum_{tag}", combine_source(f"sum_{tag}", "p", None, "o", m=m, n=n,
-                                              splits=tiles.splits), tmp)
-
-    def run():
-        prod[grid](x, w, part, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
-        comb[((m * n + 1023) // 1024,)](part, out, num_warps=4)
-    return run, out
+def candidates(m: int, k: int, n: int) -> list:
+    """(variant, Tiles) to time for one shape, the variants taking turns (a deadline cuts
+    each shape's list short)."""
+    plan = lambda bn, bk, target: plan_tiles(m, k, n, block_n=bn, block_k=bk,  # noqa: E731
+                                             target=target)
+    dots = [plan(bn, 128, t) for bn, t in itertools.product((32, 64), (264, 528))]
+    swaps = [plan(bn, bk, 264) for bn, bk in itertools.product((64, 128), (64, 128))]
+    fmas = [plan(bn, bk, 264) for bn, bk in itertools.product((4, 8), (128, 256))]
+    lists = [[("dot-tf32", t) for t in dots], [("dot-bf16", t) for t in dots],
+             [("swap-bf16", t) for t in swaps], [("swap-tf32", t) for t in swaps],
+             [("fma", t) for t in fmas]]
+    return [c for turn in itertools.zip_longest(*lists) for c in turn if c is not None]
 
 
-def configs(m: int, k: int, n: int):
-    for bn, bk, target, stages, warps in itertools.product(
-            (16, 32, 64), (128, 256), (132, 264, 528), (4,), (4,)):
-        t = plan_tiles(m, k, n, block_n=bn, block_k=bk, target=target)
-        yield Tiles(t.block_n, t.block_k, t.splits, t.chunk, warps, stages)
+def _even(k: int, n: int, t: Tiles) -> bool:
+    return n % t.block_n == 0 and t.chunk * t.splits == k
+
+
+def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
+    dev = torch.device("cuda")
+    copies = max(2, min(256, ROTATE_BYTES // (k * n * 2)))
+    x = torch.randn(rows, k, device=dev, dtype=torch.bfloat16)
+    ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies)]
+    gb = k * n * 2 / 1e9
+    base = _graph_time([lambda w=w: torch.mm(x, w.t()) for w in ws])
+    want = torch.mm(x.float(), ws[0].float().t())
+    results = []
+    for variant, t in dict.fromkeys(candidates(rows, k, n)):
+        if time.perf_counter() > deadline:
+            break
+        if not _even(k, n, t) and not variant.startswith("dot"):
+            continue
+        name = f"k{abs(hash((label, variant, t)))}"
+        fn = _load(name, variant_source(variant, name, rows, k, n, t), tmp)
+        part = variant.startswith("dot") and t.splits == 1
+        out = torch.empty(t.splits, rows, n, device=dev,
+                          dtype=torch.bfloat16 if part else torch.float32)
+        grid = (n // t.block_n + (n % t.block_n > 0), t.splits)
+        launch = lambda w: fn[grid](x, w, out, num_warps=4, num_stages=4)  # noqa: E731
+        try:
+            s = _graph_time([lambda w=w: launch(w) for w in ws])
+        except Exception as e:   # a tile Triton cannot build (shared memory, registers)
+            results.append((1.0, f"{variant} {t}: {type(e).__name__}"))
+            continue
+        launch(ws[0])
+        err = (out.float().sum(0) - want).abs().max().item()
+        results.append((s, f"{variant:9s} bn {t.block_n:3d} bk {t.block_k} splits {t.splits:2d}:"
+                           f" {s * 1e6:6.1f} us {gb / s:5.0f} GB/s err {err:.3f}"))
+    results.sort()
+    head = f"== {label} K {k} N {n} ({copies} weight copies): cuBLAS {base * 1e6:.1f} us " \
+           f"{gb / base:.0f} GB/s"
+    best = {}
+    for s, line in results:
+        best.setdefault(line.split()[0], (s, line))
+    return [head] + [f"    {line}  ({base / s:.2f}x cuBLAS)" for s, line in best.values()]
 
 
 def main() -> None:
@@ -89,33 +174,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=200)
     args = ap.parse_args()
-    start, dev = time.perf_counter(), torch.device("cuda")
-    print(f"{torch.cuda.get_device_name()}; rows {args.rows}; default: {plan_tiles(8, 2048, 2048)}")
+    start = time.perf_counter()
+    print(f"{torch.cuda.get_device_name()}; rows {args.rows}")
     with tempfile.TemporaryDirectory() as tmp:
-        for label, (k, n) in SHAPES.items():
-            x = torch.randn(args.rows, k, device=dev, dtype=torch.bfloat16)
-            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k ** 0.5
-            gb = w.numel() * 2 / 1e9
-            base = _graph_time(lambda: torch.mm(x, w.t()))
-            want = torch.mm(x.float(), w.float().t())
-            rows, default = [], plan_tiles(args.rows, k, n)
-            for i, t in enumerate(dict.fromkeys(configs(args.rows, k, n))):
-                if time.perf_counter() - start > args.budget_s:
-                    break
-                run, out = ours(x, w, t, Path(tmp), f"{abs(hash((label, t)))}")
-                s = _graph_time(run)
-                err = (out.float() - want).abs().max().item()
-                mark = " (default)" if (t.block_n, t.block_k, t.splits) == \
-                    (default.block_n, default.block_k, default.splits) else ""
-                rows.append((s, f"bn {t.block_n} bk {t.block_k} splits {t.splits} stages "
-                                f"{t.num_stages}: {s * 1e6:.1f} us {gb / s:.0f} GB/s err "
-                                f"{err:.3f}{mark}"))
-            rows.sort()
-            print(f"== {label} K {k} N {n}: cuBLAS {base * 1e6:.1f} us {gb / base:.0f} GB/s; "
-                  f"best {rows[0][0] * 1e6:.1f} us ({base / rows[0][0]:.2f}x)" if rows else "")
-            for _, line in rows[:4] + [r for r in rows[4:] if "default" in r[1]]:
-                print("   ", line)
-            sys.stdout.flush()
+        for i, (label, (k, n)) in enumerate(SHAPES.items()):
+            share = (args.budget_s - (time.perf_counter() - start)) / (len(SHAPES) - i)
+            deadline = time.perf_counter() + share
+            print("\n".join(time_shape(label, k, n, args.rows, Path(tmp), deadline)), flush=True)
 
 
 if __name__ == "__main__":
