@@ -10,7 +10,9 @@ the only part of the runtime that imports Triton.
 Triton reads TRITON_INTERPRET when a `@triton.jit` decorator runs, so the variable is set only
 while kernel sources are imported, under a lock, and restored right after: nothing else in the
 process (nor any subprocess started later) sees it. Functions that Triton's interpreter lacks
-(`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`_libdevice`).
+(`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`_libdevice`),
+and its `tl.dot` of bf16 blocks, which multiplies their raw bits, is mended while launches run
+(`bf16_dots`).
 """
 from __future__ import annotations
 
@@ -76,6 +78,36 @@ def _libdevice():
     return SimpleNamespace(**{k: _numpy_function(f) for k, f in names.items()})
 
 
+@contextlib.contextmanager
+def bf16_dots():
+    """Triton's interpreter (3.6 to 3.9 at least) holds bf16 blocks as their raw uint16 bits
+    and multiplies those in `tl.dot`: garbage. While this is active (launches, under
+    `_launch_lock`), its dot widens bf16 operands to float32 first, which is exact; the
+    builder is restored after."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as ti
+    cls = ti.InterpreterBuilder
+    original = getattr(cls, "create_dot", None)
+    if original is None:       # a Triton whose interpreter is laid out otherwise
+        yield
+        return
+
+    def widened(h):
+        if h.dtype == tl.bfloat16:
+            return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32),
+                                   tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, *rest):
+        return original(self, widened(a), widened(b), d, *rest)
+    cls.create_dot = create_dot
+    try:
+        yield
+    finally:
+        cls.create_dot = original
+
+
 def import_kernel(text: str, name: str, where: str):
     """Run the verified source of kernels/<name>.py (its bytes as the artifact read them, after
     `check_kernel_source`) with the interpreter on, from memory: nothing is read from or
@@ -124,7 +156,7 @@ class InterpretedKernels(TritonKernels):
             if grid[0] * grid[1] * grid[2]:
                 # the interpreter patches triton.language while it runs: one launch at a time;
                 # masked-out lanes compute on zeros, so NumPy's warnings mean nothing
-                with _launch_lock, np.errstate(all="ignore"):
+                with _launch_lock, np.errstate(all="ignore"), bf16_dots():
                     fn[tuple(grid)](*args, **constexprs)
             return 0
         return launch

@@ -7,15 +7,16 @@ an H200 (a LLaMA-1B decode step spent 814 of its 1190 us in them); as loop IR it
 Triton reduction over contiguous rows of the weight, as fast as aotc's row sums, and fuses with
 what it feeds and reads: the bias add, SiLU of the gate times the up projection (two products
 over the same rows, fused horizontally into one kernel that reads x once), residual adds.
-Products of 2 to 16 rows (decode at a small batch) run the hand-written kernels of
-codegen/triton/skinny_mm.py, which stream the weight once too. Products of more rows, and
+Products of 2 to 16 rows (decode at a small batch) run the hand-written kernel of
+codegen/triton/skinny_mm.py, which streams the weight once too; its split sums are added by
+the kernels that read the product. Products of more rows, and
 every product on CPUs, stay vendor GEMMs.
 """
 from __future__ import annotations
 
 import torch
 
-from aotc.codegen.ir import Op, ReductionType as R
+from aotc.codegen.ir import Op, ReductionType as R, sym
 from aotc.codegen.lowering import out_dtype, out_shape, register
 from aotc.codegen.lowering.reductions import acc_dtype
 
@@ -45,22 +46,32 @@ def _few_rows(g, x, w, dtype) -> bool:
 
 
 def _skinny(g, x, w, bias, dtype):
-    """x [M, K] @ w [K, N] (+ bias [N]) by the few-rows kernels, into a new dense slot."""
+    """x [M, K] @ w [K, N] (+ bias [N]) by the few-rows kernel. With one split it writes the
+    product into a new dense slot; else its float32 partial sums, and the product is a lazy
+    value adding them (and the bias) in order, which its readers compute as they load it."""
     from aotc.codegen.lowering.decode import _dense
-    from aotc.codegen.triton.skinny_mm import plan_tiles, skinny_mm_kernels
-    from aotc.codegen.ir import sym
+    from aotc.codegen.triton.skinny_mm import plan_tiles, skinny_mm_kernel
     m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
     xb, wb = _dense(g, x), g._buffer(g.materialize(w))
-    bb = _dense(g, bias) if bias is not None else None
     tiles = plan_tiles(m, k, n)
-    out = g._buffer(g.new_slot((sym(m), sym(n)), dtype))
-    partial = None if tiles.splits == 1 else \
-        g._buffer(g.new_slot((sym(tiles.splits), sym(m), sym(n)), torch.float32))
-    for b in (out, partial):
-        if b is not None:
-            g.out.slots[b.slot]["producer"] = "kernel"
-    g.out.steps.extend(skinny_mm_kernels(xb, wb, bb, out, partial, tiles))
-    return g.realized(out.slot)
+    one = tiles.splits == 1
+    bb = _dense(g, bias) if bias is not None and one else None
+    shape = (sym(m), sym(n)) if one else (sym(tiles.splits), sym(m), sym(n))
+    out = g._buffer(g.new_slot(shape, dtype if one else torch.float32))
+    g.out.slots[out.slot]["producer"] = "kernel"
+    g.out.steps.append(skinny_mm_kernel(xb, wb, bb, out, tiles))
+    if one:
+        return g.realized(out.slot)
+    lp, lb, splits = out.loader(), (bias.loader if bias is not None else None), tiles.splits
+
+    def fn(h, i):
+        acc = lp(h, (0, *i))
+        for s in range(1, splits):
+            acc = h.op(Op.ADD, acc, lp(h, (s, *i)))
+        if lb is not None:
+            acc = h.op(Op.ADD, acc, h.to_dtype(lb(h, (i[-1],)), torch.float32))
+        return h.to_dtype(acc, dtype)
+    return g.pointwise((sym(m), sym(n)), dtype, fn, "addmm" if lb is not None else "mm")
 
 
 def _vector(g, x):

@@ -3,12 +3,13 @@
 `aotc::decode_attention(q [B, H, 1, D], k_cache, v_cache [B, Hkv, M, D], pos [1], scale)` reads
 keys 0..pos of a static cache. At one query token per sequence, decode is bound by memory:
 what matters is reading each valid key and value once, with the whole GPU, and nothing past
-the position. So the keys are split into chunks over a fixed grid (B * Hkv programs per chunk,
-enough chunks to fill the GPU at batch 1), each program computing, for the query heads that
-share its KV head, a partial softmax (max, sum) and weighted sum of its chunk; masked loads
-fetch nothing past the position, so short contexts cost little. A second kernel combines the
-chunks' partials. Like generated kernels, these call only Triton builtins and the prelude's
-helpers (codegen/triton/printer.py says why), so the interpreter runs them too. The grid and every size are static, so decode replays as one CUDA graph.
+the position. So the keys are split into short chunks over a fixed grid (B * Hkv programs per
+chunk, `plan_splits`), each program computing, for the query heads that share its KV head, a
+partial softmax (max, sum) and weighted sum of its chunk; its loop stops at the position, so
+chunks past it cost a program that stores an empty partial, and short contexts cost little. A
+second kernel combines the chunks' partials. Like generated kernels, these call only Triton
+builtins and the prelude's helpers (codegen/triton/printer.py says why), so the interpreter runs
+them too. The grid and every size are static, so decode replays as one CUDA graph.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 
 from aotc.codegen.scheduler import Kernel
 
-TARGET_PROGRAMS = 264          # about two programs per SM of an H100/H200
 BLOCK_N = 32
+CHUNK = 2 * BLOCK_N            # keys per program
+MAX_SPLITS = 128               # chunks per sequence and KV head at most (the combine's block)
 
 
 @dataclass
@@ -42,9 +44,15 @@ class HandKernel(Kernel):
 
 
 def plan_splits(batch: int, kv_heads: int, max_len: int) -> tuple[int, int]:
-    """(chunk, splits): chunks of BLOCK_N multiples that give about TARGET_PROGRAMS programs."""
-    want = max(1, math.ceil(TARGET_PROGRAMS / max(1, batch * kv_heads)))
-    chunk = max(BLOCK_N, math.ceil(max_len / want / BLOCK_N) * BLOCK_N)
+    """(chunk, splits): chunks of CHUNK keys (longer for caches past MAX_SPLITS of them).
+
+    A program's loop over its chunk is a chain of dependent loads, so a long chunk is slow
+    however many programs run beside it; and only the chunks up to the position have work
+    (each loop stops at the position), so short chunks keep the work spread at any length.
+    (Chunks sized to give a fixed number of programs were 13 blocks long at batch 8 of GPT-2,
+    all of the work of a short context in one chunk.)"""
+    del batch, kv_heads
+    chunk = max(CHUNK, math.ceil(max_len / MAX_SPLITS / BLOCK_N) * BLOCK_N)
     return chunk, math.ceil(max_len / chunk)
 
 
@@ -66,24 +74,22 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     l_i = tl.full([{gp}], 0.0, tl.float32)
     acc = tl.full([{gp}, {d}], 0.0, tl.float32)
     base = (b * {hkv} + g) * {m} * {d}
-{prelude}    for n0 in range(0, {chunk}, {block}):
+{prelude}    span = tl.minimum(n_valid - s * {chunk}, {chunk})     # keys of this chunk up to pos
+    for n0 in range(0, span, {block}):
         keys = s * {chunk} + n0 + tl.arange(0, {block})
         kmask = (keys < n_valid) & (keys < {m})
         kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
-{key_new}
-        qk = tl.dot(q.to(tl.float32), tl.trans(kt).to(tl.float32),
-                    input_precision="{precision}") * {scale}
+        vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
+                     other=0.0)
+{key_new}{value_new}        qk = tl.dot(q, tl.trans(kt){precision}).to(tl.float32) * {scale}
         qk = tl.where(kmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_ref)
         p = tl.exp(qk - m_ref[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, aotc_add)
-        vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
-                     other=0.0)
-{value_new}        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype).to(tl.float32),
-                                            vt.to(tl.float32), input_precision="{precision}")
+        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt{precision}).to(tl.float32)
         m_i = m_new
     part = rows * {splits} + s
     tl.store({mo} + part[:, None] * {d} + dims[None, :], acc, mask=hmask[:, None])
@@ -176,13 +182,12 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
 
 
 def dot_precision(dtype) -> str:
-    """How a kernel's `tl.dot` multiplies values of `dtype`, widened to float32 first: tf32
-    for bf16 and fp16 (every such value is exact in tf32, so only the float32 sums round, as
-    on their own tensor cores), IEEE float32 for float32 (tf32 would drop 13 of its bits).
-    The operands are widened because Triton's interpreter, through 3.9 at least, multiplies
-    bf16 blocks' raw bits: a bf16 `tl.dot` there returns garbage."""
+    """The `tl.dot` argument for operands of `dtype`: float32 ones are multiplied in IEEE
+    float32 (Triton's default, tf32, would drop 13 of their bits; torch's default matmul
+    precision keeps them); bf16 and fp16 ones take their own tensor cores, summing in
+    float32."""
     import torch
-    return "ieee" if dtype == torch.float32 else "tf32"
+    return ', input_precision="ieee"' if dtype == torch.float32 else ""
 
 
 def _pow2(n: int) -> int:
