@@ -1,6 +1,6 @@
 """Per-call cost of aotc's plan runners, against eager's cost of dispatching one op.
 
-    python -m benchmarks.overhead --threads 1 --out benchmarks/results/cpu-runner
+    python -m benchmarks.overhead --threads 1 --out benchmarks/results/cpu-overhead
 
 An artifact whose plan is a single pointwise kernel over 8 floats (`x * 2 + 1`, fused) does
 almost no work, so its call time is the runtime's own cost: guards, the plan runner, the
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--rounds", type=int, default=41)
     p.add_argument("--block", type=int, default=2000)
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu-runner"))
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu-overhead"))
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -9,8 +9,8 @@ what it feeds and reads: the bias add, SiLU of the gate times the up projection 
 over the same rows, fused horizontally into one kernel that reads x once), residual adds.
 Products of 2 to 16 rows (decode at a small batch) run the hand-written kernel of
 codegen/triton/skinny_mm.py, which streams the weight once too; its split sums are added by
-the kernels that read the product. Products of more rows, and
-every product on CPUs, stay vendor GEMMs.
+the kernels that read the product. Products of more rows, fp32 products of more than one row,
+and every product on CPUs stay vendor GEMMs.
 """
 from __future__ import annotations
 
