@@ -1,6 +1,9 @@
 """The few-rows product kernels (codegen/triton/skinny_mm.py) against cuBLAS (torch.mm), on a
-GPU, for the products of a decode step: each shape at a few tile choices, replayed as CUDA
-graphs of 20 launches, median of 5; the weight's bytes over the time as GB/s.
+GPU, for the products of a decode step: each shape in both forms at a few tile choices (and
+codegen's own), replayed as CUDA graphs of one launch per weight copy (copies rotated past L2),
+median of 5; the weight's bytes over the time as GB/s. A split K's time leaves out the sums
+its reader adds. (The candidates of c55c24f's results, widened tf32 operands and products on
+CUDA cores, measured slower and are gone.)
 
     python scripts/gpu_skinny_mm.py --rows 8 [--budget-s 200]
 """
@@ -17,68 +20,13 @@ from pathlib import Path
 
 import torch
 
-from aotc.codegen.triton.skinny_mm import Tiles, plan_tiles, product_source
+from aotc.codegen.triton.skinny_mm import plan_tiles, product_source
 
 SHAPES = {"llama q/o": (2048, 2048), "llama k/v": (2048, 512), "llama gate/up": (2048, 5632),
           "llama down": (5632, 2048), "llama head": (2048, 32000), "gpt2 qkv": (768, 2304),
           "gpt2 fc": (768, 3072), "gpt2 proj": (3072, 768), "gpt2 attn out": (768, 768)}
 HEADER = "import triton\nimport triton.language as tl\n\n"
 ROTATE_BYTES = 512 << 20    # weights cycled through, so that no launch finds its weight in L2
-
-# Candidate kernels beside codegen's ("dot-tf32"): "dot-bf16", the same with bf16 operands
-# (wrong under Triton's interpreter); "swap" (the weight's [BN, BK] tile as the left operand
-# of the product, x^T on the right); "fma" (no tensor cores: [M, XB, RB] products on CUDA
-# cores, summed over K once at the end). Each stores float32 partials for a split K.
-_SWAP = """
-@triton.jit
-def {name}(x, w, o):
-    pn = tl.program_id(0)
-    ps = tl.program_id(1)
-    ns = pn * {bn} + tl.arange(0, {bn})
-    ms = tl.arange(0, 16)
-    acc = tl.full([{bn}, 16], 0.0, tl.float32)
-    for k0 in range(0, {chunk}, {bk}):
-        ks = ps * {chunk} + k0 + tl.arange(0, {bk})
-        wt = tl.load(w + ns[:, None] * {k} + ks[None, :])
-        xt = tl.load(x + ms[None, :] * {k} + ks[:, None], mask=(ms < {m})[None, :], other=0.0)
-        acc += tl.dot(wt{widen}, xt{widen}{prec})
-    tl.store(o + (ps * {m} + ms[None, :]) * {n} + ns[:, None], acc, mask=(ms < {m})[None, :])
-"""
-_FMA = """
-@triton.jit
-def {name}(x, w, o):
-    pn = tl.program_id(0)
-    ps = tl.program_id(1)
-    ns = pn * {bn} + tl.arange(0, {bn})
-    ms = tl.arange(0, {m})
-    acc = tl.full([{m}, {bn}, {bk}], 0.0, tl.float32)
-    for k0 in range(0, {chunk}, {bk}):
-        ks = ps * {chunk} + k0 + tl.arange(0, {bk})
-        wt = tl.load(w + ns[:, None] * {k} + ks[None, :]).to(tl.float32)
-        xt = tl.load(x + ms[:, None] * {k} + ks[None, :]).to(tl.float32)
-        acc += wt[None, :, :] * xt[:, None, :]
-    out = tl.sum(acc, 2)
-    tl.store(o + (ps * {m} + ms[:, None]) * {n} + ns[None, :], out)
-"""
-
-
-def variant_source(variant: str, name: str, m: int, k: int, n: int, t: Tiles) -> str:
-    """The product kernel of `variant`: codegen's ("dot-tf32", and "dot-bf16" with bf16
-    operands), or one of the templates above (float32 partials [splits, m, n]; the sizes must
-    divide evenly)."""
-    if variant.startswith("dot"):
-        text = product_source(name, "x", "w", None, "o", m=m, k=k, n=n, strides=(1, k),
-                              tiles=t)
-        if variant == "dot-bf16":
-            text = text.replace('xt.to(tl.float32), wt.to(tl.float32), input_precision="tf32"',
-                                "xt, wt")
-        return text
-    fill = dict(name=name, m=m, k=k, n=n, bn=t.block_n, bk=t.block_k, chunk=t.chunk)
-    if variant == "fma":
-        return _FMA.format(**fill)
-    wide = variant == "swap-tf32"
-    return _SWAP.format(widen=".to(tl.float32)" if wide else "",
-                        prec=', input_precision="tf32"' if wide else "", **fill)
 
 
 def _load(name: str, text: str, tmp: Path):
@@ -113,21 +61,15 @@ def _graph_time(fns: list) -> float:
 
 
 def candidates(m: int, k: int, n: int) -> list:
-    """(variant, Tiles) to time for one shape, the variants taking turns (a deadline cuts
-    each shape's list short)."""
-    plan = lambda bn, bk, target: plan_tiles(m, k, n, block_n=bn, block_k=bk,  # noqa: E731
-                                             target=target)
-    dots = [plan(bn, 128, t) for bn, t in itertools.product((32, 64), (264, 528))]
-    swaps = [plan(bn, bk, 264) for bn, bk in itertools.product((64, 128), (64, 128))]
-    fmas = [plan(bn, bk, 264) for bn, bk in itertools.product((4, 8), (128, 256))]
-    lists = [[("dot-tf32", t) for t in dots], [("dot-bf16", t) for t in dots],
-             [("swap-bf16", t) for t in swaps], [("swap-tf32", t) for t in swaps],
-             [("fma", t) for t in fmas]]
-    return [c for turn in itertools.zip_longest(*lists) for c in turn if c is not None]
-
-
-def _even(k: int, n: int, t: Tiles) -> bool:
-    return n % t.block_n == 0 and t.chunk * t.splits == k
+    """(form, Tiles) to time for one shape, the forms taking turns (a deadline cuts each
+    shape's list short); codegen's own choice first."""
+    chosen = plan_tiles(m, k, n)
+    out = [(chosen.form, chosen)]
+    for form in ("swap", "rows"):
+        for bn, bk, target in itertools.product((32, 64, 128), (64, 128), (264, 528)):
+            out.append((form, plan_tiles(m, k, n, form, block_n=bn, block_k=bk,
+                                         target=target)))
+    return list(dict.fromkeys(out))
 
 
 def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
@@ -142,13 +84,11 @@ def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
     for variant, t in dict.fromkeys(candidates(rows, k, n)):
         if time.perf_counter() > deadline:
             break
-        if not _even(k, n, t) and not variant.startswith("dot"):
-            continue
         name = f"k{abs(hash((label, variant, t)))}"
-        fn = _load(name, variant_source(variant, name, rows, k, n, t), tmp)
-        part = variant.startswith("dot") and t.splits == 1
+        fn = _load(name, product_source(name, "x", "w", None, "o", m=rows, k=k, n=n,
+                                        strides=(1, k), tiles=t), tmp)
         out = torch.empty(t.splits, rows, n, device=dev,
-                          dtype=torch.bfloat16 if part else torch.float32)
+                          dtype=torch.bfloat16 if t.splits == 1 else torch.float32)
         grid = (n // t.block_n + (n % t.block_n > 0), t.splits)
         launch = lambda w: fn[grid](x, w, out, num_warps=4, num_stages=4)  # noqa: E731
         try:
@@ -158,7 +98,8 @@ def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
             continue
         launch(ws[0])
         err = (out.float().sum(0) - want).abs().max().item()
-        results.append((s, f"{variant:9s} bn {t.block_n:3d} bk {t.block_k} splits {t.splits:2d}:"
+        mark = " (codegen's)" if t == plan_tiles(rows, k, n) else ""
+        results.append((s, f"{variant:4s}{mark} bn {t.block_n:3d} bk {t.block_k} splits {t.splits:2d}:"
                            f" {s * 1e6:6.1f} us {gb / s:5.0f} GB/s err {err:.3f}"))
     results.sort()
     head = f"== {label} K {k} N {n} ({copies} weight copies): cuBLAS {base * 1e6:.1f} us " \

@@ -48,12 +48,15 @@ class Tiles:
     num_stages: int = 4
 
 
-def plan_tiles(m: int, k: int, n: int, form: str | None = None) -> Tiles:
-    """The form, and column blocks of 64; K split so that the programs reach a target (264
-    for "swap", about two per SM of an H100/H200; 528 for "rows"), each split at least four
-    K blocks long."""
+def plan_tiles(m: int, k: int, n: int, form: str | None = None, *, block_n: int = 64,
+               block_k: int | None = None, target: int | None = None) -> Tiles:
+    """The form, and column blocks of `block_n`; K split so that the programs reach `target`
+    (264 for "swap", about two per SM of an H100/H200; 528 for "rows"), each split at least
+    four K blocks long. (The defaults are what scripts/gpu_skinny_mm.py measured best.)"""
+    del m
     form = form or ("swap" if k * n <= SWAP_MAX_WEIGHTS else "rows")
-    block_n, block_k, target = (64, 64, 264) if form == "swap" else (64, 128, 528)
+    block_k = block_k or (64 if form == "swap" else 128)
+    target = target or (264 if form == "swap" else 528)
     block_k = min(block_k, max(16, _pow2(k)))
     columns = math.ceil(n / block_n)
     most = max(1, k // (4 * block_k))
