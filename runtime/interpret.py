@@ -3,16 +3,16 @@
 `aotc.load(path, device="cpu", interpret=True)` runs each kernel's source (kernels/<name>.py,
 the very text its cubins were compiled from, as the artifact verified it, from memory, after
 runtime/kernelsource.py checked it is a Triton kernel and nothing else) with Triton's
-interpreter switched on, and launches it on CPU tensors. It is slow (launches run one at a time: the interpreter patches
-`triton.language` while it runs), and meant for tests and CI on machines without a GPU; it is
-the only part of the runtime that imports Triton.
+interpreter switched on, and launches it on CPU tensors. It is slow (launches run one at a
+time: the interpreter patches `triton.language` while it runs), and meant for tests and CI on
+machines without a GPU; it is the only part of the runtime that imports Triton.
 
 Triton reads TRITON_INTERPRET when a `@triton.jit` decorator runs, so the variable is set only
 while kernel sources are imported, under a lock, and restored right after: nothing else in the
 process (nor any subprocess started later) sees it. Functions that Triton's interpreter lacks
 (`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`_libdevice`),
-and its `tl.dot` of bf16 blocks, which multiplies their raw bits, is mended while launches run
-(`bf16_dots`).
+and its bf16 arithmetic, which takes bf16 blocks' raw bits for values in `tl.dot` and in casts,
+is mended while launches run (`mended_bf16`).
 """
 from __future__ import annotations
 
@@ -78,34 +78,60 @@ def _libdevice():
     return SimpleNamespace(**{k: _numpy_function(f) for k, f in names.items()})
 
 
-@contextlib.contextmanager
-def bf16_dots():
-    """Triton's interpreter (3.6 to 3.9 at least) holds bf16 blocks as their raw uint16 bits
-    and multiplies those in `tl.dot`: garbage. While this is active (launches, under
-    `_launch_lock`), its dot widens bf16 operands to float32 first, which is exact; the
-    builder is restored after."""
+def _bf16_to_f32(data):
     import numpy as np
+    return (np.asarray(data).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(f32):
+    """Round to nearest even, as the GPU's conversion does; NaNs stay NaNs."""
+    import numpy as np
+    f32 = np.ascontiguousarray(f32, dtype=np.float32)
+    bits = f32.view(np.uint32)
+    out = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(f32)
+    out[nan] = ((bits[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
+    return out
+
+
+@contextlib.contextmanager
+def mended_bf16():
+    """Triton's interpreter (3.6 to 3.9 at least) holds bf16 blocks as their raw uint16 bits,
+    and two of its operations take those bits for values: `tl.dot` multiplies them (garbage),
+    and a cast to bf16 truncates float32's bits instead of rounding them (and casts other
+    types' values as if they were bits). While this is active (launches, under
+    `_launch_lock`), its dot widens bf16 operands to float32 first, which is exact, and casts
+    to and from bf16 go through float32 with round-to-nearest-even, as on a GPU; the builder is
+    restored after."""
     import triton.language as tl
     from triton.runtime import interpreter as ti
     cls = ti.InterpreterBuilder
-    original = getattr(cls, "create_dot", None)
-    if original is None:       # a Triton whose interpreter is laid out otherwise
+    dot, cast = getattr(cls, "create_dot", None), getattr(cls, "cast_impl", None)
+    np_dtype = getattr(ti, "_get_np_dtype", None)
+    if dot is None or cast is None or np_dtype is None:   # an interpreter laid out otherwise
         yield
         return
 
     def widened(h):
-        if h.dtype == tl.bfloat16:
-            return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32),
-                                   tl.float32)
-        return h
+        return ti.TensorHandle(_bf16_to_f32(h.data), tl.float32) if h.dtype == tl.bfloat16 \
+            else h
 
     def create_dot(self, a, b, d, *rest):
-        return original(self, widened(a), widened(b), d, *rest)
-    cls.create_dot = create_dot
+        return dot(self, widened(a), widened(b), d, *rest)
+
+    def cast_impl(self, src, dst_type):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s != d and d == tl.bfloat16:
+            f32 = _bf16_to_f32(src.data) if s == tl.bfloat16 else src.data.astype("float32")
+            return ti.TensorHandle(_f32_to_bf16(f32), d)
+        if s != d and s == tl.bfloat16:
+            return ti.TensorHandle(_bf16_to_f32(src.data).astype(np_dtype(dst_type)), d)
+        return cast(self, src, dst_type)
+    cls.create_dot, cls.cast_impl = create_dot, cast_impl
     try:
         yield
     finally:
-        cls.create_dot = original
+        cls.create_dot, cls.cast_impl = dot, cast
 
 
 def import_kernel(text: str, name: str, where: str):
@@ -156,7 +182,7 @@ class InterpretedKernels(TritonKernels):
             if grid[0] * grid[1] * grid[2]:
                 # the interpreter patches triton.language while it runs: one launch at a time;
                 # masked-out lanes compute on zeros, so NumPy's warnings mean nothing
-                with _launch_lock, np.errstate(all="ignore"), bf16_dots():
+                with _launch_lock, np.errstate(all="ignore"), mended_bf16():
                     fn[tuple(grid)](*args, **constexprs)
             return 0
         return launch

@@ -124,7 +124,7 @@ def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
     from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
-    from aotc.runtime.interpret import bf16_dots, import_kernel
+    from aotc.runtime.interpret import mended_bf16, import_kernel
     g = torch.Generator().manual_seed(pos)
     d = 16
     q = torch.randn(batch, heads, 1, d, generator=g).to(dtype)
@@ -151,7 +151,7 @@ def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv
         hk.name = name
         ks = hk.source()
         fn = import_kernel(module_text(ks), name, f"{name}.py")
-        with bf16_dots():
+        with mended_bf16():
             fn[tuple(int(x) for x in ks.grid)](*args)
     want = torch.nn.functional.scaled_dot_product_attention(
         q.float(), want_k[:, :, :pos + 1].float(), want_v[:, :, :pos + 1].float(), scale=0.25,
