@@ -10,16 +10,13 @@ CUDA cores, measured slower and are gone.)
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
+from aotc.codegen.triton.build import load_module
 from aotc.codegen.triton.skinny_mm import plan_tiles, product_source
 
 SHAPES = {"llama q/o": (2048, 2048), "llama k/v": (2048, 512), "llama gate/up": (2048, 5632),
@@ -29,14 +26,9 @@ HEADER = "import triton\nimport triton.language as tl\n\n"
 ROTATE_BYTES = 512 << 20    # weights cycled through, so that no launch finds its weight in L2
 
 
-def _load(name: str, text: str, tmp: Path):
-    path = tmp / f"{name}.py"
-    path.write_text(HEADER + text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+def _load(name: str, text: str):
+    """The jitted kernel `name` of a product source (compiled, never interpreted)."""
+    return getattr(load_module(name, HEADER + text), name)
 
 
 def _graph_time(fns: list) -> float:
@@ -60,19 +52,19 @@ def _graph_time(fns: list) -> float:
     return statistics.median(times)
 
 
-def candidates(m: int, k: int, n: int) -> list:
+def candidates(k: int, n: int) -> list:
     """(form, Tiles) to time for one shape, the forms taking turns (a deadline cuts each
     shape's list short); codegen's own choice first."""
-    chosen = plan_tiles(m, k, n)
+    chosen = plan_tiles(k, n)
     out = [(chosen.form, chosen)]
     for form in ("swap", "rows"):
         for bn, bk, target in itertools.product((32, 64, 128), (64, 128), (264, 528)):
-            out.append((form, plan_tiles(m, k, n, form, block_n=bn, block_k=bk,
+            out.append((form, plan_tiles(k, n, form, block_n=bn, block_k=bk,
                                          target=target)))
     return list(dict.fromkeys(out))
 
 
-def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
+def time_shape(label, k, n, rows, deadline) -> list[str]:
     dev = torch.device("cuda")
     copies = max(2, min(256, ROTATE_BYTES // (k * n * 2)))
     x = torch.randn(rows, k, device=dev, dtype=torch.bfloat16)
@@ -81,12 +73,12 @@ def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
     base = _graph_time([lambda w=w: torch.mm(x, w.t()) for w in ws])
     want = torch.mm(x.float(), ws[0].float().t())
     results = []
-    for variant, t in dict.fromkeys(candidates(rows, k, n)):
+    for variant, t in dict.fromkeys(candidates(k, n)):
         if time.perf_counter() > deadline:
             break
         name = f"k{abs(hash((label, variant, t)))}"
         fn = _load(name, product_source(name, "x", "w", None, "o", m=rows, k=k, n=n,
-                                        strides=(1, k), tiles=t), tmp)
+                                        strides=(1, k), tiles=t))
         out = torch.empty(t.splits, rows, n, device=dev,
                           dtype=torch.bfloat16 if t.splits == 1 else torch.float32)
         grid = (n // t.block_n + (n % t.block_n > 0), t.splits)
@@ -98,7 +90,7 @@ def time_shape(label, k, n, rows, tmp, deadline) -> list[str]:
             continue
         launch(ws[0])
         err = (out.float().sum(0) - want).abs().max().item()
-        mark = " (codegen's)" if t == plan_tiles(rows, k, n) else ""
+        mark = " (codegen's)" if t == plan_tiles(k, n) else ""
         results.append((s, f"{variant:4s} bn {t.block_n:3d} bk {t.block_k} splits "
                            f"{t.splits:2d}: {s * 1e6:6.1f} us {gb / s:5.0f} GB/s err "
                            f"{err:.3f}{mark}"))
@@ -120,11 +112,10 @@ def main() -> None:
     args = ap.parse_args()
     start = time.perf_counter()
     print(f"{torch.cuda.get_device_name()}; rows {args.rows}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, (k, n)) in enumerate(SHAPES.items()):
-            share = (args.budget_s - (time.perf_counter() - start)) / (len(SHAPES) - i)
-            deadline = time.perf_counter() + share
-            print("\n".join(time_shape(label, k, n, args.rows, Path(tmp), deadline)), flush=True)
+    for i, (label, (k, n)) in enumerate(SHAPES.items()):
+        share = (args.budget_s - (time.perf_counter() - start)) / (len(SHAPES) - i)
+        deadline = time.perf_counter() + share
+        print("\n".join(time_shape(label, k, n, args.rows, deadline)), flush=True)
 
 
 if __name__ == "__main__":

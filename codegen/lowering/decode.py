@@ -14,7 +14,7 @@ from aotc.codegen.ir import contiguous_strides, sym
 from aotc.codegen.lowering import register
 
 
-def _dense(g, tv):
+def dense(g, tv):
     """A Buffer holding `tv` densely (row-major, size-1 dims aside), copying only if needed."""
     buf = tv.buffer if tv.buffer is not None else g._buffer(g.materialize(tv))
     want = contiguous_strides(buf.shape)
@@ -38,7 +38,7 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, new=()):
     if not all(isinstance(d, int) or getattr(d, "is_Integer", False)
                for t in (q, k_cache) for d in t.shape):
         return None
-    qb, kb, vb, pb, *nb = (_dense(g, t) for t in (q, k_cache, v_cache, position, *new))
+    qb, kb, vb, pb, *nb = (dense(g, t) for t in (q, k_cache, v_cache, position, *new))
     partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
                 for shape in partial_shapes(qb, kb)]
     out = g._buffer(g.new_slot(qb.shape, q.dtype))

@@ -26,12 +26,16 @@ HALVES = (torch.float16, torch.bfloat16)   # tensor-core products (fp32 would ro
 INLINE_VECTOR_OPS = 2      # a vector operand costing more ops than this is stored once
 
 
+def _static_2d(x, w) -> bool:
+    """x and w are matrices of static sizes."""
+    return len(x.shape) == 2 and len(w.shape) == 2 and \
+        all(getattr(d, "is_Integer", isinstance(d, int)) for d in (*x.shape, *w.shape))
+
+
 def _one_row(g, x, w, dtype) -> bool:
     if not g.split_reductions or not g.codegen or dtype not in FLOATS:
         return False
-    shapes = (*x.shape, *w.shape)
-    return len(x.shape) == 2 and len(w.shape) == 2 and \
-        all(getattr(d, "is_Integer", isinstance(d, int)) for d in shapes) and int(x.shape[0]) == 1
+    return _static_2d(x, w) and int(x.shape[0]) == 1
 
 
 def _few_rows(g, x, w, dtype) -> bool:
@@ -39,23 +43,20 @@ def _few_rows(g, x, w, dtype) -> bool:
     if not g.split_reductions or not g.codegen or dtype not in HALVES or \
             x.dtype != dtype or w.dtype != dtype:
         return False
-    shapes = (*x.shape, *w.shape)
-    return len(x.shape) == 2 and len(w.shape) == 2 and \
-        all(getattr(d, "is_Integer", isinstance(d, int)) for d in shapes) and \
-        2 <= int(x.shape[0]) <= MAX_ROWS
+    return _static_2d(x, w) and 2 <= int(x.shape[0]) <= MAX_ROWS
 
 
 def _skinny(g, x, w, bias, dtype):
     """x [M, K] @ w [K, N] (+ bias [N]) by the few-rows kernel. With one split it writes the
     product into a new dense slot; else its float32 partial sums, and the product is a lazy
     value adding them (and the bias) in order, which its readers compute as they load it."""
-    from aotc.codegen.lowering.decode import _dense
+    from aotc.codegen.lowering.decode import dense
     from aotc.codegen.triton.skinny_mm import plan_tiles, skinny_mm_kernel
     m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
-    xb, wb = _dense(g, x), g._buffer(g.materialize(w))
-    tiles = plan_tiles(m, k, n)
+    xb, wb = dense(g, x), g._buffer(g.materialize(w))
+    tiles = plan_tiles(k, n)
     one = tiles.splits == 1
-    bb = _dense(g, bias) if bias is not None and one else None
+    bb = dense(g, bias) if bias is not None and one else None
     shape = (sym(m), sym(n)) if one else (sym(tiles.splits), sym(m), sym(n))
     out = g._buffer(g.new_slot(shape, dtype if one else torch.float32))
     g.out.slots[out.slot]["producer"] = "kernel"

@@ -43,7 +43,7 @@ class HandKernel(Kernel):
         return self.make(self.name, self.ins, self.outs)
 
 
-def plan_splits(batch: int, kv_heads: int, max_len: int) -> tuple[int, int]:
+def plan_splits(max_len: int) -> tuple[int, int]:
     """(chunk, splits): chunks of CHUNK keys (longer for caches past MAX_SPLITS of them).
 
     A program's loop over its chunk is a chain of dependent loads, so a long chunk is slow
@@ -51,7 +51,6 @@ def plan_splits(batch: int, kv_heads: int, max_len: int) -> tuple[int, int]:
     (each loop stops at the position), so short chunks keep the work spread at any length.
     (Chunks sized to give a fixed number of programs were 13 blocks long at batch 8 of GPT-2,
     all of the work of a short context in one chunk.)"""
-    del batch, kv_heads
     chunk = max(CHUNK, math.ceil(max_len / MAX_SPLITS / BLOCK_N) * BLOCK_N)
     return chunk, math.ceil(max_len / chunk)
 
@@ -129,10 +128,20 @@ _WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n
 _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)\n"
 
 
-def _source(kind: str, name: str, ins, outs, **sizes):
+def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
+                num_stages: int | None = None):
+    """The KernelSource of a hand-written kernel over whole Buffers `ins` and `outs` (pointer
+    parameters in that order, no size parameters or constexprs: every size is in its text)."""
     from aotc.codegen.triton.build import KernelSource
     from aotc.codegen.triton.printer import POINTER
-    params = [b.name for b in (*ins, *outs)]
+    return KernelSource(name=name, text=text.lstrip("\n"), ins=[b.name for b in ins],
+                        outs=[b.name for b in outs], sizes=[],
+                        signature={b.name: POINTER[b.dtype] for b in (*ins, *outs)},
+                        constexprs={}, grid=[str(g) for g in grid], num_warps=num_warps,
+                        error_code=None, num_stages=num_stages)
+
+
+def _source(kind: str, name: str, ins, outs, **sizes):
     if kind == "split":
         q, k, v, pos, *new = (b.name for b in ins)
         mo, mm, ml = (b.name for b in outs)
@@ -144,16 +153,13 @@ def _source(kind: str, name: str, ins, outs, **sizes):
                      "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, **sizes)}
         text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml,
                              **write, **sizes)
-        grid = [str(sizes["batch"] * sizes["hkv"]), str(sizes["splits"]), "1"]
+        grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
     else:
         mo, mm, ml = (b.name for b in ins)
         (o,) = (b.name for b in outs)
         text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, o=o, **sizes)
-        grid = [str(sizes["batch"] * sizes["heads"]), "1", "1"]
-    signature = {p: POINTER[b.dtype] for p, b in zip(params, (*ins, *outs))}
-    return KernelSource(name=name, text=text.lstrip("\n"), ins=[b.name for b in ins],
-                        outs=[b.name for b in outs], sizes=[], signature=signature,
-                        constexprs={}, grid=grid, num_warps=4, error_code=None)
+        grid = (sizes["batch"] * sizes["heads"], 1, 1)
+    return hand_source(name, text, ins, outs, grid)
 
 
 def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
@@ -163,10 +169,10 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
     `new` (key, value [B, Hkv, 1, D]), the split kernel first writes them at pos."""
     batch, heads, _, d = (int(x) for x in q.shape)
     hkv, m = int(k.shape[1]), int(k.shape[2])
-    chunk, splits = plan_splits(batch, hkv, m)
+    chunk, splits = plan_splits(m)
     group = heads // hkv
-    sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, _pow2(group)),
-                 d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=_pow2(splits),
+    sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, pow2(group)),
+                 d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype))
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
@@ -190,13 +196,14 @@ def dot_precision(dtype) -> str:
     return ', input_precision="ieee"' if dtype == torch.float32 else ""
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
+    """The least power of two >= n (1 for n <= 1)."""
     return 1 << max(0, (n - 1).bit_length())
 
 
 def partial_shapes(q, k) -> list[tuple]:
     batch, heads, _, d = (int(x) for x in q.shape)
-    _, splits = plan_splits(batch, int(k.shape[1]), int(k.shape[2]))
+    _, splits = plan_splits(int(k.shape[2]))
     rows = batch * heads * splits
     return [(rows, d), (rows,), (rows,)]
 

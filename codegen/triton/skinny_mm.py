@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from aotc.codegen.triton.decode_attention import HandKernel
+from aotc.codegen.triton.decode_attention import HandKernel, hand_source, pow2
 
 MAX_ROWS = 16
 ROWS = 16                  # x's rows padded to a tensor-core product's
@@ -48,16 +48,15 @@ class Tiles:
     num_stages: int = 4
 
 
-def plan_tiles(m: int, k: int, n: int, form: str | None = None, *, block_n: int = 64,
+def plan_tiles(k: int, n: int, form: str | None = None, *, block_n: int = 64,
                block_k: int | None = None, target: int | None = None) -> Tiles:
     """The form, and column blocks of `block_n`; K split so that the programs reach `target`
     (264 for "swap", about two per SM of an H100/H200; 528 for "rows"), each split at least
     four K blocks long. (The defaults are what scripts/gpu_skinny_mm.py measured best.)"""
-    del m
     form = form or ("swap" if k * n <= SWAP_MAX_WEIGHTS else "rows")
     block_k = block_k or (64 if form == "swap" else 128)
     target = target or (264 if form == "swap" else 528)
-    block_k = min(block_k, max(16, _pow2(k)))
+    block_k = min(block_k, max(16, pow2(k)))
     columns = math.ceil(n / block_n)
     most = max(1, k // (4 * block_k))
     splits = max(1, min(most, math.ceil(target / columns)))
@@ -134,29 +133,21 @@ def skinny_mm_kernel(x, w, bias, out, tiles: Tiles) -> HandKernel:
     """The kernel of x [M, K] @ w [K, N] for Buffers x (dense), w (strided) and `out`: with
     one split, out [M, N] (+ bias [N], a dense Buffer or None); else the float32 partial sums
     [splits, M, N], which the product's readers add up (codegen/lowering/matvec.py)."""
-    from aotc.codegen.triton.build import KernelSource
-    from aotc.codegen.triton.printer import POINTER
     m, k = (int(d) for d in x.shape)
     n = int(w.shape[1])
     strides = tuple(int(s) for s in w.stride)
     columns = math.ceil(n / tiles.block_n)
-    ins = (x, w, *((bias,) if bias is not None and tiles.splits == 1 else ()))
+    bias = bias if tiles.splits == 1 else None     # a split's bias is its readers' to add
+    ins = (x, w, *((bias,) if bias is not None else ()))
 
     def make(name, ins, outs):
-        text = product_source(name, x.name, w.name, ins[2].name if len(ins) > 2 else None,
-                              outs[0].name, m=m, k=k, n=n, strides=strides, tiles=tiles)
-        return KernelSource(name=name, text=text.lstrip("\n"), ins=[b.name for b in ins],
-                            outs=[b.name for b in outs], sizes=[],
-                            signature={b.name: POINTER[b.dtype] for b in (*ins, *outs)},
-                            constexprs={}, grid=[str(columns), str(tiles.splits), "1"],
-                            num_warps=tiles.num_warps, error_code=None,
-                            num_stages=tiles.num_stages)
+        text = product_source(name, x.name, w.name, bias.name if bias is not None else None,
+                              out.name, m=m, k=k,
+                              n=n, strides=strides, tiles=tiles)
+        return hand_source(name, text, ins, outs, (columns, tiles.splits, 1),
+                           tiles.num_warps, tiles.num_stages)
     kernel = HandKernel(name="kernel_mm", prefix=(), ins=ins, outs=(out,), make=make)
     kernel.reasons.append(f"product of {m} rows, {tiles.form} form ({columns} blocks of "
                           f"{tiles.block_n} columns, K in {tiles.splits} splits of "
                           f"{tiles.chunk})")
     return kernel
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
