@@ -5,11 +5,16 @@ only: Triton emits arch-specific code from sm_90 on; below that a cubin runs on 
 major version and an equal or newer minor one) and loaded with cuModuleLoadData into the device's
 primary context (the one torch uses). A launch packs the kernel's parameters (data pointers,
 sizes, then the scratch pointers newer Triton versions append) and calls cuLaunchKernel on
-torch's current stream.
+torch's current stream; a cubin built for programmatic dependent launch (launch spec `pdl`,
+sm_90 and newer: its first instruction waits for the kernel before it) goes through
+cuLaunchKernelEx with programmatic stream serialization, so its launch overlaps the end of its
+predecessor, in a stream and in a captured CUDA graph alike. AOTC_CUDA_PDL=0 launches those
+cubins plainly (their wait is then a no-op), to compare or to rule the overlap out.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 
@@ -23,6 +28,28 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024
 SIZES = frozenset({"i32", "i64"})   # the types of dim-size parameters
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int),
+                ("rest", ctypes.c_char * 60)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig of cuLaunchKernelEx."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+PROGRAMMATIC = LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+
+
+def pdl_enabled() -> bool:
+    """Whether cubins built for programmatic dependent launch are launched with it."""
+    return os.environ.get("AOTC_CUDA_PDL", "1") != "0"
 
 _lock = threading.Lock()
 _driver = None
@@ -42,6 +69,9 @@ class Driver:
             ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
             ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        self.lib.cuLaunchKernelEx.argtypes = [
+            ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_void_p)]
         self.check("cuInit", self.lib.cuInit(0))
 
     def check(self, what: str, status: int) -> None:
@@ -186,6 +216,7 @@ class CudaLauncher:
         self.threads = 32 * build.num_warps
         self.shared = build.shared
         self.ctas = build.num_ctas
+        self.pdl = build.pdl and pdl_enabled()
         self.params = build.params
         self.user = [p for p in self.params if p.type != "scratch"]
         self.scratch = [p for p in self.params if p.type == "scratch"]
@@ -244,9 +275,17 @@ class CudaLauncher:
         values, keep = self._values(grid, args)
         packed, params = pack(values)
         fn, shared = self.function_for(values)
-        d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
-            fn, grid[0], grid[1], grid[2], self.threads, 1, 1, shared,
-            ctypes.c_void_p(current_stream(self.owner.device.index)), params, None))
+        stream = current_stream(self.owner.device.index)
+        if self.pdl:
+            block = (ctypes.c_uint * 3)(self.threads, 1, 1)
+            config = LaunchConfig((ctypes.c_uint * 3)(*grid), block, shared, stream,
+                                  ctypes.pointer(PROGRAMMATIC), 1)
+            d.check(f"cuLaunchKernelEx({self.name})",
+                    d.lib.cuLaunchKernelEx(ctypes.byref(config), fn, params, None))
+        else:
+            d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
+                fn, grid[0], grid[1], grid[2], self.threads, 1, 1, shared,
+                ctypes.c_void_p(stream), params, None))
         del keep, packed   # stream order keeps copies and scratch valid until the kernel ran
         return 0
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 10
+FORMAT_VERSION = 11
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -104,6 +104,12 @@ CHANGELOG = {
                        "and hashed like every file, for the Python-free C++ front end "
                        "(aotc::Module). Versions 1-9 load as they are, in Python; the C++ "
                        "front end refuses them (no runner file)"),
+    11: ("2026-12-02", "a CUDA kernel's build for sm_90 or newer may say 'pdl': true (launch "
+                       "specs, kernels/<name>.json): its cubin begins by waiting for the "
+                       "kernel before it (griddepcontrol.wait) and is launched with "
+                       "programmatic stream serialization; every Triton source takes the "
+                       "constexpr AOTC_PDL (False: the interpreter, older GPUs). A reader of "
+                       "version 10 refuses the field; versions 1-10 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

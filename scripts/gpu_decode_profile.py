@@ -35,6 +35,8 @@ def profile(system, prompt, steps: int) -> dict:
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t) / steps
     kernels = defaultdict(lambda: [0.0, 0])
+    timeline = sorted((e.time_range.start, e.time_range.end, e.name[:90]) for e in prof.events()
+                      if e.device_type == torch.autograd.DeviceType.CUDA)
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             k = kernels[e.name[:90]]
@@ -42,7 +44,7 @@ def profile(system, prompt, steps: int) -> dict:
             k[1] += 1
     total = sum(v[0] for v in kernels.values())
     count = sum(v[1] for v in kernels.values()) / steps
-    return {"wall_us": wall * 1e6, "gpu_us": total, "kernels": count,
+    return {"wall_us": wall * 1e6, "gpu_us": total, "kernels": count, "timeline": timeline,
             "by_name": sorted(((n, t, c / steps) for n, (t, c) in kernels.items()),
                               key=lambda x: -x[1])}
 
@@ -71,6 +73,21 @@ def grouped(by_name, labels: dict) -> list[str]:
             sorted(kinds.items(), key=lambda kv: -kv[1][0])[:30]]
 
 
+def sequence(timeline, labels: dict, first: int, count: int) -> list[str]:
+    """Kernels `first` .. `first + count` of the profiled run in launch order: start (us after
+    the first shown), duration, the idle gap before it, name and what it fuses."""
+    shown = timeline[first:first + count]
+    if not shown:
+        return []
+    t0, prev, lines = shown[0][0], shown[0][0], []
+    for start, end, name in shown:
+        short = name.split("(")[0].strip()
+        lines.append(f"  {start - t0:8.1f} {end - start:6.1f} us  gap {start - prev:5.1f}  "
+                     f"{short[:40]}  [{labels.get(short, '')}]")
+        prev = end
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-1b")
@@ -82,6 +99,8 @@ def main() -> None:
     ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
     ap.add_argument("--systems", default="aotc,reduce-overhead",
                     help="comma list of aotc, reduce-overhead")
+    ap.add_argument("--sequence", default="",
+                    help="FIRST:COUNT, print those kernels of the profiled run in launch order")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device("cuda")
@@ -114,6 +133,12 @@ def main() -> None:
                 lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}  [{labels.get(n, '')}]"
                           for n, t, c in r["by_name"][:40]]
             else:
+                labels = {}
+            if args.sequence:
+                first, count = (int(v) for v in args.sequence.split(":"))
+                lines.append(f"  kernels {first}..{first + count} in launch order:")
+                lines += sequence(r["timeline"], labels, first, count)
+            if not name.startswith("aotc"):
                 lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
             print("\n".join(lines[start:]), flush=True)
     text = "\n".join(lines)

@@ -2,6 +2,7 @@
 
     python scripts/make_fixtures.py            # format_v<N>_tiny.aotc and format_v<N>_kernels.aotc
     python scripts/make_fixtures.py tp         # format_v<N>_tp.aotc only
+    python scripts/make_fixtures.py cuda       # format_v<N>_cuda.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -9,7 +10,9 @@ fixtures of formats 4-8 hold one library for the x86-64 baseline). The model has
 weights index must describe: three shards (a 64-byte shard size), a tied weight and a
 non-persistent buffer. `tp` is extern-only and tensor-parallel over 2 ranks (a SwiGLU MLP split
 by its intermediate size, format >= 8): each rank's weights in shards of 64 bytes, one
-all-reduce per call. Fixtures of earlier versions are never
+all-reduce per call. `cuda` (format >= 11) holds Triton kernels cross-compiled for sm_80 and
+sm_90 (the sm_90 cubins built for programmatic dependent launch); it runs here through Triton's
+interpreter. Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
 from __future__ import annotations
@@ -49,7 +52,8 @@ class TinyMLP(torch.nn.Module):
 
 
 KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
-         "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2})}
+         "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2}),
+         "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"})}
 
 
 def main(kinds=("tiny", "kernels")) -> int:

@@ -2,7 +2,8 @@
 
 tests/fixtures/format_v<N>_*.aotc were written by the aotc of format version N: `tiny` ones are
 extern-only (they load on any host), `kernels` ones hold C++ kernels built for the x86-64
-baseline (format 4's are found by name, format 5's through the library's kernel table). When
+baseline (format 4's are found by name, format 5's through the library's kernel table), `cuda`
+ones Triton sources and cubins (run here through Triton's interpreter). When
 FORMAT_VERSION changes, add a fixture of the new version and keep the old ones: each must load
 and verify, or fail with an ArtifactError that says what to do.
 """
@@ -35,6 +36,10 @@ def test_fixture_loads_and_verifies(path):
         assert manifest.tensor_parallel.world_size == 2
         with pytest.raises(aotc.TargetError, match="no torch.distributed process group"):
             aotc.load(path)
+        return
+    if "_cuda" in path.name:   # Triton kernels: run here through the interpreter
+        m = aotc.load(path, device="cpu", interpret=True)
+        assert "verified" in verify_artifact(m)
         return
     if "kernels" in path.name and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("C++ kernels built for x86-64")

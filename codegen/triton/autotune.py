@@ -317,7 +317,7 @@ def candidate_build(meta: dict) -> Build:
     what an artifact's launch spec would record for it, before any file holds the cubin)."""
     return Build(cubin="", symbol=meta["symbol"], shared=meta["shared"],
                  num_warps=meta["num_warps"], num_ctas=meta.get("num_ctas", 1),
-                 params=tuple(Param(**p) for p in meta["params"]))
+                 params=tuple(Param(**p) for p in meta["params"]), pdl=meta.get("pdl", False))
 
 
 class GraphTimer:

@@ -51,6 +51,33 @@ class KernelSource:
     num_stages: int | None = None   # software pipelining of loops (None: NUM_STAGES)
 
 
+# Programmatic dependent launch (sm_90 and newer): every kernel takes this constexpr, False by
+# default (the interpreter, older GPUs). Built for sm_90+ it is True: the kernel's first act is
+# to wait until the kernel before it on the stream has finished and its writes are visible
+# (griddepcontrol.wait), then to let the next one launch. Launched with the programmatic-
+# serialization attribute, a kernel's launch and block scheduling then overlap its
+# predecessor's tail instead of following it; nothing of it reads or writes memory before the
+# wait, so any order of kernels stays correct.
+PDL = "AOTC_PDL"
+PDL_MIN_ARCH = 90
+PDL_PARAM = f"{PDL}: tl.constexpr = False"
+PDL_LINES = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()",
+             "    tl.extra.cuda.gdc_launch_dependents()")
+
+
+def with_pdl(text: str, name: str) -> str:
+    """A kernel source whose one-line `def name(...):` takes PDL_PARAM and starts with
+    PDL_LINES (hand-written kernels; generated ones print both themselves)."""
+    head = re.compile(rf"^def {re.escape(name)}\((.*)\):$", re.M)
+    m = head.search(text)
+    if m is None:
+        raise LoweringError(f"kernel {name}'s source has no one-line def", where=name,
+                            expected=f"def {name}(...):", found="none",
+                            fix="report this as an aotc bug")
+    body = "".join(f"\n    {ln}" for ln in PDL_LINES)
+    return text[:m.start()] + f"def {name}({m.group(1)}, {PDL_PARAM}):{body}" + text[m.end():]
+
+
 def triton_version() -> str:
     import triton
     return triton.__version__
@@ -134,13 +161,17 @@ def _compile(fn, ks, arch: str, sizes16: tuple = ()) -> tuple[bytes, dict]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    signature = dict(ks.signature, **{c: "constexpr" for c in ks.constexprs})
+    constexprs = dict(ks.constexprs)
+    pdl = arch_number(arch) >= PDL_MIN_ARCH and PDL in fn.arg_names
+    if PDL in fn.arg_names:
+        constexprs[PDL] = pdl
+    signature = dict(ks.signature, **{c: "constexpr" for c in constexprs})
     attrs = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(ks.signature.items())
              if t.startswith("*") or n in sizes16}
     options = {"num_warps": ks.num_warps, "num_stages": ks.num_stages or NUM_STAGES, "enable_fp_fusion": True}
     try:
         compiled = triton.compile(ASTSource(fn=fn, signature=signature,
-                                            constexprs=ks.constexprs, attrs=attrs),
+                                            constexprs=constexprs, attrs=attrs),
                                   target=GPUTarget("cuda", arch_number(arch), 32),
                                   options=options)
     except Exception as e:   # Triton raises many classes (CompilationError, RuntimeError, ...)
@@ -149,7 +180,10 @@ def _compile(fn, ks, arch: str, sizes16: tuple = ()) -> tuple[bytes, dict]:
                             expected="a kernel Triton compiles", found=type(e).__name__,
                             fix="report this as an aotc bug with the model; meanwhile export "
                                 "with --no-codegen to use ATen kernels only") from e
-    return compiled.asm["cubin"], launch_metadata(ks, compiled)
+    meta = launch_metadata(ks, compiled)
+    if pdl:
+        meta["pdl"] = True
+    return compiled.asm["cubin"], meta
 
 
 def ptx_params(ptx: str, symbol: str) -> int:

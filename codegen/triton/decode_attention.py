@@ -132,9 +132,10 @@ def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
                 num_stages: int | None = None):
     """The KernelSource of a hand-written kernel over whole Buffers `ins` and `outs` (pointer
     parameters in that order, no size parameters or constexprs: every size is in its text)."""
-    from aotc.codegen.triton.build import KernelSource
+    from aotc.codegen.triton.build import KernelSource, with_pdl
     from aotc.codegen.triton.printer import POINTER
-    return KernelSource(name=name, text=text.lstrip("\n"), ins=[b.name for b in ins],
+    return KernelSource(name=name, text=with_pdl(text.lstrip("\n"), name),
+                        ins=[b.name for b in ins],
                         outs=[b.name for b in outs], sizes=[],
                         signature={b.name: POINTER[b.dtype] for b in (*ins, *outs)},
                         constexprs={}, grid=[str(g) for g in grid], num_warps=num_warps,

@@ -43,6 +43,8 @@ class Build:
     num_ctas: int
     params: tuple
     sizes: tuple = ()         # div16 builds: the size parameters declared divisible by 16
+    pdl: bool = False         # built to wait on its predecessor (format >= 11): launched with
+                              # programmatic stream serialization
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,7 +106,7 @@ def _param(p: At, scratch: bool) -> Param:
 
 def _build(a: At, cubin: str, *, div16: bool, extra=()) -> Build:
     a.obj(required=("cubin", "symbol", "shared", "num_warps", "params"),
-          optional=("num_ctas", *(("sizes",) if div16 else ()), *extra))
+          optional=("num_ctas", "pdl", *(("sizes",) if div16 else ()), *extra))
     a.get("cubin").str(choices={cubin})
     warps = a.get("num_warps").int(1, 32)
     a.get("num_warps").check(warps in WARPS, f"one of {sorted(WARPS)}")
@@ -112,4 +114,5 @@ def _build(a: At, cubin: str, *, div16: bool, extra=()) -> Build:
                  shared=a.get("shared").int(0, MAX_SHARED), num_warps=warps,
                  num_ctas=a.get("num_ctas", 1).int(1, 16),
                  params=tuple(_param(p, scratch=True) for p in a.get("params").list(4096)),
-                 sizes=tuple(s.ident() for s in a.get("sizes", []).list(64)))
+                 sizes=tuple(s.ident() for s in a.get("sizes", []).list(64)),
+                 pdl=a.get("pdl", False).bool())

@@ -1,0 +1,125 @@
+"""Programmatic dependent launch: sm_90+ cubins wait for their predecessor first and are launched
+with programmatic stream serialization; older archs and the interpreter never see either."""
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import ArtifactError
+from conftest import SAMPLES
+from hostile import assert_refused, copy_artifact, edit_json
+
+pytest.importorskip("triton")
+
+
+@pytest.fixture(scope="module")
+def two_archs(tmp_path_factory):
+    model = SAMPLES["mlp"].build()
+    path = tmp_path_factory.mktemp("p") / "p.aotc"
+    return aotc.export(model, (torch.randn(8, 64),), path, target="cuda:sm_80,sm_90")
+
+
+def _specs(path):
+    from aotc.runtime import format as fmt
+    from aotc.runtime.artifact import Artifact
+    art = Artifact(path)
+    names = art.manifest.target.native.kernels
+    return art, {n: art.read(fmt.triton_launch_file(n)) for n in names}
+
+
+def test_sm90_builds_wait_for_their_predecessor_and_sm80_ones_do_not(two_archs):
+    import json
+    art, specs = _specs(two_archs)
+    assert specs, "the MLP has generated kernels"
+    for name, raw in specs.items():
+        spec = json.loads(raw)
+        assert spec["archs"]["sm_90"].get("pdl") is True, name
+        assert "pdl" not in spec["archs"]["sm_80"], name
+        text = art.read(f"kernels/{name}.py").decode()
+        head = text[text.index(f"def {name}("):]
+        assert "AOTC_PDL: tl.constexpr = False):" in head.splitlines()[0]
+        body = [ln.strip() for ln in head.splitlines()[1:] if not ln.strip().startswith("#")]
+        assert body[:3] == ["if AOTC_PDL:", "tl.extra.cuda.gdc_wait()",
+                            "tl.extra.cuda.gdc_launch_dependents()"], name
+
+
+def test_hand_written_kernels_take_the_wait_too():
+    from aotc.codegen.triton.build import PDL_LINES, with_pdl
+    text = "@triton.jit\ndef k(a, b):\n    x = tl.load(a)\n"
+    out = with_pdl(text, "k")
+    assert out.splitlines()[1] == "def k(a, b, AOTC_PDL: tl.constexpr = False):"
+    assert [ln.strip() for ln in out.splitlines()[2:5]] == [ln.strip() for ln in PDL_LINES]
+    with pytest.raises(aotc.LoweringError, match="one-line def"):
+        with_pdl("def k(a,\n      b):\n", "k")
+
+
+def test_the_interpreter_runs_them_without_the_wait(two_archs):
+    x = torch.randn(8, 64)
+    model = SAMPLES["mlp"].build()
+    got = aotc.load(two_archs, device="cpu", interpret=True)(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_pdl_must_be_a_boolean(two_archs, tmp_path):
+    from aotc.runtime import format as fmt
+    art = copy_artifact(two_archs, tmp_path / "a.aotc")
+    edit_json(art, fmt.triton_launch_file("kernel0"),
+              lambda s: s["archs"]["sm_90"].update({"pdl": "yes"}))
+    err = assert_refused(art, tmp_path / "PWNED", ArtifactError, device="cpu", interpret=True)
+    assert "pdl" in err.where and "kernels/kernel0.json" in err.where
+
+
+class FakeLib:
+    def __init__(self):
+        self.calls = []
+
+    def cuLaunchKernelEx(self, config, fn, params, extra):
+        c = config._obj
+        attr = c.attrs[0]
+        self.calls.append(("ex", tuple(c.grid), tuple(c.block), c.shared, c.stream, c.count,
+                           attr.id, attr.value, fn))
+        return 0
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.calls.append(("plain", (gx, gy, gz), (bx, by, bz), shared, stream.value, fn))
+        return 0
+
+
+def _launcher(monkeypatch, pdl: bool, env: str | None):
+    from aotc.runtime import cuda
+    from aotc.runtime.schema.launch import Build, Param
+    if env is not None:
+        monkeypatch.setenv("AOTC_CUDA_PDL", env)
+    lib = FakeLib()
+    fake = SimpleNamespace(lib=lib, make_current=lambda ctx: None, check=lambda what, s: None)
+    monkeypatch.setattr(cuda, "driver", lambda: fake)
+    monkeypatch.setattr(cuda, "current_stream", lambda index: 1234)
+    build = Build(cubin="k.cubin", symbol="k", shared=64, num_warps=2, num_ctas=1, pdl=pdl,
+                  params=(Param(name="buf0", type="*fp32"), Param(name="s_n", type="i32")))
+    owner = SimpleNamespace(device=torch.device("cuda", 0), context=None)
+    launcher = cuda.CudaLauncher("k", 77, None, build, SimpleNamespace(inputs=()), owner)
+    return launcher, lib
+
+
+@pytest.mark.parametrize("pdl,env,kind", [(True, None, "ex"), (True, "0", "plain"),
+                                          (False, None, "plain")])
+def test_launch_path(monkeypatch, pdl, env, kind):
+    from aotc.runtime.cuda import CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION as ATTR
+    launcher, lib = _launcher(monkeypatch, pdl, env)
+    launcher((3, 2, 1), torch.empty(4), 4)
+    (call,) = lib.calls
+    assert call[0] == kind and call[1] == (3, 2, 1) and call[2] == (64, 1, 1)
+    assert call[3] == 64 and call[4] == 1234
+    if kind == "ex":
+        assert call[5:] == (1, ATTR, 1, 77)
+
+
+def test_launch_structs_match_the_driver_abi():
+    from aotc.runtime.cuda import LaunchAttribute, LaunchConfig
+    assert ctypes.sizeof(LaunchAttribute) == 72            # id, pad to 8, a 64-byte union
+    assert (LaunchConfig.stream.offset, LaunchConfig.attrs.offset,
+            LaunchConfig.count.offset, ctypes.sizeof(LaunchConfig)) == (32, 40, 48, 56)
