@@ -48,7 +48,21 @@ class Compiled(Eager):
         return out.clone()    # a graph's output is overwritten by its next replay
 
 
-class Aotc:
+class Loaded:
+    """A loaded generator artifact (`self.m`), driven through its module."""
+    m = None
+
+    def prefill(self, ids):
+        return self.m.prefill(ids)
+
+    def decode(self, ids):
+        return self.m.decode(ids)
+
+    def reset(self):
+        self.m.reset()
+
+
+class Aotc(Loaded):
     """A generator artifact exported from the model, loaded, driven through its module."""
 
     def __init__(self, model, batch: int, cache: int, prompt, path, target=None,
@@ -66,12 +80,3 @@ class Aotc:
             torch.cuda.synchronize()
         self.cold = {"export_s": export_s, "load_s": load_s,
                      "load_first_token_s": time.perf_counter() - t}
-
-    def prefill(self, ids):
-        return self.m.prefill(ids)
-
-    def decode(self, ids):
-        return self.m.decode(ids)
-
-    def reset(self):
-        self.m.reset()

@@ -18,24 +18,16 @@ import torch
 import aotc
 from benchmarks.generate import DTYPES, decode_time, prefill_time
 from benchmarks.generate_models import build_model
+from benchmarks.generate_systems import Loaded
 
 
-class Loaded:
+class Switched(Loaded):
     """The artifact loaded with programmatic dependent launch on or off."""
 
     def __init__(self, path: Path, pdl: bool):
         os.environ["AOTC_CUDA_PDL"] = "1" if pdl else "0"
         self.m = aotc.load(path)
         os.environ.pop("AOTC_CUDA_PDL")
-
-    def prefill(self, ids):
-        return self.m.prefill(ids)
-
-    def decode(self, ids):
-        return self.m.decode(ids)
-
-    def reset(self):
-        self.m.reset()
 
 
 def main() -> None:
@@ -55,7 +47,7 @@ def main() -> None:
         path = Path(tmp) / "g.aotc"
         aotc.export(model, (prompt,), path, decode=True, max_cache_len=args.cache,
                     target="cuda")
-        systems = {"pdl": Loaded(path, True), "plain": Loaded(path, False)}
+        systems = {"pdl": Switched(path, True), "plain": Switched(path, False)}
         steps, prefill, tokens = {n: [] for n in systems}, {n: [] for n in systems}, {}
         for _ in range(args.rounds):
             for name, s in systems.items():
