@@ -9,7 +9,8 @@ torch's current stream; a cubin built for programmatic dependent launch (launch 
 sm_90 and newer: its first instruction waits for the kernel before it) goes through
 cuLaunchKernelEx with programmatic stream serialization, so its launch overlaps the end of its
 predecessor, in a stream and in a captured CUDA graph alike. AOTC_CUDA_PDL=0 launches those
-cubins plainly (their wait is then a no-op), to compare or to rule the overlap out.
+cubins plainly (their wait is then a no-op), to compare or to rule the overlap out; so does a
+driver that lacks cuLaunchKernelEx or refuses the attribute.
 """
 from __future__ import annotations
 
@@ -69,9 +70,11 @@ class Driver:
             ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
             ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
-        self.lib.cuLaunchKernelEx.argtypes = [
-            ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_void_p)]
+        self.launch_ex = getattr(self.lib, "cuLaunchKernelEx", None)   # drivers of CUDA 11.8+
+        if self.launch_ex is not None:
+            self.launch_ex.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
+                                       ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(ctypes.c_void_p)]
         self.check("cuInit", self.lib.cuInit(0))
 
     def check(self, what: str, status: int) -> None:
@@ -276,16 +279,16 @@ class CudaLauncher:
         packed, params = pack(values)
         fn, shared = self.function_for(values)
         stream = current_stream(self.owner.device.index)
-        if self.pdl:
+        if self.pdl and d.launch_ex is not None:
             block = (ctypes.c_uint * 3)(self.threads, 1, 1)
             config = LaunchConfig((ctypes.c_uint * 3)(*grid), block, shared, stream,
                                   ctypes.pointer(PROGRAMMATIC), 1)
-            d.check(f"cuLaunchKernelEx({self.name})",
-                    d.lib.cuLaunchKernelEx(ctypes.byref(config), fn, params, None))
-        else:
-            d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
-                fn, grid[0], grid[1], grid[2], self.threads, 1, 1, shared,
-                ctypes.c_void_p(stream), params, None))
+            if d.launch_ex(ctypes.byref(config), fn, params, None) == 0:
+                return 0
+            self.pdl = False   # a driver without the attribute: launch plainly from now on
+        d.check(f"cuLaunchKernel({self.name})", d.lib.cuLaunchKernel(
+            fn, grid[0], grid[1], grid[2], self.threads, 1, 1, shared,
+            ctypes.c_void_p(stream), params, None))
         del keep, packed   # stream order keeps copies and scratch valid until the kernel ran
         return 0
 

@@ -74,28 +74,29 @@ def test_pdl_must_be_a_boolean(two_archs, tmp_path):
 
 
 class FakeLib:
-    def __init__(self):
-        self.calls = []
+    def __init__(self, refuse: bool = False):
+        self.calls, self.refuse = [], refuse
 
     def cuLaunchKernelEx(self, config, fn, params, extra):
         c = config._obj
         attr = c.attrs[0]
         self.calls.append(("ex", tuple(c.grid), tuple(c.block), c.shared, c.stream, c.count,
                            attr.id, attr.value, fn))
-        return 0
+        return 801 if self.refuse else 0    # CUDA_ERROR_NOT_SUPPORTED
 
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.calls.append(("plain", (gx, gy, gz), (bx, by, bz), shared, stream.value, fn))
         return 0
 
 
-def _launcher(monkeypatch, pdl: bool, env: str | None):
+def _launcher(monkeypatch, pdl: bool, env: str | None, refuse: bool = False):
     from aotc.runtime import cuda
     from aotc.runtime.schema.launch import Build, Param
     if env is not None:
         monkeypatch.setenv("AOTC_CUDA_PDL", env)
-    lib = FakeLib()
-    fake = SimpleNamespace(lib=lib, make_current=lambda ctx: None, check=lambda what, s: None)
+    lib = FakeLib(refuse)
+    fake = SimpleNamespace(lib=lib, launch_ex=lib.cuLaunchKernelEx,
+                           make_current=lambda ctx: None, check=lambda what, s: None)
     monkeypatch.setattr(cuda, "driver", lambda: fake)
     monkeypatch.setattr(cuda, "current_stream", lambda index: 1234)
     build = Build(cubin="k.cubin", symbol="k", shared=64, num_warps=2, num_ctas=1, pdl=pdl,
@@ -116,6 +117,13 @@ def test_launch_path(monkeypatch, pdl, env, kind):
     assert call[3] == 64 and call[4] == 1234
     if kind == "ex":
         assert call[5:] == (1, ATTR, 1, 77)
+
+
+def test_a_driver_refusing_the_attribute_gets_plain_launches(monkeypatch):
+    launcher, lib = _launcher(monkeypatch, True, None, refuse=True)
+    launcher((1, 1, 1), torch.empty(4), 4)
+    launcher((1, 1, 1), torch.empty(4), 4)
+    assert [c[0] for c in lib.calls] == ["ex", "plain", "plain"]
 
 
 def test_launch_structs_match_the_driver_abi():
