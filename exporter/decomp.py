@@ -129,7 +129,9 @@ def decompose(gm: torch.fx.GraphModule, flat_args: list, *,
     """Re-trace `gm` (called with `flat_args`) into aotc's core ATen op set, functionalized.
     With `symbolic`, user inputs are export's fake tensors with symbolic sizes: the re-trace
     runs in export's fake mode so the sizes stay symbols."""
+    from aotc.exporter.selects import with_selects_pushed
     table = decomposition_table()
+    gm = with_selects_pushed(gm)
 
     def replay(*args):
         return _Replay(gm).run(*args)
