@@ -3,6 +3,8 @@
 A captured generator entry is functional: a cache write is `new = index_put(cache, [.., pos],
 kv)` (decode) or `new = slice_scatter(cache, kv, 2, 0, T)` (prefill), and the graph ends with
 `copy_(cache, new)` into the state. Run as written, every step would copy the whole cache twice.
+A prefill's new keys arrive as `copy(slice(cache), kv)`; that copy is dropped and `kv` itself
+is copied into the slice.
 `reinplace` rewrites such a write into the in-place op on the state itself (`index_put_`, or a
 `slice` view and `copy_` into it), and drops the write-back, when nothing reads the old values
 of the state apart from the write (its other uses only take its shape, as `copy(slice(cache),
@@ -73,6 +75,9 @@ def reinplace(graph: dict) -> dict:
         replace[p], replace[w] = new, []
         if new[0]["op"] == "aten::slice.Tensor":   # its result is the written state itself
             renames[x] = s
+            direct = _copied_from(nodes, producer, users, new[1]["args"][1])
+            if direct is not None:
+                replace[direct[0]], new[1]["args"][1] = [], direct[1]
     out = [m for k, n in enumerate(nodes) for m in replace.get(k, [n])]
     graph["nodes"] = [_renamed(n, renames) for n in out]
     graph["outputs"] = [_renamed_arg(o, renames) for o in graph["outputs"]]
@@ -100,6 +105,17 @@ def _in_place(n: dict, values: list, s: int) -> list | None:
                       step if step is not None else 1]},
             {"op": "aten::copy_.default", "args": [{"slot": view}, src], "kwargs": {},
              "out": [view + 1], "single": True}]
+
+
+def _copied_from(nodes, producer, users, src) -> tuple[int, object] | None:
+    """(the node, its source) where the value written is `copy(dest, y)` read by the write
+    alone: `y` is written directly (copy_ converts and broadcasts as copy does), and the
+    functional copy, a whole extra pass over the new keys or values, goes."""
+    refs = _refs(src)
+    k = producer.get(refs[0]) if len(refs) == 1 else None
+    if k is None or nodes[k]["op"] != "aten::copy.default" or len(users.get(refs[0], [])) != 1:
+        return None
+    return k, nodes[k]["args"][1]
 
 
 def _renamed_arg(a, renames: dict):

@@ -197,7 +197,8 @@ def test_outputs_never_alias_the_state(sample):
 
 def test_cache_writes_are_in_place(sample):
     """Decode writes one position of each cache (in the attention step that reads it), not a
-    copy of the cache; prefill writes its slice in place."""
+    copy of the cache; prefill copies its new keys and values straight into the cache's slice
+    (no functional copy of them first)."""
     _, _, path = sample
     m = aotc.load(path)
     ops = [s.op for s in m.entries["decode"].plan.steps if s.kind.value == "extern"]
@@ -206,6 +207,7 @@ def test_cache_writes_are_in_place(sample):
     assert ops.count("aten::copy_.default") == 1              # the position
     pre = [s.op for s in m.entries["prefill"].plan.steps if s.kind.value == "extern"]
     assert "aten::slice_scatter.default" not in pre and pre.count("aten::copy_.default") == 5
+    assert "aten::copy.default" not in pre
 
 
 def test_manifest_describes_the_state_and_inspect_shows_it(sample):
