@@ -17,15 +17,6 @@ def aotc_minimum(a, b):
 
 
 @triton.jit
-def aotc_round_bf16(x):
-    # fp32 -> the nearest bf16 (ties to even), kept as fp32: exact on a GPU and under the
-    # interpreter alike (whose own fp32 -> bf16 conversion truncates)
-    u = x.to(tl.int32, bitcast=True)
-    r = (u + 0x7FFF + ((u >> 16) & 1)) & -65536
-    return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
-
-
-@triton.jit
 def aotc_add(a, b):
     return a + b
 
