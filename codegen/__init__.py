@@ -25,6 +25,7 @@ from aotc.codegen.ir import declared_minima
 from aotc.codegen import gpu_layouts
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.plan import finalize, step_uses
+from aotc.codegen.product_groups import group_products
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
 from aotc.codegen.state import fuse_cache_writes, reinplace
 from aotc.codegen.target import Target
@@ -180,6 +181,8 @@ def _lower_entries(program: Program, target: Target, codegen: bool) -> tuple[dic
         _, aliases = _dedup_weights(program.weights)
         flipped = gpu_layouts.transposed_operands(graphs, set(aliases) | set(aliases.values()))
         graphs = {name: gpu_layouts.with_transposed(g, flipped) for name, g in graphs.items()}
+        # one-row products over one input (a decode step's q/k/v at batch 1): one product
+        graphs = {name: group_products(g) for name, g in graphs.items()}
     parts = {}
     for name, graph in graphs.items():
         lowered, steps, decisions = lower_and_schedule(

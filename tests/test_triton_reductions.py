@@ -298,9 +298,10 @@ def _ptx(p, name: str) -> str:
     signature = {q["name"]: q["type"] for q in spec["params"]}
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values())
              if t.startswith("*")}
-    signature.update({c: "constexpr" for c in spec["constexprs"]})
+    constexprs = dict(spec["constexprs"], AOTC_PDL=True)      # an sm_90 build's
+    signature.update({c: "constexpr" for c in constexprs})
     compiled = triton.compile(ASTSource(fn=fn, signature=signature,
-                                        constexprs=spec["constexprs"], attrs=attrs),
+                                        constexprs=constexprs, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": spec["num_warps"], "num_stages": 1,
                                        "enable_fp_fusion": True})   # as build.py compiles

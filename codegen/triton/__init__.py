@@ -28,7 +28,8 @@ def module_text(ks: KernelSource) -> str:
     header = (f'"""aotc generated Triton kernel {ks.name}.\n\n'
               f"Launch: grid = ({', '.join(ks.grid)}), "
               f"{', '.join(f'{k}={v}' for k, v in ks.constexprs.items())}, "
-              f"num_warps={ks.num_warps}; parameters: {', '.join(ks.signature)}.\n"
+              f"num_warps={ks.num_warps}; parameters: {', '.join(ks.signature)}; "
+              "AOTC_PDL=True in sm_90+ builds.\n"
               "aotc's runtime launches the cubins compiled from this file (see the .json beside "
               "it);\nimported with TRITON_INTERPRET=1 it runs as is on CPU tensors.\n"
               '"""\n')

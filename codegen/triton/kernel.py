@@ -113,9 +113,8 @@ class TritonHandler:
         return self._var(" & ".join(dict.fromkeys(parts)), torch.bool, all_axes).expr, all_axes
 
     def pointer(self, name: str, index, axes, offset: str | None = None) -> str:
-        """Pointers into `name` at `index` (printed as `offset` if given), as a block over
-        `axes`. An address that varies over no axis is a [1, 1] block, never a scalar: Triton's
-        interpreter mis-broadcasts scalar predicates (their data turns float)."""
+        """Pointers into `name` at `index` (printed as `offset`) as a block over `axes`; one over
+        no axis is a [1, 1] block: the interpreter mis-broadcasts scalar predicates to floats."""
         self.w.address_sizes |= {v.name for v in sympy.sympify(index).free_symbols if v.is_positive}
         text = f"{name} + {offset or texpr(index)}"
         if not axes or self.axes_of(index) != frozenset(axes):
@@ -142,10 +141,11 @@ class TritonHandler:
         return self._var(text, buf.dtype, axes)
 
     def _bounds_mask(self, index, buf, mask: str | None, axes) -> tuple[str, str]:
-        """(`mask` narrowed to the lanes whose address lies inside `buf`, the index's variable).
-        Bodies may compute an address they do not use (the arm a select drops, as `cat` does
-        for the parts a lane is not in); on a GPU such an address must never be dereferenced."""
-        i = self._var(texpr(index), torch.int64, self.axes_of(index)).expr
+        """(`mask` narrowed to the lanes whose address lies inside `buf`, the index's variable):
+        bodies may compute an address they do not use (the arm a select drops, as `cat` does
+        for the parts a lane is not in), never dereferenced. A scalar index is a [1, 1] block."""
+        i = self._var(texpr(index) if self.axes_of(index) else f"tl.full({self.scope.shape(axes)}, "
+                      f"0, tl.int64) + ({texpr(index)})", torch.int64, self.axes_of(index)).expr
         inside = f"({i} >= 0) & ({i} < {texpr(extent(buf))})"
         return self._var(f"{mask} & {inside}" if mask else inside, torch.bool, axes).expr, i
 

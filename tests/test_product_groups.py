@@ -1,0 +1,81 @@
+"""One-row products over one input made one product (codegen/product_groups.py): a grouped-
+query layer's q, k and v projections at batch 1 are one reduction over all three weights, and
+generate the tokens they generated apart."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import aotc
+from aotc.codegen.product_groups import group_products
+from conftest import SAMPLES_DIR, import_file
+
+pytest.importorskip("triton")
+CACHE = 32
+
+
+def _model():
+    torch.manual_seed(0)
+    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                     hidden=128, vocab=300).eval()
+
+
+def _weights_read(path, entry: str) -> list[set]:
+    """The weights each kernel of an entry's plan reads."""
+    plan = json.loads((path / "plans" / f"{entry}.json").read_text())
+    weights = {i: s.get("weight") for i, s in enumerate(plan["slots"]) if s.get("weight")}
+    out = []
+    for s in plan["steps"]:
+        if s["kind"] == "kernel":
+            out.append({weights[a] for a in s["args"] if isinstance(a, int) and a in weights})
+    return out
+
+
+def test_q_k_v_at_batch_1_are_one_kernel_and_generate_the_same(tmp_path):
+    model = _model()
+    ids = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(1))
+    path = aotc.export(model, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=CACHE,
+                       target="cuda:sm_90")
+    reads = _weights_read(path, "decode")
+    qkv = [r for r in reads if any(w.endswith("wq.weight") for w in r)]
+    assert len(qkv) == 2                                  # one kernel per layer
+    assert all({w.rsplit(".", 2)[-2] for w in r} >= {"wq", "wk", "wv"} for r in qkv)
+    from aotc.exporter.generate import Generator, adapt, eager_generate
+    want = eager_generate(Generator(adapt(_model(), 1, CACHE), CACHE), ids, 6)
+    got = aotc.load(path, device="cpu", interpret=True).generate(ids, 6)
+    assert torch.equal(got, want)
+
+
+def _graph(rows: int, widths=(8, 4, 4), k: int = 16):
+    """mm(view(x), permute(W_i)) for each width, as a captured Linear reads."""
+    values = [{"shape": [rows, k], "dtype": "float32", "stride": [k, 1]}]
+    inputs = [{"kind": "input", "name": "x", "value": 0}]
+    nodes, outputs = [], []
+    for i, n in enumerate(widths):
+        w, t, out = len(values), len(values) + 1, len(values) + 2
+        values += [{"shape": [n, k], "dtype": "float32", "stride": [k, 1]},
+                   {"shape": [k, n], "dtype": "float32", "stride": [1, k]},
+                   {"shape": [rows, n], "dtype": "float32", "stride": [n, 1]}]
+        inputs.append({"kind": "weight", "name": f"w{i}", "value": w})
+        nodes += [{"op": "aten::permute.default", "args": [{"slot": w}, [1, 0]], "kwargs": {},
+                   "out": [t], "single": True},
+                  {"op": "aten::mm.default", "args": [{"slot": 0}, {"slot": t}], "kwargs": {},
+                   "out": [out], "single": True}]
+        outputs.append({"slot": out})
+    return {"values": values, "inputs": inputs, "nodes": nodes, "outputs": outputs}
+
+
+def test_only_one_row_products_of_different_widths_are_grouped():
+    graph = _graph(1)
+    grouped = group_products(graph)
+    ops = [n["op"] for n in grouped["nodes"]]
+    assert ops.count("aten::mm.default") == 1 and ops.count("aten::slice.Tensor") == 3
+    assert [n["op"] for n in graph["nodes"]].count("aten::mm.default") == 3   # left as it was
+    slices = [n for n in grouped["nodes"] if n["op"] == "aten::slice.Tensor"]
+    assert [n["args"][2:4] for n in slices] == [[0, 8], [8, 12], [12, 16]]
+    assert [n["out"] for n in slices] == [[o["slot"]] for o in graph["outputs"]]
+    assert grouped["values"][slices[0]["out"][0]]["stride"] == [16, 1]
+    for other in (_graph(2), _graph(1, widths=(8, 8))):   # GEMMs; one width: fused already
+        assert group_products(other) is other
