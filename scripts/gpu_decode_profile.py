@@ -1,5 +1,6 @@
-"""Where a decode step's time goes on a GPU: aotc's decode graph against torch.compile
-(reduce-overhead) of the same static-cache step, kernel by kernel (torch.profiler).
+"""Where a decode step's (or, with --phase prefill, a prefill's) time goes on a GPU: aotc's
+graph against torch.compile (reduce-overhead) of the same static-cache step, kernel by kernel
+(torch.profiler).
 
     python scripts/gpu_decode_profile.py --model llama-1b --out OUT
 
@@ -16,13 +17,18 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.generate import DTYPES, decode_time
+from benchmarks.generate import DTYPES, decode_time, prefill_time
 from benchmarks.generate_models import build_model
 from benchmarks.generate_systems import Aotc, Compiled
 
 
-def profile(system, prompt, steps: int) -> dict:
-    decode_time(system, prompt, 8)            # warm: graphs captured
+def profile(system, prompt, steps: int, phase: str = "decode") -> dict:
+    for _ in range(3 if phase == "prefill" else 1):   # warm: graphs captured (prefill's
+        if phase == "prefill":                          # after its second call)
+            system.reset()
+            system.prefill(prompt)
+        else:
+            decode_time(system, prompt, 8)
     system.reset()
     logits = system.prefill(prompt)
     token = logits.argmax(-1, keepdim=True)
@@ -31,7 +37,11 @@ def profile(system, prompt, steps: int) -> dict:
     with torch.profiler.profile(activities=acts) as prof:
         t = time.perf_counter()
         for _ in range(steps):
-            token = system.decode(token).argmax(-1, keepdim=True)
+            if phase == "prefill":
+                system.reset()
+                token = system.prefill(prompt)
+            else:
+                token = system.decode(token).argmax(-1, keepdim=True)
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t) / steps
     kernels = defaultdict(lambda: [0.0, 0])
@@ -88,6 +98,31 @@ def sequence(timeline, labels: dict, first: int, count: int) -> list[str]:
     return lines
 
 
+def report(name: str, system, prompt, args, tmp: Path) -> list[str]:
+    """One system's lines: the clean time, the profile by kind, and the kernels asked for."""
+    clean = sorted(prefill_time(system, prompt) if args.phase == "prefill" else
+                   decode_time(system, prompt, 128)[0] / 128 for _ in range(3))[1]
+    r = profile(system, prompt, args.steps, args.phase)
+    lines = [f"== {name}: step {clean * 1e6:.0f} us ({args.batch / clean:.0f} tokens/s) "
+             f"unprofiled; {r['wall_us']:.0f} us wall profiled, {r['gpu_us']:.0f} us in "
+             f"{r['kernels']:.0f} kernels"]
+    labels = {}
+    if name.startswith("aotc"):
+        labels = kernel_labels(tmp / ("g.aotc" if name == "aotc" else "t.aotc"), args.phase)
+        lines.append("  by what the kernels fuse:")
+        lines += grouped(r["by_name"], labels)
+        lines.append("  longest kernels:")
+        lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}  [{labels.get(n, '')}]"
+                  for n, t, c in r["by_name"][:40]]
+    else:
+        lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
+    if args.sequence:
+        first, count = (int(v) for v in args.sequence.split(":"))
+        lines.append(f"  kernels {first}..{first + count} in launch order:")
+        lines += sequence(r["timeline"], labels, first, count)
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-1b")
@@ -99,6 +134,8 @@ def main() -> None:
     ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
     ap.add_argument("--systems", default="aotc,reduce-overhead",
                     help="comma list of aotc, reduce-overhead")
+    ap.add_argument("--phase", default="decode", choices=("decode", "prefill"),
+                    help="profile decode steps, or whole prefills of --prompt tokens")
     ap.add_argument("--sequence", default="",
                     help="FIRST:COUNT, print those kernels of the profiled run in launch order")
     ap.add_argument("--out", type=Path, default=None)
@@ -119,28 +156,9 @@ def main() -> None:
         if "reduce-overhead" in chosen:
             systems["reduce-overhead"] = Compiled(model, args.batch, args.cache)
         for name, s in systems.items():
-            start = len(lines)
-            clean = sorted(decode_time(s, prompt, 128)[0] / 128 for _ in range(3))[1]
-            r = profile(s, prompt, args.steps)
-            lines.append(f"== {name}: step {clean * 1e6:.0f} us ({args.batch / clean:.0f} "
-                         f"tokens/s) unprofiled; {r['wall_us']:.0f} us wall profiled, "
-                         f"{r['gpu_us']:.0f} us in {r['kernels']:.0f} kernels")
-            if name.startswith("aotc"):
-                labels = kernel_labels(Path(tmp) / ("g.aotc" if name == "aotc" else "t.aotc"))
-                lines.append("  by what the kernels fuse:")
-                lines += grouped(r["by_name"], labels)
-                lines.append("  longest kernels:")
-                lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}  [{labels.get(n, '')}]"
-                          for n, t, c in r["by_name"][:40]]
-            else:
-                labels = {}
-            if args.sequence:
-                first, count = (int(v) for v in args.sequence.split(":"))
-                lines.append(f"  kernels {first}..{first + count} in launch order:")
-                lines += sequence(r["timeline"], labels, first, count)
-            if not name.startswith("aotc"):
-                lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
-            print("\n".join(lines[start:]), flush=True)
+            part = report(name, s, prompt, args, Path(tmp))
+            print("\n".join(part), flush=True)
+            lines += part
     text = "\n".join(lines)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
