@@ -159,10 +159,10 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
                      "leave verify_hashes on with trusted keys");
   impl_->art->check_listed();   // after the signature, as Python checks the files
   const fe::Artifact& art = *impl_->art;
-  if (art.version() < fe::kFormatVersion)
+  if (art.version() < fe::kRunnerFormat)
     throw ArtifactError("artifact format " + std::to_string(art.version()) + " has no runner files, "
                         "which the C++ front end runs", art.where("manifest.json"),
-                        "format version " + std::to_string(fe::kFormatVersion),
+                        "format version " + std::to_string(fe::kRunnerFormat) + " or newer",
                         std::to_string(art.version()), kReexport);
   bool table = false;
   auto levels = cpu_levels(art, table);
