@@ -51,7 +51,7 @@ def _row_dim(node, dim: int) -> bool:
     if node.target in SAME_SHAPE:
         others = [a for a in (*node.args[1:], *node.kwargs.values())
                   if isinstance(a, torch.fx.Node)]
-        return src == shape and not (node.target is not aten.type_as.default and others)
+        return src == shape and (node.target is aten.type_as.default or not others)
     if node.target in VIEWS:
         return src == shape
     return False

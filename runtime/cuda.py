@@ -220,6 +220,7 @@ class CudaLauncher:
         self.shared = build.shared
         self.ctas = build.num_ctas
         self.pdl = build.pdl and pdl_enabled()
+        self.block = (ctypes.c_uint * 3)(self.threads, 1, 1)   # (cuLaunchKernelEx's, read-only)
         self.params = build.params
         self.user = [p for p in self.params if p.type != "scratch"]
         self.scratch = [p for p in self.params if p.type == "scratch"]
@@ -280,8 +281,7 @@ class CudaLauncher:
         fn, shared = self.function_for(values)
         stream = current_stream(self.owner.device.index)
         if self.pdl and d.launch_ex is not None:
-            block = (ctypes.c_uint * 3)(self.threads, 1, 1)
-            config = LaunchConfig((ctypes.c_uint * 3)(*grid), block, shared, stream,
+            config = LaunchConfig((ctypes.c_uint * 3)(*grid), self.block, shared, stream,
                                   ctypes.pointer(PROGRAMMATIC), 1)
             if d.launch_ex(ctypes.byref(config), fn, params, None) == 0:
                 return 0
