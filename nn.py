@@ -14,6 +14,11 @@ generator it sets each cache's `mode` for the entry it captures:
     `aotc::decode_attention` (a flash-decoding kernel on GPUs, ATen's attention over the valid
     prefix on CPUs), never the unused rest of the cache.
 
+`attend(..., window=W)` attends only the last W positions (a sliding window, as Mistral's and
+Gemma's local layers), and `attend(..., softcap=C)` soft-caps the scores (C * tanh(s / C), as
+Gemma 2); in every mode, so eager generation and the artifact agree. `attention` and
+`window_mask` (from runtime/attention.py) are the same arithmetic for a model's own use.
+
 The convention for plain-torch decoders (samples/llama.py follows it): the model's attention
 layers keep their caches in `KVCache` modules and call `update` and `attend`;
 `model.setup_caches(batch_size, max_cache_len)` creates them; `model(input_ids, input_pos)`
@@ -23,25 +28,29 @@ transformers decoders need nothing of this: aotc adapts them (exporter/generate.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from aotc.runtime.attention import attention, window_mask
 
 MODES = ("eager", "prefill", "decode")
 
 
 @torch.library.custom_op("aotc::decode_attention", mutates_args=())
 def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                     position: torch.Tensor, scale: float) -> torch.Tensor:
-    """One query token per sequence attending keys 0..position of the caches.
+                     position: torch.Tensor, scale: float, window: int = 0,
+                     softcap: float = 0.0) -> torch.Tensor:
+    """One query token per sequence attending keys 0..position of the caches (with `window`
+    > 0, only the last `window` of them: position - window < key <= position; with `softcap`
+    > 0, scores become softcap * tanh(score / softcap) before the softmax).
     query [B, H, 1, D]; caches [B, Hkv, M, D] (H a multiple of Hkv); position [1] int64."""
     keys = torch.arange(key_cache.shape[2], device=key_cache.device)
-    mask = (keys <= position.reshape(1)).reshape(1, 1, 1, -1)
-    return F.scaled_dot_product_attention(query, key_cache, value_cache, attn_mask=mask,
-                                          scale=scale,
-                                          enable_gqa=query.shape[1] != key_cache.shape[1])
+    return attention(query, key_cache, value_cache,
+                     window_mask(position.reshape(1, 1), keys, window)[None, None], scale,
+                     softcap)
 
 
 @decode_attention.register_fake
-def _decode_attention_fake(query, key_cache, value_cache, position, scale):
+def _decode_attention_fake(query, key_cache, value_cache, position, scale, window=0,
+                           softcap=0.0):
     return torch.empty_like(query)
 
 
@@ -49,16 +58,18 @@ def _decode_attention_fake(query, key_cache, value_cache, position, scale):
                                                                        "value_cache"))
 def decode_attention_write(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, position: torch.Tensor, key: torch.Tensor,
-                           value: torch.Tensor, scale: float) -> torch.Tensor:
+                           value: torch.Tensor, scale: float, window: int = 0,
+                           softcap: float = 0.0) -> torch.Tensor:
     """`decode_attention` after writing key/value [B, Hkv, 1, D] at `position` of the caches:
     codegen fuses a decode step's cache writes into its attention (codegen/state.py)."""
     key_cache.index_copy_(2, position.reshape(1), key)
     value_cache.index_copy_(2, position.reshape(1), value)
-    return decode_attention(query, key_cache, value_cache, position, scale)
+    return decode_attention(query, key_cache, value_cache, position, scale, window, softcap)
 
 
 @decode_attention_write.register_fake
-def _decode_attention_write_fake(query, key_cache, value_cache, position, key, value, scale):
+def _decode_attention_write_fake(query, key_cache, value_cache, position, key, value, scale,
+                                 window=0, softcap=0.0):
     return torch.empty_like(query)
 
 
@@ -119,19 +130,23 @@ class KVCache(torch.nn.Module):
         return self.k, self.v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               input_pos: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-        """Attention of queries [B, H, T, D] at `input_pos` over what `update` returned."""
+               input_pos: torch.Tensor, scale: float | None = None, window: int | None = None,
+               softcap: float | None = None) -> torch.Tensor:
+        """Attention of queries [B, H, T, D] at `input_pos` over what `update` returned;
+        `window`: attend only the last `window` positions (a sliding window, as transformers'
+        `sliding_window`); `softcap`: scores soft-capped (Gemma 2's attention)."""
         scale = q.shape[-1] ** -0.5 if scale is None else scale
-        gqa = q.shape[1] != k.shape[1]
-        if self.mode == "prefill":
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
-                                                  enable_gqa=gqa)
-        if self.mode == "decode":
-            return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale)
+        window, softcap = int(window or 0), float(softcap or 0.0)
+        extra = (window, softcap) if softcap else (window,) if window else ()
+        if self.mode == "decode":     # the extra arguments only where set: plans stay as they were
+            return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale, *extra)
+        if self.mode == "prefill" and not window:
+            return attention(q, k, v, None, scale, softcap, causal=True)
+        positions = (torch.arange(q.shape[2], device=q.device) if self.mode == "prefill"
+                     else input_pos)[:, None]
         keys = torch.arange(k.shape[2], device=k.device)
-        mask = (keys[None, :] <= input_pos[:, None])[None, None]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
-                                              enable_gqa=gqa)
+        return attention(q, k, v, window_mask(positions, keys, window)[None, None], scale,
+                         softcap)
 
 
 def set_mode(model: torch.nn.Module, mode: str) -> list[KVCache]:

@@ -150,13 +150,13 @@ def fuse_cache_writes(graph: dict) -> dict:
     for n in nodes:
         if n["op"] != DECODE:
             continue
-        q, kx, vx, pos, scale = n["args"]
+        q, kx, vx, pos, scale, *extra = n["args"]     # extra: window, softcap
         writes = [_cache_write(nodes, producer, users, x, pos) for x in (kx, vx)]
         if None in writes:
             continue
         (ki, kc, knew), (vi, vc, vnew) = writes
         drop |= {ki, vi}
-        n.update(op=DECODE_WRITE, args=[q, kc, vc, pos, knew, vnew, scale])
+        n.update(op=DECODE_WRITE, args=[q, kc, vc, pos, knew, vnew, scale, *extra])
     graph["nodes"] = [n for k, n in enumerate(nodes) if k not in drop]
     return graph
 

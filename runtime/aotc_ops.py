@@ -2,10 +2,11 @@
 runtime: a fixed table, like the ATen ops of runtime/schema/extern_ops.txt.
 
 `aotc::decode_attention.default(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache,
-position [1] int64, scale)`: one query token per sequence attending the cache's keys
-0..position (aotc/nn.py). On a CPU it reads the position (no device to wait for) and runs
-ATen's attention over the valid prefix only; elsewhere it masks the rest of the cache, so no
-value is read back from the device (CUDA artifacts launch a flash-decoding kernel instead,
+position [1] int64, scale[, window[, softcap]])`: one query token per sequence attending the
+cache's keys 0..position (aotc/nn.py; with a window, only the last `window` of them; with a
+softcap, scores soft-capped). On a CPU it reads the position (no device to wait for) and
+attends the valid keys only; elsewhere it masks the rest of the cache, so no value is read
+back from the device (CUDA artifacts launch a flash-decoding kernel instead,
 codegen/triton/decode_attention.py).
 
 `aotc::all_reduce.default(x)`: the sum of `x` over the ranks of the default process group of
@@ -17,30 +18,29 @@ projection); `aotc::all_gather.default(x, dim, world)`: the ranks' `x` concatena
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from aotc.runtime.attention import attention, window_mask
 from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
-def decode_attention(query, key_cache, value_cache, position, scale):
-    gqa = query.shape[1] != key_cache.shape[1]
+def decode_attention(query, key_cache, value_cache, position, scale, window=0, softcap=0.0):
     if query.device.type == "cpu":
         n = int(position.reshape(-1)[0]) + 1
-        return F.scaled_dot_product_attention(query, key_cache[:, :, :n],
-                                              value_cache[:, :, :n], scale=scale,
-                                              enable_gqa=gqa)
+        lo = max(0, n - window) if window else 0
+        return attention(query, key_cache[:, :, lo:n], value_cache[:, :, lo:n], None, scale,
+                         softcap)
     keys = torch.arange(key_cache.shape[2], device=key_cache.device)
-    mask = (keys <= position.reshape(1)).reshape(1, 1, 1, -1)
-    return F.scaled_dot_product_attention(query, key_cache, value_cache, attn_mask=mask,
-                                          scale=scale, enable_gqa=gqa)
+    mask = window_mask(position.reshape(1, 1), keys, window)[None, None]
+    return attention(query, key_cache, value_cache, mask, scale, softcap)
 
 
-def decode_attention_write(query, key_cache, value_cache, position, key, value, scale):
+def decode_attention_write(query, key_cache, value_cache, position, key, value, scale,
+                           window=0, softcap=0.0):
     """Write key/value [B, Hkv, 1, D] at `position` of the caches, then attend."""
     index = position.reshape(1)
     key_cache.index_copy_(2, index, key)
     value_cache.index_copy_(2, index, value)
-    return decode_attention(query, key_cache, value_cache, position, scale)
+    return decode_attention(query, key_cache, value_cache, position, scale, window, softcap)
 
 
 def all_reduce(x):
@@ -62,7 +62,7 @@ def all_gather(x, dim, world):
     return torch.cat(parts, dim)
 
 
-OPS = {"aotc::all_reduce.default": (all_reduce, 1),      # name: (function, arity)
-       "aotc::all_gather.default": (all_gather, 3),
-       "aotc::decode_attention.default": (decode_attention, 5),
-       "aotc::decode_attention_write.default": (decode_attention_write, 7)}
+OPS = {"aotc::all_reduce.default": (all_reduce, (1, 1)),   # name: (function, arity range)
+       "aotc::all_gather.default": (all_gather, (3, 3)),
+       "aotc::decode_attention.default": (decode_attention, (5, 7)),
+       "aotc::decode_attention_write.default": (decode_attention_write, (7, 9))}

@@ -15,10 +15,11 @@ _SCALAR_TAGS = ("dtype", "layout", "memory_format")
 def check_call(op, step, slots) -> None:
     if step.op.startswith("aotc::"):    # aotc's own ops take positional tensors and numbers
         from aotc.runtime.aotc_ops import OPS
-        arity = OPS[step.op][1]
-        if len(step.args) != arity or step.kwargs:
-            _fail(step, f"{arity} positional arguments", f"{len(step.args)} and "
-                  f"{len(step.kwargs)} keywords")
+        least, most = OPS[step.op][1]
+        if not least <= len(step.args) <= most or step.kwargs:
+            _fail(step, f"{least}-{most} positional arguments" if least < most
+                  else f"{least} positional arguments",
+                  f"{len(step.args)} and {len(step.kwargs)} keywords")
         return
     schema = getattr(op, "_schema", None)   # an OpOverload (tests may substitute a function)
     if schema is None:

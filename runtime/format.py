@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 11
+FORMAT_VERSION = 12
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -110,6 +110,13 @@ CHANGELOG = {
                        "programmatic stream serialization; every Triton source takes the "
                        "constexpr AOTC_PDL (False: the interpreter, older GPUs). A reader of "
                        "version 10 refuses the field; versions 1-10 load as they are"),
+    12: ("2026-12-04", "aotc::decode_attention and aotc::decode_attention_write may take two "
+                       "more arguments after the scale: a sliding window (int: only the last "
+                       "`window` positions are attended, 0 for none) and a score soft-cap "
+                       "(float: scores become softcap * tanh(score / softcap), 0 for none), "
+                       "written only where a model has them (Gemma 2 and 3, Mistral); a "
+                       "reader of version 11 would refuse their argument count. Versions 1-11 "
+                       "load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -11,6 +11,8 @@ token ids [batch, T] and their positions [T]. Without caches, forward is plain c
 over its input (then `input_pos` may be left out). The default sizes are small, for CPUs and
 tests; `--init-args '{"size": "1b"}'` gives the ~1B configuration of the GPU benchmark
 (hidden 2048, 16 layers, 32 heads over 8 KV heads, vocab 32000) and "7b" LLaMA-2-7B's.
+`window` (a sliding window of that many positions, as Mistral's and Gemma's local layers) and
+`softcap` (attention scores soft-capped, as Gemma 2's) are off by default.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aotc.nn import KVCache
+from aotc.nn import KVCache, attention, window_mask
 
 SIZES = {
     "small": dict(vocab=32000, dim=256, layers=4, heads=8, kv_heads=2, hidden=688),
@@ -54,9 +56,11 @@ def rotate(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int):
+    def __init__(self, dim: int, heads: int, kv_heads: int, window: int = 0,
+                 softcap: float = 0.0):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.window, self.softcap = window, softcap
         self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
@@ -71,18 +75,19 @@ class Attention(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if self.cache is not None:
             k, v = self.cache.update(input_pos, k, v)
-            y = self.cache.attend(q, k, v, input_pos)
+            y = self.cache.attend(q, k, v, input_pos, window=self.window, softcap=self.softcap)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                               enable_gqa=self.heads != self.kv_heads)
+            mask = window_mask(input_pos[:, None], input_pos, self.window) if self.window \
+                else None
+            y = attention(q, k, v, mask, self.head_dim ** -0.5, self.softcap, causal=mask is None)
         return self.wo(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, kv_heads, hidden):
+    def __init__(self, dim, heads, kv_heads, hidden, window=0, softcap=0.0):
         super().__init__()
         self.attn_norm, self.mlp_norm = RMSNorm(dim), RMSNorm(dim)
-        self.attn = Attention(dim, heads, kv_heads)
+        self.attn = Attention(dim, heads, kv_heads, window, softcap)
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
@@ -99,7 +104,8 @@ class Net(nn.Module):
         cfg = dict(SIZES[size], **overrides)
         self.config = cfg
         self.embed = nn.Embedding(cfg["vocab"], cfg["dim"])
-        self.layers = nn.ModuleList(Block(cfg["dim"], cfg["heads"], cfg["kv_heads"], cfg["hidden"])
+        self.layers = nn.ModuleList(Block(cfg["dim"], cfg["heads"], cfg["kv_heads"], cfg["hidden"],
+                                          cfg.get("window", 0), cfg.get("softcap", 0.0))
                                     for _ in range(cfg["layers"]))
         self.norm = RMSNorm(cfg["dim"])
         self.output = nn.Linear(cfg["dim"], cfg["vocab"], bias=False)

@@ -3,6 +3,7 @@
     python scripts/make_fixtures.py            # format_v<N>_tiny.aotc and format_v<N>_kernels.aotc
     python scripts/make_fixtures.py tp         # format_v<N>_tp.aotc only
     python scripts/make_fixtures.py cuda       # format_v<N>_cuda.aotc only
+    python scripts/make_fixtures.py generator  # format_v<N>_generator.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -12,7 +13,9 @@ non-persistent buffer. `tp` is extern-only and tensor-parallel over 2 ranks (a S
 by its intermediate size, format >= 8): each rank's weights in shards of 64 bytes, one
 all-reduce per call. `cuda` (format >= 11) holds Triton kernels cross-compiled for sm_80 and
 sm_90 (the sm_90 cubins built for programmatic dependent launch); it runs here through Triton's
-interpreter. Fixtures of earlier versions are never
+interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a sliding window and
+soft-capped scores, exported for decoding, extern-only (its decode attention
+calls aotc's op with both extra arguments). Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
 from __future__ import annotations
@@ -51,16 +54,29 @@ class TinyMLP(torch.nn.Module):
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
+def tiny_generator():
+    from importlib.util import module_from_spec, spec_from_file_location
+    spec = spec_from_file_location("aotc_sample_llama", FIXTURES.parent.parent / "samples" /
+                                   "llama.py")
+    sample = module_from_spec(spec)
+    sys.modules[spec.name] = sample          # capture looks the model's module up by name
+    spec.loader.exec_module(sample)
+    return sample.Net(max_len=16, layers=1, dim=32, heads=4, kv_heads=2, hidden=64, vocab=64,
+                      window=4, softcap=3.0)
+
+
 KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2}),
-         "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"})}
+         "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
+         "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False})}
 
 
 def main(kinds=("tiny", "kernels")) -> int:
     for kind in kinds:
         make, options = KINDS[kind]
         torch.manual_seed(0)
-        model, x = make().eval(), torch.randn(2, 4)
+        model = make().eval()
+        x = torch.randint(0, 64, (1, 5)) if options.get("decode") else torch.randn(2, 4)
         dest = FIXTURES / f"format_v{fmt.FORMAT_VERSION}_{kind}.aotc"
         if dest.exists():
             shutil.rmtree(dest)

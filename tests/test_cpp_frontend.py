@@ -35,15 +35,18 @@ def test_concurrent_calls(cpp_tests, exported):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
-def test_generation_from_cpp(cpp_tests, tmp_path):
+@pytest.mark.parametrize("attention", [{}, {"window": 6, "softcap": 3.0}],
+                         ids=["plain", "window-softcap"])
+def test_generation_from_cpp(cpp_tests, tmp_path, attention):
     """A generator's prefill and decode entries, their KV cache the module's state (zeros at
-    load, updated in place by aotc::decode_attention_write): the tokens Python generates, from
-    the artifact directory and from its package."""
+    load, updated in place by aotc::decode_attention_write, with a sliding window and soft-capped
+    scores or without): the tokens Python generates, from the artifact directory and from its
+    package."""
     from conftest import SAMPLES_DIR, import_file
     from aotc.runtime.package import pack
     torch.manual_seed(0)
     model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                      hidden=128, vocab=500).eval()
+                                                      hidden=128, vocab=500, **attention).eval()
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)
     pkg = pack(art, tmp_path / "llama.aotcpkg")

@@ -109,60 +109,6 @@ def test_a_cuda_generator_runs_through_the_triton_interpreter(tmp_path, family):
     assert torch.equal(got, want)     # 46 positions: keys in both chunks of 32
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
-@pytest.mark.parametrize("batch,heads,kv_heads,max_len,pos", [
-    (1, 4, 2, 96, 70), (2, 4, 4, 64, 0), (2, 8, 2, 200, 199), (1, 2, 1, 40, 33)])
-def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv_heads, max_len,
-                                                                pos, write, dtype):
-    """The CUDA decode-attention kernels (split over chunks, then combined), run by Triton's
-    interpreter, against ATen's attention over the valid prefix; positions past `pos` hold
-    garbage that must not be read. With `write`, the split kernel first writes this step's key
-    and value at `pos` (the cache held garbage there) and attends with them. In bf16 the
-    reference is float32 attention of the same bf16 values."""
-    pytest.importorskip("triton")
-    from aotc.codegen.ir import Buffer, contiguous_strides, sym
-    from aotc.codegen.triton import module_text
-    from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
-    from aotc.runtime.interpret import mended_bf16, import_kernel
-    g = torch.Generator().manual_seed(pos)
-    d = 16
-    q = torch.randn(batch, heads, 1, d, generator=g).to(dtype)
-    k, v = (torch.randn(batch, kv_heads, max_len, d, generator=g).to(dtype) for _ in range(2))
-    new = [torch.randn(batch, kv_heads, 1, d, generator=g).to(dtype) for _ in range(2)]
-    want_k, want_v = k.clone(), v.clone()
-    if write:
-        want_k[:, :, pos], want_v[:, :, pos] = new[0][:, :, 0], new[1][:, :, 0]
-        k[:, :, pos] = v[:, :, pos] = float("nan")
-    k[:, :, pos + 1:] = float("nan")
-    v[:, :, pos + 1:] = float("nan")
-    position = torch.tensor([pos])
-    buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
-                              stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
-    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
-    parts = [torch.empty(s) for s in partial_shapes(qb, kb)]
-    pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
-    out = torch.empty_like(q)
-    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(new)) if write else ()
-    split, combine = decode_attention_kernels(qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs)
-    extra = tuple(new) if write else ()
-    for hk, name, args in ((split, "kernel0", (q, k, v, position, *extra, *parts)),
-                           (combine, "kernel1", (*parts, out))):
-        hk.name = name
-        ks = hk.source()
-        fn = import_kernel(module_text(ks), name, f"{name}.py")
-        with mended_bf16():
-            fn[tuple(int(x) for x in ks.grid)](*args)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), want_k[:, :, :pos + 1].float(), want_v[:, :, :pos + 1].float(), scale=0.25,
-        enable_gqa=heads != kv_heads)
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
-    if write:   # the cache holds the new row now, and the rest as it was
-        torch.testing.assert_close(k[:, :, :pos + 1], want_k[:, :, :pos + 1])
-        torch.testing.assert_close(v[:, :, :pos + 1], want_v[:, :, :pos + 1])
-
-
 def test_positions_past_the_cache_are_guard_errors(sample):
     _, ids, path = sample
     m = aotc.load(path)

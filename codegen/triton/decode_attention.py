@@ -74,15 +74,15 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     acc = tl.full([{gp}, {d}], 0.0, tl.float32)
     base = (b * {hkv} + g) * {m} * {d}
 {prelude}    span = tl.minimum(n_valid - s * {chunk}, {chunk})     # keys of this chunk up to pos
-    for n0 in range(0, span, {block}):
+{window_start}    for n0 in range({start}, span, {block}):
         keys = s * {chunk} + n0 + tl.arange(0, {block})
-        kmask = (keys < n_valid) & (keys < {m})
+        kmask = (keys < n_valid) & (keys < {m}){window_mask}
         kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
         vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
                      other=0.0)
 {key_new}{value_new}        qk = tl.dot(q, tl.trans(kt){precision}).to(tl.float32) * {scale}
-        qk = tl.where(kmask[None, :], qk, float("-inf"))
+{capped}        qk = tl.where(kmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_ref)
@@ -124,6 +124,12 @@ _WRITE_PRELUDE = '''    row = (b * {hkv} + g) * {d} + dims
     tl.store({k} + base + at * {d} + dims, k_new, mask=mine)   # refuses a scalar one
     tl.store({v} + base + at * {d} + dims, v_new, mask=mine)
 '''
+# A sliding window: keys lo..pos alone (lo = pos + 1 - window); each loop starts at the first
+# block holding one, so the chunks wholly before it cost a program that stores an empty partial.
+_WINDOW_START = """    lo = n_valid - {window}
+    first = tl.maximum(lo - s * {chunk}, 0) // {block} * {block}
+"""
+_SOFTCAP = "        qk = libdevice.tanh(qk / {softcap}) * {softcap}\n"
 _WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n"
 _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)\n"
 
@@ -152,8 +158,13 @@ def _source(kind: str, name: str, ins, outs, **sizes):
             write = {"params": f"{kn}, {vn}, ", "key_new": _WRITE_KEY,
                      "value_new": _WRITE_VALUE,
                      "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, **sizes)}
+        window, softcap = sizes["window"], sizes["softcap"]
+        extra = {"window_start": _WINDOW_START.format(**sizes) if window else "",
+                 "start": "first" if window else "0",
+                 "window_mask": " & (keys >= lo)" if window else "",
+                 "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
         text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml,
-                             **write, **sizes)
+                             **write, **extra, **sizes)
         grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
     else:
         mo, mm, ml = (b.name for b in ins)
@@ -163,18 +174,20 @@ def _source(kind: str, name: str, ins, outs, **sizes):
     return hand_source(name, text, ins, outs, grid)
 
 
-def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
-                             new=()) -> list[HandKernel]:
+def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
+                             window: int = 0, softcap: float = 0.0) -> list[HandKernel]:
     """The split and combine kernels for Buffers q [B, H, 1, D], caches [B, Hkv, M, D], pos,
     partial buffers (o [B*H*splits, D], m and l [B*H*splits], float32) and the output; with
-    `new` (key, value [B, Hkv, 1, D]), the split kernel first writes them at pos."""
+    `new` (key, value [B, Hkv, 1, D]), the split kernel first writes them at pos; `window`
+    (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores."""
     batch, heads, _, d = (int(x) for x in q.shape)
     hkv, m = int(k.shape[1]), int(k.shape[2])
     chunk, splits = plan_splits(m)
     group = heads // hkv
     sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, pow2(group)),
                  d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
-                 scale=repr(float(scale)), precision=dot_precision(q.dtype))
+                 scale=repr(float(scale)), precision=dot_precision(q.dtype),
+                 window=int(window), softcap=float(softcap))
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
                        outs=(mo, mm, ml),
@@ -182,6 +195,8 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float,
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml), outs=(out,),
                          make=lambda n, i, o: _source("combine", n, i, o, **sizes))
     written = "; writes this step's key and value" if new else ""
+    written += f"; a window of {window} keys" if window else ""
+    written += f"; scores soft-capped at {softcap}" if softcap else ""
     for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
                      (combine, f"combine {splits} chunks")):
         hk.reasons.append(f"decode attention ({what}, {group} query heads per KV head)")

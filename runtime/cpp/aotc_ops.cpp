@@ -2,40 +2,65 @@
 // Python runner: a fixed table, like the ATen op table the schema checks plans against.
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <limits>
+#include <optional>
+
 #include "instr.h"
 
 namespace aotc {
 
 namespace {
 
+// softmax(q k^T * scale, soft-capped where softcap > 0, masked) v, as runtime/attention.py
+// computes it: ATen's attention without a softcap, the explicit product with one.
+at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v,
+                     const std::optional<at::Tensor>& mask, double scale, double softcap) {
+  bool gqa = q.size(1) != k.size(1);
+  if (softcap <= 0)
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, gqa);
+  if (gqa) {
+    k = k.repeat_interleave(q.size(1) / k.size(1), 1);
+    v = v.repeat_interleave(q.size(1) / v.size(1), 1);
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;
+  scores = at::tanh(scores / softcap) * softcap;
+  if (mask) scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+}
+
 // decode_attention(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache, position [1]
-// int64, scale): one query token attending the cache's keys 0..position. On a CPU the
-// position is read (no device to wait for) and attention runs over the valid prefix only;
-// elsewhere the rest of the cache is masked, so nothing is read back from the device.
+// int64, scale[, window[, softcap]]): one query token attending the cache's keys 0..position
+// (with window > 0 only the last `window` of them; with softcap > 0 its scores soft-capped).
+// On a CPU the position is read (no device to wait for) and attention runs over the valid
+// keys only; elsewhere the rest of the cache is masked, so nothing is read back from the device.
 void decode_attention(torch::jit::Stack& st) {
   const at::Tensor& q = st[0].toTensor();
   const at::Tensor& k = st[1].toTensor();
   const at::Tensor& v = st[2].toTensor();
   const at::Tensor& pos = st[3].toTensor();
   double scale = st[4].toScalar().toDouble();
-  bool gqa = q.size(1) != k.size(1);
+  int64_t window = st.size() > 5 ? st[5].toScalar().toLong() : 0;
+  double softcap = st.size() > 6 ? st[6].toScalar().toDouble() : 0.0;
   at::Tensor out;
   if (q.device().is_cpu()) {
     int64_t n = pos.reshape(-1)[0].item<int64_t>() + 1;
-    out = at::scaled_dot_product_attention(q, k.slice(2, 0, n), v.slice(2, 0, n), {}, 0.0,
-                                           false, scale, gqa);
+    int64_t lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
+    out = attention(q, k.slice(2, lo, n), v.slice(2, lo, n), std::nullopt, scale, softcap);
   } else {
     at::Tensor keys = at::arange(k.size(2), k.options().dtype(at::kLong));
-    at::Tensor mask = (keys <= pos.reshape(1)).reshape({1, 1, 1, -1});
-    out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, gqa);
+    at::Tensor at_pos = pos.reshape(1);
+    at::Tensor mask = keys <= at_pos;
+    if (window > 0) mask = mask & (keys > at_pos - window);
+    out = attention(q, k, v, mask.reshape({1, 1, 1, -1}), scale, softcap);
   }
   st.clear();
   st.emplace_back(std::move(out));
 }
 
-// decode_attention_write(query, key_cache, value_cache, position, key, value, scale): key and
-// value [B, Hkv, 1, D] written at `position` of the caches (in place: they are the module's
-// state), then decode_attention.
+// decode_attention_write(query, key_cache, value_cache, position, key, value, scale[, window[,
+// softcap]]): key and value [B, Hkv, 1, D] written at `position` of the caches (in place: they
+// are the module's state), then decode_attention.
 void decode_attention_write(torch::jit::Stack& st) {
   at::Tensor index = st[3].toTensor().reshape({1});
   st[1].toTensor().index_copy_(2, index, st[4].toTensor());
@@ -46,14 +71,15 @@ void decode_attention_write(torch::jit::Stack& st) {
 
 }  // namespace
 
-// The aotc op of that name and its argument count, or nullptr.
-NativeOp native_op(const std::string& op, const std::string& overload, size_t& arity) {
+// The aotc op of that name and the range of its argument count, or nullptr.
+NativeOp native_op(const std::string& op, const std::string& overload, size_t& least,
+                   size_t& most) {
   if (op == "aotc::decode_attention" && overload == "default") {
-    arity = 5;
+    least = 5, most = 7;
     return &decode_attention;
   }
   if (op == "aotc::decode_attention_write" && overload == "default") {
-    arity = 7;
+    least = 7, most = 9;
     return &decode_attention_write;
   }
   return nullptr;

@@ -196,7 +196,8 @@ c10::IValue Program::Filler::make(const std::vector<c10::IValue>& regs, const in
   }
 }
 
-NativeOp native_op(const std::string& op, const std::string& overload, size_t& arity);
+NativeOp native_op(const std::string& op, const std::string& overload, size_t& least,
+                   size_t& most);
 
 // The fillers of one call, from its positional and keyword arguments and the schema's
 // defaults, in the schema's order (a boxed call takes every argument).
@@ -207,10 +208,11 @@ Program::Call resolve_call(const spec::Step& s, const c10::Device& device, int32
   Program::Call call;
   call.out = s.out;
   call.single = s.single;
-  size_t arity = 0;
-  if ((call.native = native_op(s.op, s.overload, arity))) {
-    if (!s.kwargs.empty() || s.call_args.size() != arity)
-      throw SpecError(std::to_string(arity) + " positional arguments", c.where);
+  size_t least = 0, most = 0;
+  if ((call.native = native_op(s.op, s.overload, least, most))) {
+    if (!s.kwargs.empty() || s.call_args.size() < least || s.call_args.size() > most)
+      throw SpecError(std::to_string(least) + "-" + std::to_string(most) +
+                      " positional arguments", c.where);
     for (const Arg& a : s.call_args)
       call.stack.push_back(a.kind == K::Slot || a.kind == K::Sym
                                ? reference(a, false, c) : fixed(constant(a, c10::TypeKind::AnyType, c)));

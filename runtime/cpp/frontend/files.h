@@ -27,8 +27,8 @@ namespace aotc::fe {
 
 class Package;
 
-constexpr int kFormatVersion = 11;   // runtime/format.py FORMAT_VERSION this front end reads
-constexpr int kRunnerFormat = 10;    // the first with runner files (11 changed CUDA specs only)
+constexpr int kFormatVersion = 12;   // runtime/format.py FORMAT_VERSION this front end reads
+constexpr int kRunnerFormat = 10;    // the first with runner files (11: CUDA specs; 12: decode args)
 
 struct FileEntry {
   uint64_t size = 0;

@@ -1,0 +1,81 @@
+"""The CUDA decode-attention kernels (codegen/triton/decode_attention.py: split over chunks of
+the cache, then combined), run by Triton's interpreter, against attention over exactly the keys
+they must read; the cache holds NaN everywhere else, so a kernel that reads one key too many
+fails. With `write`, the split kernel first writes this step's key and value at the position
+(the cache held NaN there) and attends with them; with a window, only the last `window`
+positions count; with a softcap, scores are soft-capped. In bf16 the reference is float32
+attention of the same bf16 values."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aotc.runtime.attention import attention
+
+
+def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0):
+    pytest.importorskip("triton")
+    from aotc.codegen.ir import Buffer, contiguous_strides, sym
+    from aotc.codegen.triton import module_text
+    from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
+    from aotc.runtime.interpret import mended_bf16, import_kernel
+    g = torch.Generator().manual_seed(pos)
+    d = 16
+    q = torch.randn(batch, heads, 1, d, generator=g).to(dtype)
+    k, v = (torch.randn(batch, kv_heads, max_len, d, generator=g).to(dtype) for _ in range(2))
+    new = [torch.randn(batch, kv_heads, 1, d, generator=g).to(dtype) for _ in range(2)]
+    want_k, want_v = k.clone(), v.clone()
+    if write:
+        want_k[:, :, pos], want_v[:, :, pos] = new[0][:, :, 0], new[1][:, :, 0]
+        k[:, :, pos] = v[:, :, pos] = float("nan")
+    lo = max(0, pos + 1 - window) if window else 0
+    for t in (k, v):
+        t[:, :, pos + 1:] = float("nan")
+        t[:, :, :lo] = float("nan")
+    position = torch.tensor([pos])
+    buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
+                              stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
+    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
+    parts = [torch.empty(s) for s in partial_shapes(qb, kb)]
+    pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
+    out = torch.empty_like(q)
+    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(new)) if write else ()
+    split, combine = decode_attention_kernels(qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs,
+                                              window=window, softcap=softcap)
+    extra = tuple(new) if write else ()
+    for hk, name, args in ((split, "kernel0", (q, k, v, position, *extra, *parts)),
+                           (combine, "kernel1", (*parts, out))):
+        hk.name = name
+        ks = hk.source()
+        fn = import_kernel(module_text(ks), name, f"{name}.py")
+        with mended_bf16():
+            fn[tuple(int(x) for x in ks.grid)](*args)
+    want = attention(q.float(), want_k[:, :, lo:pos + 1].float(),
+                     want_v[:, :, lo:pos + 1].float(), None, 0.25, softcap)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+    if write:   # the cache holds the new row now, and the rest as it was
+        torch.testing.assert_close(k[:, :, lo:pos + 1], want_k[:, :, lo:pos + 1])
+        torch.testing.assert_close(v[:, :, lo:pos + 1], want_v[:, :, lo:pos + 1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+@pytest.mark.parametrize("batch,heads,kv_heads,max_len,pos", [
+    (1, 4, 2, 96, 70), (2, 4, 4, 64, 0), (2, 8, 2, 200, 199), (1, 2, 1, 40, 33)])
+def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv_heads, max_len,
+                                                                pos, write, dtype):
+    _check(batch, heads, kv_heads, max_len, pos, write, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+@pytest.mark.parametrize("window,softcap,pos", [
+    (8, 0.0, 70),       # the window starts inside a block of the chunk before the position's
+    (64, 0.0, 150),     # whole chunks before the window skipped
+    (200, 0.0, 33),     # a window longer than the prefix: every key
+    (1, 0.0, 99),       # the position's own key alone
+    (0, 5.0, 70),       # scores soft-capped (Gemma 2), no window
+    (20, 2.0, 130)])    # both
+def test_flash_decoding_kernels_with_a_window_and_a_softcap(window, softcap, pos, write, dtype):
+    _check(2, 4, 2, 200, pos, write, dtype, window, softcap)
