@@ -103,8 +103,31 @@ def _matmul(a, b):
     return aten.matmul.default(a, b)
 
 
-# aotc's own decompositions of composite ops, applied while replaying the exported graph.
-OWN = {aten.linear.default: _linear, aten.matmul.default: _matmul}
+def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
+    """A mixture of experts' grouped product, x [S, K] (rows sorted by expert) times w [E, K, N]
+    with offs [E] the cumulative row counts: row s takes expert e(s) = #(offs <= s). Written as
+    a reduction over K of x[s] * w[e(s)], which codegen fuses into one kernel that reads only
+    the selected experts' weights (static shapes, no data-dependent split into groups); rows
+    past offs[-1] (transformers' expert-parallel sentinels) take the last expert."""
+    if offs is None or x.dim() != 2 or w.dim() != 3 or bias is not None:
+        return aten._grouped_mm.default(x, w, offs, bias, out_dtype)
+    rows = torch.arange(x.shape[0], device=x.device)
+    expert = (offs[None, :] <= rows[:, None]).sum(-1).clamp(max=w.shape[0] - 1)
+    acc = torch.float64 if w.dtype == torch.float64 else torch.float32
+    y = (x.to(acc)[:, :, None] * w[expert].to(acc)).sum(1)
+    return y.to(out_dtype or x.dtype)
+
+
+def _grouped_mm_fallback(x, w, offs):
+    """transformers' grouped product for what torch's kernel does not take (fp32, CPUs)."""
+    return _grouped_mm(x, w, offs)
+
+
+# aotc's own decompositions of composite ops, applied while replaying the exported graph
+# (by the op, or by its qualified name for ops of libraries aotc does not import).
+OWN = {aten.linear.default: _linear, aten.matmul.default: _matmul,
+       aten._grouped_mm.default: _grouped_mm}
+OWN_BY_NAME = {"transformers.grouped_mm_fallback.default": _grouped_mm_fallback}
 
 
 class _Replay(torch.fx.Interpreter):
@@ -113,8 +136,9 @@ class _Replay(torch.fx.Interpreter):
     ints, which would freeze dynamic dims)."""
 
     def call_function(self, target, args, kwargs):
-        if target in OWN:
-            return OWN[target](*args, **kwargs)
+        own = OWN.get(target) or OWN_BY_NAME.get(str(target))
+        if own is not None:
+            return own(*args, **kwargs)
         if target is aten.size.default:     # keep sizes symbolic (the op's meta makes ints)
             return tuple(args[0].shape)
         if target is aten.sym_size.int:

@@ -1,13 +1,17 @@
 """transformers decoders (`*ForCausalLM`) adapted to aotc's generator convention.
 
-`HFDecoder(model, batch, max_cache_len)` gives the model one `aotc.nn.KVCache` per layer and
+`HFDecoder(model, batch, max_cache_len)` gives the model one `aotc.nn.KVCache` per layer (sized
+from what each layer stores in one eager call of two tokens, not guessed from its config) and
 calls it as `forward(input_ids, input_pos) -> logits`: the model gets `position_ids`, a cache
 object whose `update` writes through the KVCaches, and an attention implementation of aotc's
 own ("aotc", registered with transformers' AttentionInterface) that attends through them, so
 prefill runs causal attention over the prompt and decode reads only the valid prefix of the
-cache. With no mask function registered for it, transformers builds no attention mask at all.
-The model's own weights and code are used as they are; only `config._attn_implementation` is
-switched while the adapter runs, and restored.
+cache. With no mask function registered for it, transformers builds no attention mask at all:
+a layer's sliding window and score soft-capping reach aotc's attention as the keyword
+arguments transformers passes every attention implementation (`sliding_window`, `softcap`),
+and an additive bias (ALiBi) is refused. The model's own weights and code are used as they
+are; only `config._attn_implementation` is switched while the adapter runs (and a context
+object set on its config objects, through which attention finds the caches), and restored.
 """
 from __future__ import annotations
 
@@ -31,44 +35,108 @@ def is_hf_causal_lm(model) -> bool:
                                                    or name.endswith("LMHeadModel"))
 
 
+class _Context:
+    """What aotc's attention reads while an adapter runs its model: the layers' caches, and
+    the positions of this call (set by `HFDecoder.forward` and cleared after it). It hangs
+    on the model's config objects, which every transformers attention layer holds, so the
+    caches reach attention whether or not the model's layers pass their keyword arguments
+    down (StableLM's, Falcon's and Nemotron's do not)."""
+
+    def __init__(self, sliding: dict[int, int]):
+        self.caches, self.positions = None, None
+        self.sliding = sliding     # layer -> the window its config gives it, where it matters
+        self.attended: set[int] | None = None     # while probing: the layers that attended
+
+
+CONTEXT = "_aotc_context"
+
+
+def _sliding_layers(cfg, max_cache_len: int) -> dict[int, int]:
+    """The layers whose config says they attend a sliding window shorter than the cache (all
+    layers, or those `layer_types` calls "sliding_attention")."""
+    window = getattr(cfg, "sliding_window", None)
+    if not window or getattr(cfg, "use_sliding_window", True) is False \
+            or max_cache_len <= window:
+        return {}
+    types = getattr(cfg, "layer_types", None) or ["sliding_attention"] * cfg.num_hidden_layers
+    return {i: window for i, t in enumerate(types) if t == "sliding_attention"}
+
+
+# attention-interface arguments that change what attention computes and aotc's does not do
+UNSUPPORTED = {"s_aux": "attention sinks (a learned logit per head in every softmax)"}
+
+
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-               aotc_positions=None, aotc_caches=None, **kwargs):
+               sliding_window=None, softcap=None, is_causal=None, **kwargs):
     """transformers' attention interface: query [B, H, T, D], key/value what the cache's update
     returned; returns [B, T, H, D] as transformers' SDPA attention does."""
-    if kwargs.get("softcap") is not None:
-        raise ExportError("attention logit soft-capping is not supported by aotc's decoder",
-                          where=type(module).__name__, expected="no softcap",
-                          found=kwargs["softcap"], fix="export without --decode")
-    if aotc_caches is None:
-        raise ExportError("the model does not pass its keyword arguments down to attention",
-                          where=type(module).__name__, expected="transformers >= 5 attention "
-                          "(AttentionInterface)", found="no aotc_caches keyword",
-                          fix="upgrade transformers, or follow aotc/nn.py's convention")
-    cache = aotc_caches[module.layer_idx]
-    out = cache.attend(query, key, value, aotc_positions, scaling)
+    unsupported = [UNSUPPORTED[k] for k, v in kwargs.items() if k in UNSUPPORTED and v is not None]
+    if is_causal is False:
+        unsupported.append("bidirectional attention (is_causal=False)")
+    if unsupported:
+        raise ExportError(f"the model's attention uses {unsupported[0]}, which aotc's decoder "
+                          "attention does not compute", where=type(module).__name__,
+                          expected="causal attention with an optional window and soft-cap",
+                          found=", ".join(unsupported), fix="export without --decode")
+    ctx = getattr(getattr(module, "config", None), CONTEXT, None)
+    layer = getattr(module, "layer_idx", None)
+    if ctx is None or layer is None:
+        raise ExportError("an attention layer of the model cannot be adapted to aotc's cache",
+                          where=type(module).__name__, expected="a transformers attention "
+                          "layer with `config` and `layer_idx`", found=type(module).__name__,
+                          fix="follow aotc/nn.py's convention (samples/llama.py)")
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        raise ExportError("the model adds a bias to its attention scores (ALiBi or a "
+                          "learned bias), which aotc's decoder attention does not apply",
+                          where=type(module).__name__, expected="rotary or absolute "
+                          "positions (no additive attention bias)",
+                          found=f"a {attention_mask.dtype} attention mask",
+                          fix="export without --decode")
+    if not sliding_window and layer in ctx.sliding:
+        raise ExportError(f"layer {layer} attends a sliding window of {ctx.sliding[layer]} "
+                          "tokens its attention does not pass on", where=type(module).__name__,
+                          expected=f"max_cache_len <= {ctx.sliding[layer]}",
+                          found="a longer cache",
+                          fix=f"export with --max-cache-len {ctx.sliding[layer]} or less")
+    if ctx.attended is not None:          # the probe: causal attention over the new tokens
+        ctx.attended.add(layer)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, scale=scaling,
+            enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2), None
+    out = ctx.caches[layer].attend(query, key, value, ctx.positions, scaling,
+                                   window=sliding_window, softcap=softcap)
     return out.transpose(1, 2), None
 
 
 class _Cache:
     """What transformers' layers call on `past_key_values`: `update`, answered by the
-    KVCaches, and the few queries models make of a cache."""
+    KVCaches (or, with `caches` None, only recorded: the probe), and the few queries models
+    make of a cache."""
 
     is_compileable = True
 
     def __init__(self, caches, positions):
         self.caches, self.positions = caches, positions
+        self.stored: dict[int, tuple] = {}     # the probe's record: layer -> (key, value)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.caches is None:
+            self.stored[layer_idx] = (key_states, value_states)
+            return key_states, value_states
         return self.caches[layer_idx].update(self.positions, key_states, value_states)
+
+    def get_mask_sizes(self, query_length, layer_idx: int = 0, *args) -> tuple[int, int]:
+        return self.get_max_cache_shape(layer_idx), 0
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0
 
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
-        return self.caches[layer_idx].max_cache_len
+        return self.caches[layer_idx].max_cache_len if self.caches is not None else 2
 
     def __len__(self) -> int:
-        return len(self.caches)
+        return len(self.caches) if self.caches is not None else len(self.stored)
 
 
 class HFDecoder(torch.nn.Module):
@@ -79,32 +147,82 @@ class HFDecoder(torch.nn.Module):
         self.model = model
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
             else model.config
-        heads = cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        window = getattr(cfg, "sliding_window", None)
-        if window is not None and getattr(cfg, "use_sliding_window", True) \
-                and max_cache_len > window:
-            raise ExportError(f"{type(model).__name__} attends a sliding window of {window} "
-                              "tokens", where="max_cache_len", expected=f"<= {window}",
-                              found=max_cache_len,
-                              fix=f"export with --max-cache-len {window} or less")
-        p = next(iter(model.parameters()))
-        self.caches = torch.nn.ModuleList(
-            KVCache(batch, kv_heads, max_cache_len, head_dim, p.dtype, p.device)
-            for _ in range(cfg.num_hidden_layers))
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "past_key_values" if "past_key_values" in params else "cache"
         self.previous = model.config._attn_implementation
+        self.context = _Context(_sliding_layers(cfg, max_cache_len))
+        self.configs = {id(c): c for c in (model.config, cfg, *(getattr(m, "config", None)
+                                                                  for m in model.modules()))
+                        if c is not None}.values()
+        for c in self.configs:
+            setattr(c, CONTEXT, self.context)
         model.config._attn_implementation = ATTENTION   # until release(): export's duration
+        try:
+            self.caches = torch.nn.ModuleList(self._probe(batch, max_cache_len))
+        except BaseException:
+            self.release()
+            raise
+        self.context.caches = self.caches
+
+    def _probe(self, batch: int, max_cache_len: int) -> list[KVCache]:
+        """One eager call of two tokens through a recording cache: a KVCache per layer, of the
+        shape and dtype that layer stores; every layer that stores must attend through aotc."""
+        name = type(self.model).__name__
+        p = next(iter(self.model.parameters()))
+        probe = _Cache(None, torch.arange(2, device=p.device))
+        self.context.attended = set()
+        try:
+            with torch.no_grad():
+                self.model(input_ids=torch.zeros(batch, 2, dtype=torch.int64, device=p.device),
+                           position_ids=probe.positions.expand(batch, 2), use_cache=True,
+                           **{self.cache_kw: probe})
+            attended = self.context.attended
+        except ExportError:
+            raise
+        except Exception as e:         # the model's own code, given aotc's attention and cache
+            raise ExportError(f"{name} does not run with aotc's attention and cache",
+                              where=name, expected="a decoder whose layers attend through "
+                              "transformers' attention interface",
+                              found=f"{type(e).__name__}: {e}"[:300],
+                              fix="export without --decode, or follow aotc/nn.py's "
+                                  "convention") from e
+        finally:
+            self.context.attended = None
+        layers = sorted(probe.stored)
+        if not layers or layers != list(range(len(layers))) or attended != set(layers):
+            raise ExportError(f"{name}'s attention does not run through transformers' "
+                              "attention interface and cache", where=name,
+                              expected="every layer storing its keys in the cache and "
+                              "attending through the configured attention implementation",
+                              found=f"layers storing {layers}, attending {sorted(attended)}",
+                              fix="export without --decode, or follow aotc/nn.py's convention")
+        return [_cache_like(name, i, *probe.stored[i], max_cache_len) for i in layers]
 
     def release(self) -> None:
         """Give the model back its own attention implementation."""
         self.model.config._attn_implementation = self.previous
+        for c in self.configs:
+            c.__dict__.pop(CONTEXT, None)
 
     def forward(self, input_ids, input_pos):
         b, t = input_ids.shape
-        out = self.model(input_ids=input_ids, position_ids=input_pos.reshape(1, t).expand(b, t),
-                         use_cache=True, aotc_positions=input_pos, aotc_caches=self.caches,
-                         **{self.cache_kw: _Cache(self.caches, input_pos)})
+        self.context.positions = input_pos
+        try:
+            out = self.model(input_ids=input_ids,
+                             position_ids=input_pos.reshape(1, t).expand(b, t), use_cache=True,
+                             **{self.cache_kw: _Cache(self.caches, input_pos)})
+        finally:
+            self.context.positions = None
         return out.logits
+
+
+def _cache_like(name: str, layer: int, key, value, max_cache_len: int) -> KVCache:
+    """A layer's KVCache for keys and values shaped as the probe's [B, Hkv, 2, D]."""
+    if key.dim() != 4 or key.shape != value.shape:
+        raise ExportError(f"layer {layer} of {name} stores keys and values aotc's cache cannot "
+                          "hold", where=f"layer {layer}", expected="keys and values of one "
+                          "shape [batch, kv_heads, tokens, head_dim]",
+                          found=f"{list(key.shape)} and {list(value.shape)}",
+                          fix="export without --decode")
+    b, heads, _, d = key.shape
+    return KVCache(b, heads, max_cache_len, d, key.dtype, key.device)

@@ -1,0 +1,156 @@
+"""Decoders beyond LLaMA's shape exported as generators: sliding windows and soft-capped
+scores (in aotc's own convention and in transformers' Gemma 2/3 and Mistral), transformers
+layers that do not pass their keyword arguments down to attention, caches sized from what each
+layer stores rather than from its config, and the models aotc's decoder cannot serve (an
+additive attention bias, attention outside transformers' interface, experts through
+transformers' own op) refused with an AotcError that says so (benchmarks/generate_families.py
+holds the families and the reasons). Greedy tokens must equal transformers' own `generate` with a static
+cache (the plain-torch sample: its eager KVCache path)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import AotcError
+from benchmarks.generate_families import FAMILIES, MATCH, build, reference
+from conftest import SAMPLES_DIR, import_file
+
+CACHE = 96
+SERVED = [f for f, spec in FAMILIES.items() if spec[3] == MATCH]
+REFUSED = [f for f, spec in FAMILIES.items() if spec[3] != MATCH]
+
+
+def _matches_generate(tmp_path, family: str, n: int = 40, **load):
+    pytest.importorskip("transformers")
+    m = build(family)
+    ids = torch.randint(1, 500, (2, 7), generator=torch.Generator().manual_seed(2))
+    want = reference(m, ids, n)
+    path = aotc.export(m, (ids,), tmp_path / f"{family}.aotc", decode=True, max_cache_len=CACHE)
+    assert m.config._attn_implementation != "aotc"          # the model is left as it was
+    assert not hasattr(m.config, "_aotc_context")
+    got = aotc.load(path, **load).generate(ids, n)
+    assert torch.equal(got, want), (got[:, 7:], want[:, 7:])
+    return path
+
+
+def test_gemma2_soft_capped_sliding_window_layers_match_generate(tmp_path):
+    """Gemma 2 alternates sliding-window layers (a window of 8 here) with global ones, every
+    one soft-capping its scores at 50: each decode attention says so in the plan."""
+    import json
+    path = _matches_generate(tmp_path, "gemma2")
+    steps = json.loads((path / "plans" / "decode.json").read_text())["steps"]
+    extra = {tuple(s["args"][7:]) for s in steps
+             if s.get("op") == "aotc::decode_attention_write.default"}
+    assert extra == {(8, 50.0), (0, 50.0)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gemma2", "mistral_window", "mixtral"])
+def test_cuda_artifacts_through_the_triton_interpreter(tmp_path, family):
+    """A CUDA artifact's kernels run by Triton's interpreter: flash decoding with the window and
+    the cap (6 + 14 positions, past the window of 8), and the experts' gathered products."""
+    pytest.importorskip("triton")
+    m = build(family)
+    ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))
+    want = reference(m, ids, 14)
+    path = aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True, max_cache_len=64,
+                       target="cuda:sm_90")
+    got = aotc.load(path, device="cpu", interpret=True).generate(ids, 14)
+    assert torch.equal(got, want)
+
+
+def test_layers_that_drop_keyword_arguments_still_reach_the_cache(tmp_path):
+    _matches_generate(tmp_path, "stablelm")          # its decoder layers pass no **kwargs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", SERVED)
+def test_more_families_match_generate(tmp_path, family):
+    _matches_generate(tmp_path, family)
+
+
+@pytest.mark.slow
+def test_python_runner_matches_too(tmp_path):
+    _matches_generate(tmp_path, "gemma3", runner="python")
+
+
+@pytest.mark.parametrize("family", ["bloom", "mpt", "llama_window"])
+def test_decoders_aotc_cannot_serve_are_refused(tmp_path, family):
+    """ALiBi inside the model's own attention (BLOOM), a model that breaks with aotc's attention
+    and cache (MPT), a window the config names that the attention never hears of (LLaMA's
+    attention with a `sliding_window` in its config: a cache longer than it is refused, one
+    within it exports)."""
+    pytest.importorskip("transformers")
+    m = build(family)
+    ids = torch.randint(1, 500, (1, 5))
+    with pytest.raises(AotcError) as info:
+        aotc.export(m, (ids,), tmp_path / "m.aotc", decode=True, max_cache_len=CACHE)
+    assert str(info.value).startswith(FAMILIES[family][3])
+    assert m.config._attn_implementation != "aotc" and not hasattr(m.config, "_aotc_context")
+    assert not (tmp_path / "m.aotc").exists()
+    if family == "llama_window":
+        aotc.export(m, (ids,), tmp_path / "ok.aotc", decode=True, max_cache_len=8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(set(REFUSED) - {"bloom", "mpt", "llama_window"}))
+def test_more_refusals(tmp_path, family):
+    m = build(family)
+    with pytest.raises(AotcError, match=FAMILIES[family][3].replace("(", r"\(")):
+        aotc.export(m, (torch.randint(1, 500, (1, 5)),), tmp_path / "m.aotc", decode=True,
+                    max_cache_len=CACHE)
+
+
+def _sample(**kw):
+    torch.manual_seed(0)
+    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                     hidden=128, vocab=500, **kw).eval()
+
+
+@pytest.mark.parametrize("runner", ["cpp", "python"])
+def test_sample_with_a_window_and_a_softcap_generates_as_eagerly(tmp_path, runner):
+    from aotc.exporter.generate import Generator, adapt, eager_generate
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    model = _sample(window=6, softcap=3.0)
+    want = eager_generate(Generator(adapt(_sample(window=6, softcap=3.0), 2, CACHE), CACHE),
+                          ids, 40)
+    plain = eager_generate(Generator(adapt(_sample(), 2, CACHE), CACHE), ids, 40)
+    assert not torch.equal(want, plain)              # the window and the cap change the tokens
+    path = aotc.export(model, (ids,), tmp_path / "w.aotc", decode=True, max_cache_len=CACHE)
+    m = aotc.load(path, runner=runner)
+    assert torch.equal(m.generate(ids, 40), want)
+
+
+def test_mixtral_experts_match_generate(tmp_path):
+    """transformers runs the experts through its grouped product (a custom op on CPUs, ATen's
+    _grouped_mm elsewhere); export decomposes it into one reduction per projection that reads
+    the selected experts' weights, and the gathered weights are never materialized."""
+    import json
+    path = _matches_generate(tmp_path, "mixtral")
+    for entry in ("prefill", "decode"):
+        plan = json.loads((path / "plans" / f"{entry}.json").read_text())
+        assert not [s for s in plan["steps"] if "grouped_mm" in str(s.get("op"))]
+        made = {o for s in plan["steps"] for o in s.get("out", [])}     # slots steps write
+        shapes = [s["shape"] for s in plan["slots"] if s["id"] in made]
+        assert not [s for s in shapes if len(s) == 3 and s[0] != 4 and s[1:] in (
+            [64, 256], [128, 64], [256, 64], [64, 128])], shapes    # [rows, K, N] weight copies
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_product_decomposition_matches_a_loop_over_groups(dtype):
+    """Rows sorted by expert, offsets cumulative: empty groups, one row per group, rows past the
+    last offset (expert-parallel sentinels: any finite value)."""
+    from aotc.exporter.decomp import _grouped_mm
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 16, generator=g).to(dtype)
+    w = torch.randn(5, 16, 8, generator=g).to(dtype)
+    offs = torch.tensor([2, 2, 3, 7, 7], dtype=torch.int32)    # groups of 2, 0, 1, 4, 0 rows
+    got = _grouped_mm(x, w, offs)
+    want, start = torch.empty(9, 8, dtype=dtype), 0
+    for e, end in enumerate(offs.tolist()):
+        want[start:end] = (x[start:end].double() @ w[e].double()).to(dtype)
+        start = end
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got[:7], want[:7], **tol)
+    assert got.dtype == dtype and torch.isfinite(got[7:]).all()
