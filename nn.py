@@ -15,8 +15,9 @@ generator it sets each cache's `mode` for the entry it captures:
     prefix on CPUs), never the unused rest of the cache.
 
 `attend(..., window=W)` attends only the last W positions (a sliding window, as Mistral's and
-Gemma's local layers), and `attend(..., softcap=C)` soft-caps the scores (C * tanh(s / C), as
-Gemma 2); in every mode, so eager generation and the artifact agree. `attention` and
+Gemma's local layers), `attend(..., softcap=C)` soft-caps the scores (C * tanh(s / C), as
+Gemma 2), and `attend(..., sinks=S)` gives each head's softmax one more logit S[h] whose weight
+goes to no value (GPT-OSS); in every mode, so eager generation and the artifact agree. `attention` and
 `window_mask` (from runtime/attention.py) are the same arithmetic for a model's own use.
 
 The convention for plain-torch decoders (samples/llama.py follows it): the model's attention
@@ -37,20 +38,21 @@ MODES = ("eager", "prefill", "decode")
 @torch.library.custom_op("aotc::decode_attention", mutates_args=())
 def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                      position: torch.Tensor, scale: float, window: int = 0,
-                     softcap: float = 0.0) -> torch.Tensor:
+                     softcap: float = 0.0, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """One query token per sequence attending keys 0..position of the caches (with `window`
     > 0, only the last `window` of them: position - window < key <= position; with `softcap`
-    > 0, scores become softcap * tanh(score / softcap) before the softmax).
+    > 0, scores become softcap * tanh(score / softcap) before the softmax; with `sinks` [H],
+    each head's softmax has one more logit, whose weight goes to no value).
     query [B, H, 1, D]; caches [B, Hkv, M, D] (H a multiple of Hkv); position [1] int64."""
     keys = torch.arange(key_cache.shape[2], device=key_cache.device)
     return attention(query, key_cache, value_cache,
                      window_mask(position.reshape(1, 1), keys, window)[None, None], scale,
-                     softcap)
+                     softcap, sinks=sinks)
 
 
 @decode_attention.register_fake
 def _decode_attention_fake(query, key_cache, value_cache, position, scale, window=0,
-                           softcap=0.0):
+                           softcap=0.0, sinks=None):
     return torch.empty_like(query)
 
 
@@ -59,17 +61,19 @@ def _decode_attention_fake(query, key_cache, value_cache, position, scale, windo
 def decode_attention_write(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, position: torch.Tensor, key: torch.Tensor,
                            value: torch.Tensor, scale: float, window: int = 0,
-                           softcap: float = 0.0) -> torch.Tensor:
+                           softcap: float = 0.0, sinks: torch.Tensor | None = None
+                           ) -> torch.Tensor:
     """`decode_attention` after writing key/value [B, Hkv, 1, D] at `position` of the caches:
     codegen fuses a decode step's cache writes into its attention (codegen/state.py)."""
     key_cache.index_copy_(2, position.reshape(1), key)
     value_cache.index_copy_(2, position.reshape(1), value)
-    return decode_attention(query, key_cache, value_cache, position, scale, window, softcap)
+    return decode_attention(query, key_cache, value_cache, position, scale, window, softcap,
+                            sinks)
 
 
 @decode_attention_write.register_fake
 def _decode_attention_write_fake(query, key_cache, value_cache, position, key, value, scale,
-                                 window=0, softcap=0.0):
+                                 window=0, softcap=0.0, sinks=None):
     return torch.empty_like(query)
 
 
@@ -131,22 +135,25 @@ class KVCache(torch.nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                input_pos: torch.Tensor, scale: float | None = None, window: int | None = None,
-               softcap: float | None = None) -> torch.Tensor:
+               softcap: float | None = None, sinks: torch.Tensor | None = None
+               ) -> torch.Tensor:
         """Attention of queries [B, H, T, D] at `input_pos` over what `update` returned;
         `window`: attend only the last `window` positions (a sliding window, as transformers'
-        `sliding_window`); `softcap`: scores soft-capped (Gemma 2's attention)."""
+        `sliding_window`); `softcap`: scores soft-capped (Gemma 2's attention); `sinks` [H]:
+        a learned logit per head in every softmax (GPT-OSS's attention sinks)."""
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         window, softcap = int(window or 0), float(softcap or 0.0)
-        extra = (window, softcap) if softcap else (window,) if window else ()
+        extra = (window, softcap, sinks) if sinks is not None else \
+            (window, softcap) if softcap else (window,) if window else ()
         if self.mode == "decode":     # the extra arguments only where set: plans stay as they were
             return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale, *extra)
         if self.mode == "prefill" and not window:
-            return attention(q, k, v, None, scale, softcap, causal=True)
+            return attention(q, k, v, None, scale, softcap, causal=True, sinks=sinks)
         positions = (torch.arange(q.shape[2], device=q.device) if self.mode == "prefill"
                      else input_pos)[:, None]
         keys = torch.arange(k.shape[2], device=k.device)
         return attention(q, k, v, window_mask(positions, keys, window)[None, None], scale,
-                         softcap)
+                         softcap, sinks=sinks)
 
 
 def set_mode(model: torch.nn.Module, mode: str) -> list[KVCache]:

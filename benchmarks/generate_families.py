@@ -70,6 +70,10 @@ FAMILIES = {
         SMALL, num_local_experts=4, num_experts_per_tok=2), MATCH),
     "phimoe": ("PhimoeForCausalLM", "PhimoeConfig", dict(
         SMALL, num_local_experts=4, num_experts_per_tok=2, sliding_window=None), MATCH),
+    # attention sinks, sliding windows, experts with biases and a clamped gate
+    "gpt_oss": ("GptOssForCausalLM", "GptOssConfig", dict(
+        SMALL, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8),
+        MATCH),
     # refused, and why
     "bloom": ("BloomForCausalLM", "BloomConfig", dict(vocab_size=500, hidden_size=64, n_layer=2,
                                                       n_head=4),
@@ -83,9 +87,6 @@ FAMILIES = {
         "GPTNeoForCausalLM's attention does not run through transformers' attention"),
     "llama_window": ("LlamaForCausalLM", "LlamaConfig", dict(SMALL, sliding_window=8),
                      "layer 0 attends a sliding window of 8 tokens"),
-    "gpt_oss": ("GptOssForCausalLM", "GptOssConfig", dict(
-        SMALL, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8),
-        "the model's attention uses attention sinks"),
 }
 
 

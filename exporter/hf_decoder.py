@@ -62,22 +62,16 @@ def _sliding_layers(cfg, max_cache_len: int) -> dict[int, int]:
     return {i: window for i, t in enumerate(types) if t == "sliding_attention"}
 
 
-# attention-interface arguments that change what attention computes and aotc's does not do
-UNSUPPORTED = {"s_aux": "attention sinks (a learned logit per head in every softmax)"}
-
-
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-               sliding_window=None, softcap=None, is_causal=None, **kwargs):
+               sliding_window=None, softcap=None, s_aux=None, is_causal=None, **kwargs):
     """transformers' attention interface: query [B, H, T, D], key/value what the cache's update
-    returned; returns [B, T, H, D] as transformers' SDPA attention does."""
-    unsupported = [UNSUPPORTED[k] for k, v in kwargs.items() if k in UNSUPPORTED and v is not None]
+    returned; returns [B, T, H, D] as transformers' SDPA attention does. `s_aux`: attention
+    sinks (GPT-OSS), one logit per head."""
     if is_causal is False:
-        unsupported.append("bidirectional attention (is_causal=False)")
-    if unsupported:
-        raise ExportError(f"the model's attention uses {unsupported[0]}, which aotc's decoder "
-                          "attention does not compute", where=type(module).__name__,
-                          expected="causal attention with an optional window and soft-cap",
-                          found=", ".join(unsupported), fix="export without --decode")
+        raise ExportError("the model's attention is bidirectional (is_causal=False), which "
+                          "aotc's decoder attention does not compute",
+                          where=type(module).__name__, expected="causal attention",
+                          found="is_causal=False", fix="export without --decode")
     ctx = getattr(getattr(module, "config", None), CONTEXT, None)
     layer = getattr(module, "layer_idx", None)
     if ctx is None or layer is None:
@@ -105,7 +99,7 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
             enable_gqa=query.shape[1] != key.shape[1])
         return out.transpose(1, 2), None
     out = ctx.caches[layer].attend(query, key, value, ctx.positions, scaling,
-                                   window=sliding_window, softcap=softcap)
+                                   window=sliding_window, softcap=softcap, sinks=s_aux)
     return out.transpose(1, 2), None
 
 

@@ -2,9 +2,9 @@
 runtime: a fixed table, like the ATen ops of runtime/schema/extern_ops.txt.
 
 `aotc::decode_attention.default(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache,
-position [1] int64, scale[, window[, softcap]])`: one query token per sequence attending the
-cache's keys 0..position (aotc/nn.py; with a window, only the last `window` of them; with a
-softcap, scores soft-capped). On a CPU it reads the position (no device to wait for) and
+position [1] int64, scale[, window[, softcap[, sinks]]])`: one query token per sequence
+attending the cache's keys 0..position (aotc/nn.py; with a window, only the last `window` of
+them; with a softcap, scores soft-capped; with sinks [H], one more logit per head). On a CPU it reads the position (no device to wait for) and
 attends the valid keys only; elsewhere it masks the rest of the cache, so no value is read
 back from the device (CUDA artifacts launch a flash-decoding kernel instead,
 codegen/triton/decode_attention.py).
@@ -23,24 +23,26 @@ from aotc.runtime.attention import attention, window_mask
 from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
-def decode_attention(query, key_cache, value_cache, position, scale, window=0, softcap=0.0):
+def decode_attention(query, key_cache, value_cache, position, scale, window=0, softcap=0.0,
+                     sinks=None):
     if query.device.type == "cpu":
         n = int(position.reshape(-1)[0]) + 1
         lo = max(0, n - window) if window else 0
         return attention(query, key_cache[:, :, lo:n], value_cache[:, :, lo:n], None, scale,
-                         softcap)
+                         softcap, sinks=sinks)
     keys = torch.arange(key_cache.shape[2], device=key_cache.device)
     mask = window_mask(position.reshape(1, 1), keys, window)[None, None]
-    return attention(query, key_cache, value_cache, mask, scale, softcap)
+    return attention(query, key_cache, value_cache, mask, scale, softcap, sinks=sinks)
 
 
 def decode_attention_write(query, key_cache, value_cache, position, key, value, scale,
-                           window=0, softcap=0.0):
+                           window=0, softcap=0.0, sinks=None):
     """Write key/value [B, Hkv, 1, D] at `position` of the caches, then attend."""
     index = position.reshape(1)
     key_cache.index_copy_(2, index, key)
     value_cache.index_copy_(2, index, value)
-    return decode_attention(query, key_cache, value_cache, position, scale, window, softcap)
+    return decode_attention(query, key_cache, value_cache, position, scale, window, softcap,
+                            sinks)
 
 
 def all_reduce(x):
@@ -64,5 +66,5 @@ def all_gather(x, dim, world):
 
 OPS = {"aotc::all_reduce.default": (all_reduce, (1, 1)),   # name: (function, arity range)
        "aotc::all_gather.default": (all_gather, (3, 3)),
-       "aotc::decode_attention.default": (decode_attention, (5, 7)),
-       "aotc::decode_attention_write.default": (decode_attention_write, (7, 9))}
+       "aotc::decode_attention.default": (decode_attention, (5, 8)),
+       "aotc::decode_attention_write.default": (decode_attention_write, (7, 10))}

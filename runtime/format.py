@@ -110,13 +110,14 @@ CHANGELOG = {
                        "programmatic stream serialization; every Triton source takes the "
                        "constexpr AOTC_PDL (False: the interpreter, older GPUs). A reader of "
                        "version 10 refuses the field; versions 1-10 load as they are"),
-    12: ("2026-12-04", "aotc::decode_attention and aotc::decode_attention_write may take two "
-                       "more arguments after the scale: a sliding window (int: only the last "
-                       "`window` positions are attended, 0 for none) and a score soft-cap "
-                       "(float: scores become softcap * tanh(score / softcap), 0 for none), "
-                       "written only where a model has them (Gemma 2 and 3, Mistral); a "
-                       "reader of version 11 would refuse their argument count. Versions 1-11 "
-                       "load as they are"),
+    12: ("2026-12-04", "aotc::decode_attention and aotc::decode_attention_write may take up "
+                       "to three more arguments after the scale: a sliding window (int: only "
+                       "the last `window` positions are attended, 0 for none), a score "
+                       "soft-cap (float: scores become softcap * tanh(score / softcap), 0 for "
+                       "none) and attention sinks (a tensor slot [heads]: one more logit per "
+                       "head in each softmax, its weight dropped), written only where a model "
+                       "has them (Gemma 2 and 3, Mistral, GPT-OSS); a reader of version 11 "
+                       "would refuse their argument count. Versions 1-11 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -11,8 +11,9 @@ token ids [batch, T] and their positions [T]. Without caches, forward is plain c
 over its input (then `input_pos` may be left out). The default sizes are small, for CPUs and
 tests; `--init-args '{"size": "1b"}'` gives the ~1B configuration of the GPU benchmark
 (hidden 2048, 16 layers, 32 heads over 8 KV heads, vocab 32000) and "7b" LLaMA-2-7B's.
-`window` (a sliding window of that many positions, as Mistral's and Gemma's local layers) and
-`softcap` (attention scores soft-capped, as Gemma 2's) are off by default.
+`window` (a sliding window of that many positions, as Mistral's and Gemma's local layers),
+`softcap` (attention scores soft-capped, as Gemma 2's) and `sinks` (a learned logit per head in
+every softmax, as GPT-OSS's) are off by default.
 """
 from __future__ import annotations
 
@@ -57,10 +58,11 @@ def rotate(x, cos, sin):
 
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, kv_heads: int, window: int = 0,
-                 softcap: float = 0.0):
+                 softcap: float = 0.0, sinks: bool = False):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.window, self.softcap = window, softcap
+        self.sinks = nn.Parameter(torch.zeros(heads)) if sinks else None
         self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
@@ -75,19 +77,21 @@ class Attention(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if self.cache is not None:
             k, v = self.cache.update(input_pos, k, v)
-            y = self.cache.attend(q, k, v, input_pos, window=self.window, softcap=self.softcap)
+            y = self.cache.attend(q, k, v, input_pos, window=self.window, softcap=self.softcap,
+                                  sinks=self.sinks)
         else:
             mask = window_mask(input_pos[:, None], input_pos, self.window) if self.window \
                 else None
-            y = attention(q, k, v, mask, self.head_dim ** -0.5, self.softcap, causal=mask is None)
+            y = attention(q, k, v, mask, self.head_dim ** -0.5, self.softcap, causal=mask is None,
+                          sinks=self.sinks)
         return self.wo(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, kv_heads, hidden, window=0, softcap=0.0):
+    def __init__(self, dim, heads, kv_heads, hidden, window=0, softcap=0.0, sinks=False):
         super().__init__()
         self.attn_norm, self.mlp_norm = RMSNorm(dim), RMSNorm(dim)
-        self.attn = Attention(dim, heads, kv_heads, window, softcap)
+        self.attn = Attention(dim, heads, kv_heads, window, softcap, sinks)
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
@@ -105,7 +109,8 @@ class Net(nn.Module):
         self.config = cfg
         self.embed = nn.Embedding(cfg["vocab"], cfg["dim"])
         self.layers = nn.ModuleList(Block(cfg["dim"], cfg["heads"], cfg["kv_heads"], cfg["hidden"],
-                                          cfg.get("window", 0), cfg.get("softcap", 0.0))
+                                          cfg.get("window", 0), cfg.get("softcap", 0.0),
+                                          cfg.get("sinks", False))
                                     for _ in range(cfg["layers"]))
         self.norm = RMSNorm(cfg["dim"])
         self.output = nn.Linear(cfg["dim"], cfg["vocab"], bias=False)

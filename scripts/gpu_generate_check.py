@@ -4,6 +4,7 @@ sample and several transformers families; bf16 ties may flip a later token, so t
 divergence is reported, not only pass/fail).
 
     python scripts/gpu_generate_check.py --families llama,qwen2,mistral,gpt2,sample --new 32
+    python scripts/gpu_generate_check.py --families gemma2,gemma3,mistral_window,mixtral
 
 Models are mid-size configs with seeded random weights (hidden 512, 4 layers, vocab 32000),
 built in bf16 on the device; two prompts of 24 random ids (batch 2). One line per family. For
@@ -36,6 +37,15 @@ def _transformers(family: str):
             "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(sliding_window=None,
                                                                       **common)),
             "gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(head_dim=64, **common)),
+            # sliding windows shorter than prompt + new tokens, soft-capped scores, experts
+            "gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(head_dim=64,
+                                                                   sliding_window=16, **common)),
+            "gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+                head_dim=64, sliding_window=16, **common)),
+            "mistral_window": lambda: tf.MistralForCausalLM(tf.MistralConfig(
+                sliding_window=16, **common)),
+            "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(
+                num_local_experts=8, num_experts_per_tok=2, **common)),
             "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=512, n_layer=4, n_head=8,
                                                              n_positions=1024))}
     return make[family]()

@@ -13,9 +13,9 @@ non-persistent buffer. `tp` is extern-only and tensor-parallel over 2 ranks (a S
 by its intermediate size, format >= 8): each rank's weights in shards of 64 bytes, one
 all-reduce per call. `cuda` (format >= 11) holds Triton kernels cross-compiled for sm_80 and
 sm_90 (the sm_90 cubins built for programmatic dependent launch); it runs here through Triton's
-interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a sliding window and
-soft-capped scores, exported for decoding, extern-only (its decode attention
-calls aotc's op with both extra arguments). Fixtures of earlier versions are never
+interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a sliding window,
+soft-capped scores and attention sinks, exported for decoding, extern-only (its decode attention
+calls aotc's op with all three extra arguments). Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ def tiny_generator():
     sys.modules[spec.name] = sample          # capture looks the model's module up by name
     spec.loader.exec_module(sample)
     return sample.Net(max_len=16, layers=1, dim=32, heads=4, kv_heads=2, hidden=64, vocab=64,
-                      window=4, softcap=3.0)
+                      window=4, softcap=3.0, sinks=True)
 
 
 KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),

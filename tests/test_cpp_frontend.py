@@ -35,12 +35,12 @@ def test_concurrent_calls(cpp_tests, exported):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("attention", [{}, {"window": 6, "softcap": 3.0}],
-                         ids=["plain", "window-softcap"])
+@pytest.mark.parametrize("attention", [{}, {"window": 6, "softcap": 3.0, "sinks": True}],
+                         ids=["plain", "window-softcap-sinks"])
 def test_generation_from_cpp(cpp_tests, tmp_path, attention):
     """A generator's prefill and decode entries, their KV cache the module's state (zeros at
-    load, updated in place by aotc::decode_attention_write, with a sliding window and soft-capped
-    scores or without): the tokens Python generates, from the artifact directory and from its
+    load, updated in place by aotc::decode_attention_write, with a sliding window, soft-capped
+    scores and attention sinks or without): the tokens Python generates, from the artifact directory and from its
     package."""
     from conftest import SAMPLES_DIR, import_file
     from aotc.runtime.package import pack

@@ -3,8 +3,8 @@ the cache, then combined), run by Triton's interpreter, against attention over e
 they must read; the cache holds NaN everywhere else, so a kernel that reads one key too many
 fails. With `write`, the split kernel first writes this step's key and value at the position
 (the cache held NaN there) and attends with them; with a window, only the last `window`
-positions count; with a softcap, scores are soft-capped. In bf16 the reference is float32
-attention of the same bf16 values."""
+positions count; with a softcap, scores are soft-capped; with sinks, each head's softmax has
+one more logit. In bf16 the reference is float32 attention of the same bf16 values."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +13,8 @@ import torch
 from aotc.runtime.attention import attention
 
 
-def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0):
+def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0,
+           sinks=False):
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
@@ -33,6 +34,7 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
         t[:, :, pos + 1:] = float("nan")
         t[:, :, :lo] = float("nan")
     position = torch.tensor([pos])
+    sink = (torch.randn(heads, generator=g) * 3).to(dtype) if sinks else None
     buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
                               stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
     qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
@@ -40,18 +42,20 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
     out = torch.empty_like(q)
     nbufs = tuple(buf(8 + i, t) for i, t in enumerate(new)) if write else ()
-    split, combine = decode_attention_kernels(qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs,
-                                              window=window, softcap=softcap)
+    split, combine = decode_attention_kernels(
+        qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
+        sinks=buf(10, sink) if sinks else None)
     extra = tuple(new) if write else ()
     for hk, name, args in ((split, "kernel0", (q, k, v, position, *extra, *parts)),
-                           (combine, "kernel1", (*parts, out))):
+                           (combine, "kernel1", (*parts, *([sink] if sinks else []), out))):
         hk.name = name
         ks = hk.source()
         fn = import_kernel(module_text(ks), name, f"{name}.py")
         with mended_bf16():
             fn[tuple(int(x) for x in ks.grid)](*args)
     want = attention(q.float(), want_k[:, :, lo:pos + 1].float(),
-                     want_v[:, :, lo:pos + 1].float(), None, 0.25, softcap)
+                     want_v[:, :, lo:pos + 1].float(), None, 0.25, softcap,
+                     sinks=sink.float() if sinks else None)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
     if write:   # the cache holds the new row now, and the rest as it was
@@ -79,3 +83,11 @@ def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv
     (20, 2.0, 130)])    # both
 def test_flash_decoding_kernels_with_a_window_and_a_softcap(window, softcap, pos, write, dtype):
     _check(2, 4, 2, 200, pos, write, dtype, window, softcap)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("window,pos", [(0, 0), (0, 150), (8, 70)])
+def test_flash_decoding_kernels_with_attention_sinks(window, pos, dtype):
+    """GPT-OSS's sinks: a logit per head (large ones here, so they take real weight) joins the
+    softmax in the combine kernel, at the first position and across chunks."""
+    _check(2, 8, 2, 200, pos, True, dtype, window, sinks=True)

@@ -46,10 +46,11 @@ def test_gemma2_soft_capped_sliding_window_layers_match_generate(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gemma2", "mistral_window", "mixtral"])
+@pytest.mark.parametrize("family", ["gemma2", "mistral_window", "mixtral", "gpt_oss"])
 def test_cuda_artifacts_through_the_triton_interpreter(tmp_path, family):
-    """A CUDA artifact's kernels run by Triton's interpreter: flash decoding with the window and
-    the cap (6 + 14 positions, past the window of 8), and the experts' gathered products."""
+    """A CUDA artifact's kernels run by Triton's interpreter: flash decoding with the window, the
+    cap and the sinks (6 + 14 positions, past the window of 8), and the experts' gathered
+    products."""
     pytest.importorskip("triton")
     m = build(family)
     ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))
@@ -109,14 +110,14 @@ def _sample(**kw):
 
 
 @pytest.mark.parametrize("runner", ["cpp", "python"])
-def test_sample_with_a_window_and_a_softcap_generates_as_eagerly(tmp_path, runner):
+def test_sample_with_a_window_a_softcap_and_sinks_generates_as_eagerly(tmp_path, runner):
     from aotc.exporter.generate import Generator, adapt, eager_generate
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
-    model = _sample(window=6, softcap=3.0)
-    want = eager_generate(Generator(adapt(_sample(window=6, softcap=3.0), 2, CACHE), CACHE),
-                          ids, 40)
+    kw = dict(window=6, softcap=3.0, sinks=True)
+    model = _sample(**kw)
+    want = eager_generate(Generator(adapt(_sample(**kw), 2, CACHE), CACHE), ids, 40)
     plain = eager_generate(Generator(adapt(_sample(), 2, CACHE), CACHE), ids, 40)
-    assert not torch.equal(want, plain)              # the window and the cap change the tokens
+    assert not torch.equal(want, plain)      # the window, the cap and the sinks change tokens
     path = aotc.export(model, (ids,), tmp_path / "w.aotc", decode=True, max_cache_len=CACHE)
     m = aotc.load(path, runner=runner)
     assert torch.equal(m.generate(ids, 40), want)

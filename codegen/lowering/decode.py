@@ -26,15 +26,15 @@ def dense(g, tv):
 
 @register(torch.ops.aotc.decode_attention_write.default)
 def decode_attention_write(g, metas, q, k_cache, v_cache, position, key, value, scale,
-                           window=0, softcap=0.0):
+                           window=0, softcap=0.0, sinks=None):
     """The cache writes of a decode step done by its attention kernel (codegen/state.py)."""
     return decode_attention(g, metas, q, k_cache, v_cache, position, scale, window, softcap,
-                            new=(key, value))
+                            sinks, new=(key, value))
 
 
 @register(torch.ops.aotc.decode_attention.default)
 def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, softcap=0.0,
-                     new=()):
+                     sinks=None, new=()):
     if not g.split_reductions:      # not a CUDA target: the runtime's op
         return None
     from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
@@ -47,6 +47,7 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     out = g._buffer(g.new_slot(qb.shape, q.dtype))
     for b in (*partials, out):
         g.out.slots[b.slot]["producer"] = "kernel"
+    sb = dense(g, sinks) if sinks is not None else None
     g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb,
-                                                window=window, softcap=softcap))
+                                                window=window, softcap=softcap, sinks=sb))
     return g.realized(out.slot)

@@ -98,17 +98,18 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
 
 _COMBINE = '''
 @triton.jit
-def {name}({mo}, {mm}, {ml}, {o}):
+def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
     row = tl.program_id(0)
     parts = tl.arange(0, {sp})
     pmask = parts < {splits}
     m = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"))
     l = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0)
-    w = tl.exp(m - tl.reduce(m, 0, aotc_maximum))
+    top = tl.reduce(m, 0, aotc_maximum)
+{sink_top}    w = tl.exp(m - top)
     dims = tl.arange(0, {d})
     acc = tl.load({mo} + (row * {splits} + parts[:, None]) * {d} + dims[None, :],
                   mask=pmask[:, None], other=0.0)
-    out = tl.reduce(acc * w[:, None], 0, aotc_add) / tl.reduce(w * l, 0, aotc_add)
+    out = tl.reduce(acc * w[:, None], 0, aotc_add) / (tl.reduce(w * l, 0, aotc_add){sink_den})
     tl.store({o} + row * {d} + dims, out.to({o}.dtype.element_ty))
 '''
 
@@ -129,6 +130,10 @@ _WRITE_PRELUDE = '''    row = (b * {hkv} + g) * {d} + dims
 _WINDOW_START = """    lo = n_valid - {window}
     first = tl.maximum(lo - s * {chunk}, 0) // {block} * {block}
 """
+# Attention sinks: the head's learned logit joins the softmax (its weight goes to no value).
+_SINK_TOP = """    sink = tl.load({sinks} + row % {heads}).to(tl.float32)
+    top = tl.maximum(top, sink)
+"""
 _SOFTCAP = "        qk = libdevice.tanh(qk / {softcap}) * {softcap}\n"
 _WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n"
 _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)\n"
@@ -148,38 +153,43 @@ def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
                         error_code=None, num_stages=num_stages)
 
 
-def _source(kind: str, name: str, ins, outs, **sizes):
-    if kind == "split":
-        q, k, v, pos, *new = (b.name for b in ins)
-        mo, mm, ml = (b.name for b in outs)
-        write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
-        if new:
-            kn, vn = new
-            write = {"params": f"{kn}, {vn}, ", "key_new": _WRITE_KEY,
-                     "value_new": _WRITE_VALUE,
-                     "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, **sizes)}
-        window, softcap = sizes["window"], sizes["softcap"]
-        extra = {"window_start": _WINDOW_START.format(**sizes) if window else "",
-                 "start": "first" if window else "0",
-                 "window_mask": " & (keys >= lo)" if window else "",
-                 "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
-        text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml,
-                             **write, **extra, **sizes)
-        grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
-    else:
-        mo, mm, ml = (b.name for b in ins)
-        (o,) = (b.name for b in outs)
-        text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, o=o, **sizes)
-        grid = (sizes["batch"] * sizes["heads"], 1, 1)
-    return hand_source(name, text, ins, outs, grid)
+def _split_source(name: str, ins, outs, **sizes):
+    q, k, v, pos, *new = (b.name for b in ins)
+    mo, mm, ml = (b.name for b in outs)
+    write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
+    if new:
+        kn, vn = new
+        write = {"params": f"{kn}, {vn}, ", "key_new": _WRITE_KEY, "value_new": _WRITE_VALUE,
+                 "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, **sizes)}
+    window, softcap = sizes["window"], sizes["softcap"]
+    extra = {"window_start": _WINDOW_START.format(**sizes) if window else "",
+             "start": "first" if window else "0",
+             "window_mask": " & (keys >= lo)" if window else "",
+             "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
+    text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
+                         **extra, **sizes)
+    return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["hkv"], sizes["splits"], 1))
+
+
+def _combine_source(name: str, ins, outs, **sizes):
+    mo, mm, ml, *sinks = (b.name for b in ins)
+    (o,) = (b.name for b in outs)
+    sink = {"sink_param": "", "sink_top": "", "sink_den": ""}
+    if sinks:
+        sink = {"sink_param": f"{sinks[0]}, ", "sink_den": " + tl.exp(sink - top)",
+                "sink_top": _SINK_TOP.format(sinks=sinks[0], **sizes)}
+    text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, o=o, **sink, **sizes)
+    return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["heads"], 1, 1))
 
 
 def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
-                             window: int = 0, softcap: float = 0.0) -> list[HandKernel]:
+                             window: int = 0, softcap: float = 0.0,
+                             sinks=None) -> list[HandKernel]:
     """The split and combine kernels for Buffers q [B, H, 1, D], caches [B, Hkv, M, D], pos,
     partial buffers (o [B*H*splits, D], m and l [B*H*splits], float32) and the output; with
     `new` (key, value [B, Hkv, 1, D]), the split kernel first writes them at pos; `window`
-    (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores."""
+    (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
+    the combine kernel adds each head's `sinks` [H] logit to its softmax."""
     batch, heads, _, d = (int(x) for x in q.shape)
     hkv, m = int(k.shape[1]), int(k.shape[2])
     chunk, splits = plan_splits(m)
@@ -191,14 +201,16 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
                        outs=(mo, mm, ml),
-                       make=lambda n, i, o: _source("split", n, i, o, **sizes))
-    combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml), outs=(out,),
-                         make=lambda n, i, o: _source("combine", n, i, o, **sizes))
+                       make=lambda n, i, o: _split_source(n, i, o, **sizes))
+    sink = (sinks,) if sinks is not None else ()
+    combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, *sink),
+                         outs=(out,), make=lambda n, i, o: _combine_source(n, i, o, **sizes))
     written = "; writes this step's key and value" if new else ""
     written += f"; a window of {window} keys" if window else ""
     written += f"; scores soft-capped at {softcap}" if softcap else ""
     for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
-                     (combine, f"combine {splits} chunks")):
+                     (combine, f"combine {splits} chunks" + (" and the heads' sinks"
+                                                             if sinks is not None else ""))):
         hk.reasons.append(f"decode attention ({what}, {group} query heads per KV head)")
     return [split, combine]
 

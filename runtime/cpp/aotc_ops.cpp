@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "instr.h"
 
@@ -12,26 +13,34 @@ namespace aotc {
 
 namespace {
 
-// softmax(q k^T * scale, soft-capped where softcap > 0, masked) v, as runtime/attention.py
-// computes it: ATen's attention without a softcap, the explicit product with one.
+// softmax(q k^T * scale, soft-capped where softcap > 0, masked[, with each head's sink logit])
+// v, as runtime/attention.py computes it: ATen's attention without a softcap or sinks, the
+// explicit product with them.
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v,
-                     const std::optional<at::Tensor>& mask, double scale, double softcap) {
+                     const std::optional<at::Tensor>& mask, double scale, double softcap,
+                     const std::optional<at::Tensor>& sinks) {
   bool gqa = q.size(1) != k.size(1);
-  if (softcap <= 0)
+  if (softcap <= 0 && !sinks)
     return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, gqa);
   if (gqa) {
     k = k.repeat_interleave(q.size(1) / k.size(1), 1);
     v = v.repeat_interleave(q.size(1) / v.size(1), 1);
   }
   at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;
-  scores = at::tanh(scores / softcap) * softcap;
+  if (softcap > 0) scores = at::tanh(scores / softcap) * softcap;
   if (mask) scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<double>::infinity());
-  return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+  if (!sinks) return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+  std::vector<int64_t> shape(scores.sizes().begin(), scores.sizes().end());
+  shape.back() = 1;
+  at::Tensor sink = sinks->to(scores.scalar_type()).reshape({1, -1, 1, 1}).expand(shape);
+  at::Tensor weights = at::softmax(at::cat({scores, sink}, -1), -1, at::kFloat);
+  return at::matmul(weights.slice(-1, 0, -1).to(q.scalar_type()), v);
 }
 
 // decode_attention(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache, position [1]
-// int64, scale[, window[, softcap]]): one query token attending the cache's keys 0..position
-// (with window > 0 only the last `window` of them; with softcap > 0 its scores soft-capped).
+// int64, scale[, window[, softcap[, sinks]]]): one query token attending the cache's keys
+// 0..position (with window > 0 only the last `window` of them; with softcap > 0 its scores
+// soft-capped; with sinks [H], one more logit per head in each softmax).
 // On a CPU the position is read (no device to wait for) and attention runs over the valid
 // keys only; elsewhere the rest of the cache is masked, so nothing is read back from the device.
 void decode_attention(torch::jit::Stack& st) {
@@ -42,24 +51,26 @@ void decode_attention(torch::jit::Stack& st) {
   double scale = st[4].toScalar().toDouble();
   int64_t window = st.size() > 5 ? st[5].toScalar().toLong() : 0;
   double softcap = st.size() > 6 ? st[6].toScalar().toDouble() : 0.0;
+  std::optional<at::Tensor> sinks;
+  if (st.size() > 7 && !st[7].isNone()) sinks = st[7].toTensor();
   at::Tensor out;
   if (q.device().is_cpu()) {
     int64_t n = pos.reshape(-1)[0].item<int64_t>() + 1;
     int64_t lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
-    out = attention(q, k.slice(2, lo, n), v.slice(2, lo, n), std::nullopt, scale, softcap);
+    out = attention(q, k.slice(2, lo, n), v.slice(2, lo, n), std::nullopt, scale, softcap, sinks);
   } else {
     at::Tensor keys = at::arange(k.size(2), k.options().dtype(at::kLong));
     at::Tensor at_pos = pos.reshape(1);
     at::Tensor mask = keys <= at_pos;
     if (window > 0) mask = mask & (keys > at_pos - window);
-    out = attention(q, k, v, mask.reshape({1, 1, 1, -1}), scale, softcap);
+    out = attention(q, k, v, mask.reshape({1, 1, 1, -1}), scale, softcap, sinks);
   }
   st.clear();
   st.emplace_back(std::move(out));
 }
 
 // decode_attention_write(query, key_cache, value_cache, position, key, value, scale[, window[,
-// softcap]]): key and value [B, Hkv, 1, D] written at `position` of the caches (in place: they
+// softcap[, sinks]]]): key and value [B, Hkv, 1, D] written at `position` of the caches (in place: they
 // are the module's state), then decode_attention.
 void decode_attention_write(torch::jit::Stack& st) {
   at::Tensor index = st[3].toTensor().reshape({1});
@@ -75,11 +86,11 @@ void decode_attention_write(torch::jit::Stack& st) {
 NativeOp native_op(const std::string& op, const std::string& overload, size_t& least,
                    size_t& most) {
   if (op == "aotc::decode_attention" && overload == "default") {
-    least = 5, most = 7;
+    least = 5, most = 8;
     return &decode_attention;
   }
   if (op == "aotc::decode_attention_write" && overload == "default") {
-    least = 7, most = 9;
+    least = 7, most = 10;
     return &decode_attention_write;
   }
   return nullptr;
