@@ -150,7 +150,7 @@ def fuse_cache_writes(graph: dict) -> dict:
     for n in nodes:
         if n["op"] != DECODE:
             continue
-        q, kx, vx, pos, scale, *extra = n["args"]     # extra: window, softcap
+        q, kx, vx, pos, scale, *extra = n["args"]     # extra: window, softcap, sinks
         writes = [_cache_write(nodes, producer, users, x, pos) for x in (kx, vx)]
         if None in writes:
             continue

@@ -118,16 +118,12 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
     return y.to(out_dtype or x.dtype)
 
 
-def _grouped_mm_fallback(x, w, offs):
-    """transformers' grouped product for what torch's kernel does not take (fp32, CPUs)."""
-    return _grouped_mm(x, w, offs)
-
-
 # aotc's own decompositions of composite ops, applied while replaying the exported graph
-# (by the op, or by its qualified name for ops of libraries aotc does not import).
+# (by the op, or by its qualified name for ops of libraries aotc does not import: transformers'
+# grouped product, (input, weight, offs), for what torch's kernel does not take: fp32, CPUs).
 OWN = {aten.linear.default: _linear, aten.matmul.default: _matmul,
        aten._grouped_mm.default: _grouped_mm}
-OWN_BY_NAME = {"transformers.grouped_mm_fallback.default": _grouped_mm_fallback}
+OWN_BY_NAME = {"transformers.grouped_mm_fallback.default": _grouped_mm}
 
 
 class _Replay(torch.fx.Interpreter):
