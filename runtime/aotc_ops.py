@@ -64,7 +64,9 @@ def all_gather(x, dim, world):
     return torch.cat(parts, dim)
 
 
-OPS = {"aotc::all_reduce.default": (all_reduce, (1, 1)),   # name: (function, arity range)
-       "aotc::all_gather.default": (all_gather, (3, 3)),
-       "aotc::decode_attention.default": (decode_attention, (5, 8)),
-       "aotc::decode_attention_write.default": (decode_attention_write, (7, 10))}
+# name: (function, its arguments' kinds, how many are required). Kinds: "T" a tensor slot,
+# "i" an int, "f" a number; the ones after the required count may be left out.
+OPS = {"aotc::all_reduce.default": (all_reduce, "T", 1),
+       "aotc::all_gather.default": (all_gather, "Tii", 3),
+       "aotc::decode_attention.default": (decode_attention, "TTTTfifT", 5),
+       "aotc::decode_attention_write.default": (decode_attention_write, "TTTTTTfifT", 7)}

@@ -14,12 +14,7 @@ _SCALAR_TAGS = ("dtype", "layout", "memory_format")
 
 def check_call(op, step, slots) -> None:
     if step.op.startswith("aotc::"):    # aotc's own ops take positional tensors and numbers
-        from aotc.runtime.aotc_ops import OPS
-        least, most = OPS[step.op][1]
-        if not least <= len(step.args) <= most or step.kwargs:
-            _fail(step, f"{least}-{most} positional arguments" if least < most
-                  else f"{least} positional arguments",
-                  f"{len(step.args)} and {len(step.kwargs)} keywords")
+        _check_aotc_call(step, slots)
         return
     schema = getattr(op, "_schema", None)   # an OpOverload (tests may substitute a function)
     if schema is None:
@@ -38,6 +33,25 @@ def check_call(op, step, slots) -> None:
         if not _accepts(formal.type, value, slots):
             _fail(step, f"argument {formal.name!r} of type {formal.type}",
                   f"{type(value).__name__} {str(value)[:60]}")
+
+
+_AOTC_KINDS = {"T": "a tensor slot", "i": "an int", "f": "a number"}
+
+
+def _check_aotc_call(step, slots) -> None:
+    from aotc.runtime.aotc_ops import OPS
+    _, kinds, least = OPS[step.op]
+    if not least <= len(step.args) <= len(kinds) or step.kwargs:
+        _fail(step, f"{least}-{len(kinds)} positional arguments" if least < len(kinds)
+              else f"{least} positional arguments",
+              f"{len(step.args)} and {len(step.kwargs)} keywords")
+    for i, (kind, a) in enumerate(zip(kinds, step.args)):
+        ok = (isinstance(a, SlotRef) and slots[a.slot].is_tensor if kind == "T" else
+              type(a) is int if kind == "i" else
+              type(a) in (int, float) or (isinstance(a, Tagged) and a.tag == "float"))
+        if not ok:
+            _fail(step, f"argument {i}: {_AOTC_KINDS[kind]}",
+                  f"{type(a).__name__} {str(a)[:60]}")
 
 
 def _fail(step, expected, found):

@@ -261,3 +261,17 @@ def test_python_checks_the_runner_file(artifact_copy):
     flip_byte(artifact_copy / rel, 10, 0x01)
     with pytest.raises(aotc.ArtifactError, match="runner/forward.json is damaged"):
         aotc.load(artifact_copy)
+
+
+@pytest.mark.parametrize("arg,value,message", [
+    (7, ["f", 4.0], "argument 7: an int"), (9, ["f", 1.0], "argument 9: a tensor slot")])
+def test_decode_attention_arguments_checked(aotc_run, tmp_path, arg, value, message):
+    """The runner file's call of aotc's own op: each argument of the kind the op takes."""
+    art = tmp_path / "g.aotc"
+    shutil.copytree(FIXTURES / "format_v12_generator.aotc", art)
+    rel = fmt.runner_file("decode")
+    doc = json.loads((art / rel).read_bytes())
+    next(s for s in doc["steps"] if s[0] == "call" and s[2].startswith("aotc::"))[4][arg] = value
+    replace_file(art, rel, fmt.dumps(doc))
+    done, _ = run_cpp(aotc_run, art)
+    assert done.returncode == 5 and message in done.stderr, done.stderr

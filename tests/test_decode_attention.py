@@ -91,3 +91,31 @@ def test_flash_decoding_kernels_with_attention_sinks(window, pos, dtype):
     """GPT-OSS's sinks: a logit per head (large ones here, so they take real weight) joins the
     softmax in the combine kernel, at the first position and across chunks."""
     _check(2, 8, 2, 200, pos, True, dtype, window, sinks=True)
+
+
+# ------------------------------------------------------------- hostile plans calling the op
+FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "format_v12_generator.aotc"
+
+
+def _decode_step(doc):
+    return next(s for s in doc["steps"] if s.get("op") == "aotc::decode_attention_write.default")
+
+
+@pytest.mark.parametrize("runner", ["cpp", "python"])
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: s["args"].__setitem__(7, "4"), "argument 7: an int"),             # the window
+    (lambda s: s["args"].__setitem__(7, 4.5), "argument 7: an int"),
+    (lambda s: s["args"].__setitem__(8, {"slot": 5}), "argument 8: a number"),   # the softcap
+    (lambda s: s["args"].__setitem__(9, 1.0), "argument 9: a tensor slot"),      # the sinks
+    (lambda s: s["args"].append(0), "7-10 positional arguments"),
+    (lambda s: s["args"].__delitem__(slice(5, None)), "7-10 positional arguments")])
+def test_decode_attention_arguments_are_checked_at_load(tmp_path, runner, edit, message):
+    """Each argument of aotc's own op has a kind (runtime/aotc_ops.py's OPS): a plan that gives
+    another is refused when the artifact loads, not when a decode step runs."""
+    import aotc
+    from aotc.errors import ArtifactError
+    from hostile import copy_artifact, edit_json
+    art = copy_artifact(FIXTURE, tmp_path / "g.aotc")
+    edit_json(art, "plans/decode.json", lambda doc: edit(_decode_step(doc)))
+    with pytest.raises(ArtifactError, match=message):
+        aotc.load(art, runner=runner)

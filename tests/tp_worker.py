@@ -92,9 +92,9 @@ def main() -> None:
         dist.init_process_group("gloo")
     if args.identity:
         from aotc.runtime import aotc_ops
-        aotc_ops.OPS["aotc::all_reduce.default"] = (torch.clone, (1, 1))
+        aotc_ops.OPS["aotc::all_reduce.default"] = (torch.clone, "T", 1)
         aotc_ops.OPS["aotc::all_gather.default"] = (
-            lambda x, dim, world: torch.cat([x] * world, dim), (3, 3))
+            lambda x, dim, world: torch.cat([x] * world, dim), "Tii", 3)
     try:
         m = aotc.load(args.artifact)
     except AotcError as e:

@@ -82,15 +82,16 @@ void decode_attention_write(torch::jit::Stack& st) {
 
 }  // namespace
 
-// The aotc op of that name and the range of its argument count, or nullptr.
-NativeOp native_op(const std::string& op, const std::string& overload, size_t& least,
-                   size_t& most) {
+// The aotc op of that name, its arguments' kinds (as runtime/aotc_ops.py's OPS: 'T' a tensor
+// slot, 'i' an int, 'f' a number) and how many of them are required; or nullptr.
+NativeOp native_op(const std::string& op, const std::string& overload, std::string& kinds,
+                   size_t& least) {
   if (op == "aotc::decode_attention" && overload == "default") {
-    least = 5, most = 8;
+    kinds = "TTTTfifT", least = 5;
     return &decode_attention;
   }
   if (op == "aotc::decode_attention_write" && overload == "default") {
-    least = 7, most = 10;
+    kinds = "TTTTTTfifT", least = 7;
     return &decode_attention_write;
   }
   return nullptr;

@@ -196,8 +196,8 @@ c10::IValue Program::Filler::make(const std::vector<c10::IValue>& regs, const in
   }
 }
 
-NativeOp native_op(const std::string& op, const std::string& overload, size_t& least,
-                   size_t& most);
+NativeOp native_op(const std::string& op, const std::string& overload, std::string& kinds,
+                   size_t& least);
 
 // The fillers of one call, from its positional and keyword arguments and the schema's
 // defaults, in the schema's order (a boxed call takes every argument).
@@ -208,14 +208,22 @@ Program::Call resolve_call(const spec::Step& s, const c10::Device& device, int32
   Program::Call call;
   call.out = s.out;
   call.single = s.single;
-  size_t least = 0, most = 0;
-  if ((call.native = native_op(s.op, s.overload, least, most))) {
-    if (!s.kwargs.empty() || s.call_args.size() < least || s.call_args.size() > most)
-      throw SpecError(std::to_string(least) + "-" + std::to_string(most) +
+  std::string kinds;
+  size_t least = 0;
+  if ((call.native = native_op(s.op, s.overload, kinds, least))) {
+    if (!s.kwargs.empty() || s.call_args.size() < least || s.call_args.size() > kinds.size())
+      throw SpecError(std::to_string(least) + "-" + std::to_string(kinds.size()) +
                       " positional arguments", c.where);
-    for (const Arg& a : s.call_args)
-      call.stack.push_back(a.kind == K::Slot || a.kind == K::Sym
-                               ? reference(a, false, c) : fixed(constant(a, c10::TypeKind::AnyType, c)));
+    for (size_t i = 0; i < s.call_args.size(); ++i) {
+      const Arg& a = s.call_args[i];
+      bool ok = kinds[i] == 'T' ? a.kind == K::Slot
+              : kinds[i] == 'i' ? a.kind == K::Int : a.kind == K::Int || a.kind == K::Float;
+      if (!ok)
+        throw SpecError("argument " + std::to_string(i) + (kinds[i] == 'T' ? ": a tensor slot"
+                        : kinds[i] == 'i' ? ": an int" : ": a number"), c.where);
+      call.stack.push_back(a.kind == K::Slot ? reference(a, false, c)
+                                             : fixed(constant(a, c10::TypeKind::AnyType, c)));
+    }
     return call;
   }
   // plans name an op's unnamed overload "default", as torch.ops does; the dispatcher ""
