@@ -17,8 +17,9 @@ generator it sets each cache's `mode` for the entry it captures:
 `attend(..., window=W)` attends only the last W positions (a sliding window, as Mistral's and
 Gemma's local layers), `attend(..., softcap=C)` soft-caps the scores (C * tanh(s / C), as
 Gemma 2), and `attend(..., sinks=S)` gives each head's softmax one more logit S[h] whose weight
-goes to no value (GPT-OSS); in every mode, so eager generation and the artifact agree. `attention` and
-`window_mask` (from runtime/attention.py) are the same arithmetic for a model's own use.
+goes to no value (GPT-OSS); in every mode, so eager generation and the artifact agree.
+`attention` and `window_mask` (from runtime/attention.py) are the same arithmetic for a model's
+own use.
 
 The convention for plain-torch decoders (samples/llama.py follows it): the model's attention
 layers keep their caches in `KVCache` modules and call `update` and `attend`;

@@ -4,10 +4,10 @@ runtime: a fixed table, like the ATen ops of runtime/schema/extern_ops.txt.
 `aotc::decode_attention.default(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache,
 position [1] int64, scale[, window[, softcap[, sinks]]])`: one query token per sequence
 attending the cache's keys 0..position (aotc/nn.py; with a window, only the last `window` of
-them; with a softcap, scores soft-capped; with sinks [H], one more logit per head). On a CPU it reads the position (no device to wait for) and
-attends the valid keys only; elsewhere it masks the rest of the cache, so no value is read
-back from the device (CUDA artifacts launch a flash-decoding kernel instead,
-codegen/triton/decode_attention.py).
+them; with a softcap, scores soft-capped; with sinks [H], one more logit per head). On a CPU
+it reads the position (no device to wait for) and attends the valid keys only; elsewhere it
+masks the rest of the cache, so no value is read back from the device (CUDA artifacts launch
+a flash-decoding kernel instead, codegen/triton/decode_attention.py).
 
 `aotc::all_reduce.default(x)`: the sum of `x` over the ranks of the default process group of
 torch.distributed, as a new tensor (tensor-parallel artifacts, after each row-parallel

@@ -40,8 +40,8 @@ def test_concurrent_calls(cpp_tests, exported):
 def test_generation_from_cpp(cpp_tests, tmp_path, attention):
     """A generator's prefill and decode entries, their KV cache the module's state (zeros at
     load, updated in place by aotc::decode_attention_write, with a sliding window, soft-capped
-    scores and attention sinks or without): the tokens Python generates, from the artifact directory and from its
-    package."""
+    scores and attention sinks or without): the tokens Python generates, from the artifact
+    directory and from its package."""
     from conftest import SAMPLES_DIR, import_file
     from aotc.runtime.package import pack
     torch.manual_seed(0)

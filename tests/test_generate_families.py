@@ -1,11 +1,12 @@
-"""Decoders beyond LLaMA's shape exported as generators: sliding windows and soft-capped
-scores (in aotc's own convention and in transformers' Gemma 2/3 and Mistral), transformers
-layers that do not pass their keyword arguments down to attention, caches sized from what each
-layer stores rather than from its config, and the models aotc's decoder cannot serve (an
-additive attention bias, attention outside transformers' interface, experts through
-transformers' own op) refused with an AotcError that says so (benchmarks/generate_families.py
-holds the families and the reasons). Greedy tokens must equal transformers' own `generate` with a static
-cache (the plain-torch sample: its eager KVCache path)."""
+"""Decoders beyond LLaMA's shape exported as generators: sliding windows, soft-capped scores and
+attention sinks (in aotc's own convention and in transformers' Gemma 2/3, Mistral, GPT-OSS),
+mixtures of experts, transformers layers that do not pass their keyword arguments down to
+attention, caches sized from what each layer stores rather than from its config, and the
+models aotc's decoder cannot serve (an additive attention bias, attention outside
+transformers' interface) refused with an AotcError that says so
+(benchmarks/generate_families.py holds the families and the reasons). Greedy tokens must equal
+transformers' own `generate` with a static cache (the plain-torch sample: its eager KVCache
+path)."""
 from __future__ import annotations
 
 import pytest

@@ -168,7 +168,8 @@ def _split_source(name: str, ins, outs, **sizes):
              "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
     text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
                          **extra, **sizes)
-    return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["hkv"], sizes["splits"], 1))
+    grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
+    return hand_source(name, text, ins, outs, grid)
 
 
 def _combine_source(name: str, ins, outs, **sizes):

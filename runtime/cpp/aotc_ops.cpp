@@ -28,7 +28,8 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v,
   }
   at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;
   if (softcap > 0) scores = at::tanh(scores / softcap) * softcap;
-  if (mask) scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<double>::infinity());
+  if (mask)
+    scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<double>::infinity());
   if (!sinks) return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
   std::vector<int64_t> shape(scores.sizes().begin(), scores.sizes().end());
   shape.back() = 1;
@@ -70,8 +71,8 @@ void decode_attention(torch::jit::Stack& st) {
 }
 
 // decode_attention_write(query, key_cache, value_cache, position, key, value, scale[, window[,
-// softcap[, sinks]]]): key and value [B, Hkv, 1, D] written at `position` of the caches (in place: they
-// are the module's state), then decode_attention.
+// softcap[, sinks]]]): key and value [B, Hkv, 1, D] written at `position` of the caches (in
+// place: they are the module's state), then decode_attention.
 void decode_attention_write(torch::jit::Stack& st) {
   at::Tensor index = st[3].toTensor().reshape({1});
   st[1].toTensor().index_copy_(2, index, st[4].toTensor());

@@ -28,7 +28,7 @@ namespace aotc::fe {
 class Package;
 
 constexpr int kFormatVersion = 12;   // runtime/format.py FORMAT_VERSION this front end reads
-constexpr int kRunnerFormat = 10;    // the first with runner files (11: CUDA specs; 12: decode args)
+constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args)
 
 struct FileEntry {
   uint64_t size = 0;
