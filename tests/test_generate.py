@@ -94,21 +94,6 @@ def test_more_transformers_decoders(tmp_path, family):
     test_transformers_decoders_match_generate_with_a_static_cache(tmp_path, family)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "gpt2"])   # gpt2: [K, N] weights, stored transposed
-def test_a_cuda_generator_runs_through_the_triton_interpreter(tmp_path, family):
-    pytest.importorskip("triton")
-    m = _hf(family)
-    ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))
-    want = _hf_reference(m, ids, 40)
-    path = aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True, max_cache_len=64,
-                       target="cuda:sm_90")
-    plan = [s for s in aotc.runtime.format.read_manifest(path).entries]
-    assert plan == ["decode", "prefill"]
-    got = aotc.load(path, device="cpu", interpret=True).generate(ids, 40)
-    assert torch.equal(got, want)     # 46 positions: keys in both chunks of 32
-
-
 def test_positions_past_the_cache_are_guard_errors(sample):
     _, ids, path = sample
     m = aotc.load(path)

@@ -47,17 +47,19 @@ def test_gemma2_soft_capped_sliding_window_layers_match_generate(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gemma2", "mistral_window", "mixtral", "gpt_oss"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2", "mistral_window", "mixtral",
+                                    "gpt_oss"])
 def test_cuda_artifacts_through_the_triton_interpreter(tmp_path, family):
-    """A CUDA artifact's kernels run by Triton's interpreter: flash decoding with the window, the
-    cap and the sinks (6 + 14 positions, past the window of 8), and the experts' gathered
-    products."""
+    """A CUDA artifact's kernels run by Triton's interpreter: flash decoding (with the window,
+    the cap and the sinks: 6 + 14 positions, past the window of 8), GPT-2's [K, N] weights
+    stored transposed, and the experts' gathered products."""
     pytest.importorskip("triton")
     m = build(family)
     ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))
     want = reference(m, ids, 14)
     path = aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True, max_cache_len=64,
                        target="cuda:sm_90")
+    assert list(aotc.runtime.format.read_manifest(path).entries) == ["decode", "prefill"]
     got = aotc.load(path, device="cpu", interpret=True).generate(ids, 14)
     assert torch.equal(got, want)
 
