@@ -14,10 +14,12 @@ generator it sets each cache's `mode` for the entry it captures:
     `aotc::decode_attention` (a flash-decoding kernel on GPUs, ATen's attention over the valid
     prefix on CPUs), never the unused rest of the cache.
 
-`attend(..., window=W)` attends only the last W positions (a sliding window, as Mistral's and
-Gemma's local layers), `attend(..., softcap=C)` soft-caps the scores (C * tanh(s / C), as
-Gemma 2), and `attend(..., sinks=S)` gives each head's softmax one more logit S[h] whose weight
-goes to no value (GPT-OSS); in every mode, so eager generation and the artifact agree.
+`KVCache(..., window=W)` with W < max_cache_len is a ring of W slots (position p in slot
+p % W): a sliding-window layer holds only what it can attend. `attend(..., window=W)` attends
+only the last W positions (a sliding window, as Mistral's and Gemma's local layers),
+`attend(..., softcap=C)` soft-caps the scores (C * tanh(s / C), as Gemma 2), and
+`attend(..., sinks=S)` gives each head's softmax one more logit S[h] whose weight goes to no
+value (GPT-OSS); in every mode, so eager generation and the artifact agree.
 `attention` and `window_mask` (from runtime/attention.py) are the same arithmetic for a model's
 own use.
 
@@ -108,31 +110,57 @@ def _all_gather_fake(x, dim, world):
 
 
 class KVCache(torch.nn.Module):
-    """A static KV cache of one attention layer (see the module doc)."""
+    """A static KV cache of one attention layer (see the module doc). With `window` shorter
+    than `max_cache_len` (a sliding-window layer) it is a ring of `window` slots: position p
+    lives in slot p % window, and the slots a step may attend are exactly the window's."""
 
     def __init__(self, batch_size: int, kv_heads: int, max_cache_len: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device=None):
+                 dtype: torch.dtype = torch.float32, device=None, window: int = 0):
         super().__init__()
-        shape = (batch_size, kv_heads, max_cache_len, head_dim)
+        self.ring = window if 0 < window < max_cache_len else 0
+        self.length = max_cache_len
+        shape = (batch_size, kv_heads, self.ring or max_cache_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.mode = "eager"
 
     @property
     def max_cache_len(self) -> int:
-        return self.k.shape[2]
+        return self.length
 
     def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """Write keys/values [B, Hkv, T, D] at `input_pos` [T]; the keys and values attention
-        reads: the new ones in prefill mode, the whole cache otherwise."""
+        reads: the new ones in prefill mode (and for a ring's prompt), the whole cache
+        otherwise."""
+        t = k.shape[2]
+        if self.ring and (self.mode == "prefill" or (self.mode == "eager" and t > 1)):
+            self._check_prompt(input_pos)
+            sources = self._ring_sources(t, k.device)   # a prompt: its last `ring` tokens
+            self.k.copy_(k.index_select(2, sources))
+            self.v.copy_(v.index_select(2, sources))
+            return k, v
         if self.mode == "prefill":
-            t = k.shape[2]
             self.k[:, :, :t].copy_(k)
             self.v[:, :, :t].copy_(v)
             return k, v
-        self.k.index_copy_(2, input_pos, k)
-        self.v.index_copy_(2, input_pos, v)
+        index = input_pos % self.ring if self.ring else input_pos
+        self.k.index_copy_(2, index, k)
+        self.v.index_copy_(2, index, v)
         return self.k, self.v
+
+    def _ring_sources(self, t, device) -> torch.Tensor:
+        """For each ring slot s, the last prompt position p < t with p % ring == s (a slot no
+        position reaches yet takes position t - 1: it is written before it is read). Tensor
+        arithmetic alone, so a symbolic prompt length takes no branch and no guard."""
+        slots = torch.arange(self.ring, device=device)
+        end = torch.arange(t, device=device).amax(0, keepdim=True)      # [t - 1]
+        back = torch.div((end - slots).clamp(min=0), self.ring, rounding_mode="floor")
+        return torch.minimum(slots + back * self.ring, end)
+
+    def _check_prompt(self, input_pos: torch.Tensor) -> None:
+        if self.mode == "eager" and int(input_pos[0]) != 0:
+            raise ValueError("a sliding-window KVCache takes several tokens at once only as a "
+                             "prompt from position 0")
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                input_pos: torch.Tensor, scale: float | None = None, window: int | None = None,
@@ -144,14 +172,21 @@ class KVCache(torch.nn.Module):
         a learned logit per head in every softmax (GPT-OSS's attention sinks)."""
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         window, softcap = int(window or 0), float(softcap or 0.0)
+        t = q.shape[2]
+        ring = self.ring and not (self.mode == "prefill" or (self.mode == "eager" and t > 1))
+        if self.ring and window not in (0, self.ring):
+            raise ValueError(f"a KVCache ring of {self.ring} slots attended with a window of "
+                             f"{window}")
+        if ring:     # one token over the ring: every slot written so far is in the window
+            input_pos, window = input_pos.clamp(max=self.ring - 1), 0
         extra = (window, softcap, sinks) if sinks is not None else \
             (window, softcap) if softcap else (window,) if window else ()
         if self.mode == "decode":     # the extra arguments only where set: plans stay as they were
             return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale, *extra)
         if self.mode == "prefill" and not window:
             return attention(q, k, v, None, scale, softcap, causal=True, sinks=sinks)
-        positions = (torch.arange(q.shape[2], device=q.device) if self.mode == "prefill"
-                     else input_pos)[:, None]
+        positions = (torch.arange(t, device=q.device) if self.mode == "prefill" or
+                     (self.ring and not ring) else input_pos)[:, None]
         keys = torch.arange(k.shape[2], device=k.device)
         return attention(q, k, v, window_mask(positions, keys, window)[None, None], scale,
                          softcap, sinks=sinks)

@@ -45,7 +45,7 @@ class _Context:
     def __init__(self, sliding: dict[int, int]):
         self.caches, self.positions = None, None
         self.sliding = sliding     # layer -> the window its config gives it, where it matters
-        self.attended: set[int] | None = None     # while probing: the layers that attended
+        self.attended: dict[int, int] | None = None   # while probing: layer -> its window
 
 
 CONTEXT = "_aotc_context"
@@ -93,7 +93,7 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
                           found="a longer cache",
                           fix=f"export with --max-cache-len {ctx.sliding[layer]} or less")
     if ctx.attended is not None:          # the probe: causal attention over the new tokens
-        ctx.attended.add(layer)
+        ctx.attended[layer] = int(sliding_window or 0)
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, is_causal=True, scale=scaling,
             enable_gqa=query.shape[1] != key.shape[1])
@@ -164,7 +164,7 @@ class HFDecoder(torch.nn.Module):
         name = type(self.model).__name__
         p = next(iter(self.model.parameters()))
         probe = _Cache(None, torch.arange(2, device=p.device))
-        self.context.attended = set()
+        self.context.attended = {}
         try:
             with torch.no_grad():
                 self.model(input_ids=torch.zeros(batch, 2, dtype=torch.int64, device=p.device),
@@ -183,14 +183,15 @@ class HFDecoder(torch.nn.Module):
         finally:
             self.context.attended = None
         layers = sorted(probe.stored)
-        if not layers or layers != list(range(len(layers))) or attended != set(layers):
+        if not layers or layers != list(range(len(layers))) or set(attended) != set(layers):
             raise ExportError(f"{name}'s attention does not run through transformers' "
                               "attention interface and cache", where=name,
                               expected="every layer storing its keys in the cache and "
                               "attending through the configured attention implementation",
                               found=f"layers storing {layers}, attending {sorted(attended)}",
                               fix="export without --decode, or follow aotc/nn.py's convention")
-        return [_cache_like(name, i, *probe.stored[i], max_cache_len) for i in layers]
+        return [_cache_like(name, i, *probe.stored[i], max_cache_len, attended[i])
+                for i in layers]
 
     def release(self) -> None:
         """Give the model back its own attention implementation."""
@@ -210,8 +211,10 @@ class HFDecoder(torch.nn.Module):
         return out.logits
 
 
-def _cache_like(name: str, layer: int, key, value, max_cache_len: int) -> KVCache:
-    """A layer's KVCache for keys and values shaped as the probe's [B, Hkv, 2, D]."""
+def _cache_like(name: str, layer: int, key, value, max_cache_len: int,
+                window: int) -> KVCache:
+    """A layer's KVCache for keys and values shaped as the probe's [B, Hkv, 2, D] (a ring of
+    `window` slots for a sliding-window layer whose window is shorter than the cache)."""
     if key.dim() != 4 or key.shape != value.shape:
         raise ExportError(f"layer {layer} of {name} stores keys and values aotc's cache cannot "
                           "hold", where=f"layer {layer}", expected="keys and values of one "
@@ -219,4 +222,4 @@ def _cache_like(name: str, layer: int, key, value, max_cache_len: int) -> KVCach
                           found=f"{list(key.shape)} and {list(value.shape)}",
                           fix="export without --decode")
     b, heads, _, d = key.shape
-    return KVCache(b, heads, max_cache_len, d, key.dtype, key.device)
+    return KVCache(b, heads, max_cache_len, d, key.dtype, key.device, window=window)

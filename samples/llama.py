@@ -125,7 +125,8 @@ class Net(nn.Module):
         p = self.output.weight
         for block in self.layers:
             a = block.attn
-            a.cache = KVCache(batch_size, a.kv_heads, max_cache_len, a.head_dim, p.dtype, p.device)
+            a.cache = KVCache(batch_size, a.kv_heads, max_cache_len, a.head_dim, p.dtype, p.device,
+                              window=a.window)
 
     def forward(self, input_ids, input_pos=None):
         if input_pos is None:

@@ -37,13 +37,17 @@ def _matches_generate(tmp_path, family: str, n: int = 40, **load):
 
 def test_gemma2_soft_capped_sliding_window_layers_match_generate(tmp_path):
     """Gemma 2 alternates sliding-window layers (a window of 8 here) with global ones, every
-    one soft-capping its scores at 50: each decode attention says so in the plan."""
+    one soft-capping its scores at 50: a sliding layer's cache is a ring of 8 slots, the global
+    layer's holds every position, and each decode attention soft-caps."""
     import json
     path = _matches_generate(tmp_path, "gemma2")
+    state = {s["name"]: s["shape"] for s in json.loads((path / "manifest.json").read_text())
+             ["state"]}
+    assert state["decoder.caches.0.k"][2] == 8 and state["decoder.caches.1.k"][2] == CACHE
     steps = json.loads((path / "plans" / "decode.json").read_text())["steps"]
-    extra = {tuple(s["args"][7:]) for s in steps
-             if s.get("op") == "aotc::decode_attention_write.default"}
-    assert extra == {(8, 50.0), (0, 50.0)}
+    extra = {tuple(s["args"][-2:]) for s in steps
+             if s.get("op", "").startswith("aotc::decode_attention")}
+    assert extra == {(0, 50.0)}
 
 
 @pytest.mark.slow
@@ -158,3 +162,24 @@ def test_grouped_product_decomposition_matches_a_loop_over_groups(dtype):
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(got[:7], want[:7], **tol)
     assert got.dtype == dtype and torch.isfinite(got[7:]).all()
+
+
+def test_a_ring_cache_generates_what_recomputing_the_whole_sequence_does(tmp_path):
+    """A sliding-window layer's ring of 4 slots against the model run without any cache on
+    the whole sequence each step (its own causal window mask): prompts shorter and longer than
+    the window, one artifact (the prompt length is dynamic), both runners."""
+    import json
+    path = aotc.export(_sample(window=4), (torch.randint(0, 500, (2, 10)),),
+                       tmp_path / "r.aotc", decode=True, max_cache_len=CACHE)
+    shapes = {s["shape"][2] for s in json.loads((path / "manifest.json").read_text())["state"]
+              if s["name"].endswith(".k")}
+    assert shapes == {4}
+    plain = _sample(window=4)                         # no setup_caches: no cache at all
+    for t in (3, 10):
+        ids = torch.randint(0, 500, (2, t), generator=torch.Generator().manual_seed(t))
+        want = ids
+        with torch.no_grad():
+            for _ in range(20):
+                want = torch.cat([want, plain(want)[:, -1].argmax(-1, keepdim=True)], 1)
+        for runner in ("cpp", "python"):
+            assert torch.equal(aotc.load(path, runner=runner).generate(ids, 20), want), (t, runner)
