@@ -133,7 +133,7 @@ class KVCache(torch.nn.Module):
         reads: the new ones in prefill mode (and for a ring's prompt), the whole cache
         otherwise."""
         t = k.shape[2]
-        if self.ring and (self.mode == "prefill" or (self.mode == "eager" and t > 1)):
+        if self._ring_prompt(t):
             self._check_prompt(input_pos)
             sources = self._ring_sources(t, k.device)   # a prompt: its last `ring` tokens
             self.k.copy_(k.index_select(2, sources))
@@ -157,6 +157,11 @@ class KVCache(torch.nn.Module):
         back = torch.div((end - slots).clamp(min=0), self.ring, rounding_mode="floor")
         return torch.minimum(slots + back * self.ring, end)
 
+    def _ring_prompt(self, t) -> bool:
+        """Whether a call of `t` tokens is a ring cache's prompt (attended over its own new
+        keys) rather than a step over the ring."""
+        return bool(self.ring) and (self.mode == "prefill" or (self.mode == "eager" and t > 1))
+
     def _check_prompt(self, input_pos: torch.Tensor) -> None:
         if self.mode == "eager" and int(input_pos[0]) != 0:
             raise ValueError("a sliding-window KVCache takes several tokens at once only as a "
@@ -173,11 +178,12 @@ class KVCache(torch.nn.Module):
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         window, softcap = int(window or 0), float(softcap or 0.0)
         t = q.shape[2]
-        ring = self.ring and not (self.mode == "prefill" or (self.mode == "eager" and t > 1))
-        if self.ring and window not in (0, self.ring):
+        if self.ring and (window or self.ring) != self.ring:
             raise ValueError(f"a KVCache ring of {self.ring} slots attended with a window of "
                              f"{window}")
-        if ring:     # one token over the ring: every slot written so far is in the window
+        window = window or self.ring
+        prompt = self._ring_prompt(t)
+        if self.ring and not prompt:   # one token over the ring: its written slots, the window
             input_pos, window = input_pos.clamp(max=self.ring - 1), 0
         extra = (window, softcap, sinks) if sinks is not None else \
             (window, softcap) if softcap else (window,) if window else ()
@@ -185,8 +191,8 @@ class KVCache(torch.nn.Module):
             return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale, *extra)
         if self.mode == "prefill" and not window:
             return attention(q, k, v, None, scale, softcap, causal=True, sinks=sinks)
-        positions = (torch.arange(t, device=q.device) if self.mode == "prefill" or
-                     (self.ring and not ring) else input_pos)[:, None]
+        positions = (torch.arange(t, device=q.device) if self.mode == "prefill" or prompt
+                     else input_pos)[:, None]
         keys = torch.arange(k.shape[2], device=k.device)
         return attention(q, k, v, window_mask(positions, keys, window)[None, None], scale,
                          softcap, sinks=sinks)
