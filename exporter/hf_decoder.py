@@ -21,6 +21,7 @@ import torch
 
 from aotc.errors import ExportError
 from aotc.nn import KVCache
+from aotc.runtime.attention import attention
 
 ATTENTION = "aotc"
 
@@ -94,9 +95,9 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
                           fix=f"export with --max-cache-len {ctx.sliding[layer]} or less")
     if ctx.attended is not None:          # the probe: causal attention over the new tokens
         ctx.attended[layer] = int(sliding_window or 0)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, is_causal=True, scale=scaling,
-            enable_gqa=query.shape[1] != key.shape[1])
+        scale = scaling or query.shape[-1] ** -0.5
+        out = attention(query, key, value, None, scale, softcap or 0.0, causal=True,
+                        sinks=s_aux)
         return out.transpose(1, 2), None
     out = ctx.caches[layer].attend(query, key, value, ctx.positions, scaling,
                                    window=sliding_window, softcap=softcap, sinks=s_aux)
@@ -105,19 +106,14 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
 class _Cache:
     """What transformers' layers call on `past_key_values`: `update`, answered by the
-    KVCaches (or, with `caches` None, only recorded: the probe), and the few queries models
-    make of a cache."""
+    KVCaches, and the few queries models make of a cache."""
 
     is_compileable = True
 
     def __init__(self, caches, positions):
         self.caches, self.positions = caches, positions
-        self.stored: dict[int, tuple] = {}     # the probe's record: layer -> (key, value)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if self.caches is None:
-            self.stored[layer_idx] = (key_states, value_states)
-            return key_states, value_states
         return self.caches[layer_idx].update(self.positions, key_states, value_states)
 
     def get_mask_sizes(self, query_length, layer_idx: int = 0, *args) -> tuple[int, int]:
@@ -127,10 +123,28 @@ class _Cache:
         return 0
 
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
-        return self.caches[layer_idx].max_cache_len if self.caches is not None else 2
+        return self.caches[layer_idx].max_cache_len
 
     def __len__(self) -> int:
-        return len(self.caches) if self.caches is not None else len(self.stored)
+        return len(self.caches)
+
+
+class _Probe(_Cache):
+    """The probe call's cache: it keeps nothing, and records what each layer stores."""
+
+    def __init__(self, positions):
+        super().__init__(None, positions)
+        self.stored: dict[int, tuple] = {}     # layer -> (key, value)
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        self.stored[layer_idx] = (key_states, value_states)
+        return key_states, value_states
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        return len(self.positions)
+
+    def __len__(self) -> int:
+        return len(self.stored)
 
 
 class HFDecoder(torch.nn.Module):
@@ -145,9 +159,10 @@ class HFDecoder(torch.nn.Module):
         self.cache_kw = "past_key_values" if "past_key_values" in params else "cache"
         self.previous = model.config._attn_implementation
         self.context = _Context(_sliding_layers(cfg, max_cache_len))
-        self.configs = {id(c): c for c in (model.config, cfg, *(getattr(m, "config", None)
-                                                                  for m in model.modules()))
-                        if c is not None}.values()
+        self.configs = list({id(c): c for c in (model.config, cfg,
+                                                *(getattr(m, "config", None)
+                                                  for m in model.modules()))
+                             if c is not None}.values())
         for c in self.configs:
             setattr(c, CONTEXT, self.context)
         model.config._attn_implementation = ATTENTION   # until release(): export's duration
@@ -163,7 +178,7 @@ class HFDecoder(torch.nn.Module):
         shape and dtype that layer stores; every layer that stores must attend through aotc."""
         name = type(self.model).__name__
         p = next(iter(self.model.parameters()))
-        probe = _Cache(None, torch.arange(2, device=p.device))
+        probe = _Probe(torch.arange(2, device=p.device))
         self.context.attended = {}
         try:
             with torch.no_grad():
