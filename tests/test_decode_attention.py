@@ -2,7 +2,8 @@
 the cache, then combined), run by Triton's interpreter, against attention over exactly the keys
 they must read; the cache holds NaN everywhere else, so a kernel that reads one key too many
 fails. With `write`, the split kernel first writes this step's key and value at the position
-(the cache held NaN there) and attends with them; with a window, only the last `window`
+(the cache held NaN there) and attends with them; head sizes need not be powers of two, and
+values may have their own (multi-head latent attention); with a window, only the last `window`
 positions count; with a softcap, scores are soft-capped; with sinks, each head's softmax has
 one more logit. In bf16 the reference is float32 attention of the same bf16 values."""
 from __future__ import annotations
@@ -14,17 +15,17 @@ from aotc.runtime.attention import attention
 
 
 def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0,
-           sinks=False):
+           sinks=False, d=16, dv=None):
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
     from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
     from aotc.runtime.interpret import mended_bf16, import_kernel
     g = torch.Generator().manual_seed(pos)
-    d = 16
+    dv = dv or d
     q = torch.randn(batch, heads, 1, d, generator=g).to(dtype)
-    k, v = (torch.randn(batch, kv_heads, max_len, d, generator=g).to(dtype) for _ in range(2))
-    new = [torch.randn(batch, kv_heads, 1, d, generator=g).to(dtype) for _ in range(2)]
+    k, v = (torch.randn(batch, kv_heads, max_len, n, generator=g).to(dtype) for n in (d, dv))
+    new = [torch.randn(batch, kv_heads, 1, n, generator=g).to(dtype) for n in (d, dv)]
     want_k, want_v = k.clone(), v.clone()
     if write:
         want_k[:, :, pos], want_v[:, :, pos] = new[0][:, :, 0], new[1][:, :, 0]
@@ -38,9 +39,9 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
                               stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
     qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
-    parts = [torch.empty(s) for s in partial_shapes(qb, kb)]
+    parts = [torch.empty(s) for s in partial_shapes(qb, kb, vb)]
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
-    out = torch.empty_like(q)
+    out = torch.empty(batch, heads, 1, dv, dtype=dtype)
     nbufs = tuple(buf(8 + i, t) for i, t in enumerate(new)) if write else ()
     split, combine = decode_attention_kernels(
         qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
@@ -119,3 +120,14 @@ def test_decode_attention_arguments_are_checked_at_load(tmp_path, runner, edit, 
     edit_json(art, "plans/decode.json", lambda doc: edit(_decode_step(doc)))
     with pytest.raises(ArtifactError, match=message):
         aotc.load(art, runner=runner)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+@pytest.mark.parametrize("d,dv,window", [
+    (80, 80, 0),        # Phi-2's head size: padded to 128 in registers
+    (96, 96, 8),        # Phi-3-mini's, with a window
+    (24, 16, 0),        # keys and values of different sizes (multi-head latent attention)
+    (12, 40, 0)])       # both below and above a power of two, keys narrower than tl.dot's 16
+def test_flash_decoding_kernels_with_any_head_sizes(d, dv, window, write, dtype):
+    _check(2, 4, 2, 96, 70, write, dtype, window=window, d=d, dv=dv)

@@ -39,12 +39,12 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
         return None
     from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
     if not all(isinstance(d, int) or getattr(d, "is_Integer", False)
-               for t in (q, k_cache) for d in t.shape):
+               for t in (q, k_cache, v_cache) for d in t.shape):
         return None
     qb, kb, vb, pb, *nb = (dense(g, t) for t in (q, k_cache, v_cache, position, *new))
     partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
-                for shape in partial_shapes(qb, kb)]
-    out = g._buffer(g.new_slot(qb.shape, q.dtype))
+                for shape in partial_shapes(qb, kb, vb)]
+    out = g._buffer(g.new_slot((*qb.shape[:3], vb.shape[3]), q.dtype))
     for b in (*partials, out):
         g.out.slots[b.slot]["producer"] = "kernel"
     sb = dense(g, sinks) if sinks is not None else None

@@ -1,15 +1,17 @@
 """Decode attention for CUDA artifacts: a flash-decoding kernel pair, written by hand.
 
-`aotc::decode_attention(q [B, H, 1, D], k_cache, v_cache [B, Hkv, M, D], pos [1], scale)` reads
-keys 0..pos of a static cache. At one query token per sequence, decode is bound by memory:
-what matters is reading each valid key and value once, with the whole GPU, and nothing past
-the position. So the keys are split into short chunks over a fixed grid (B * Hkv programs per
-chunk, `plan_splits`), each program computing, for the query heads that share its KV head, a
-partial softmax (max, sum) and weighted sum of its chunk; its loop stops at the position, so
-chunks past it cost a program that stores an empty partial, and short contexts cost little. A
-second kernel combines the chunks' partials. Like generated kernels, these call only Triton
-builtins and the prelude's helpers (codegen/triton/printer.py says why), so the interpreter runs
-them too. The grid and every size are static, so decode replays as one CUDA graph.
+`aotc::decode_attention(q [B, H, 1, D], k_cache [B, Hkv, M, D], v_cache [B, Hkv, M, Dv],
+pos [1], scale)` reads keys 0..pos of a static cache. At one query token per sequence, decode
+is bound by memory: what matters is reading each valid key and value once, with the whole GPU,
+and nothing past the position. So the keys are split into short chunks over a fixed grid
+(B * Hkv programs per chunk, `plan_splits`), each program computing, for the query heads that
+share its KV head, a partial softmax (max, sum) and weighted sum of its chunk; its loop stops
+at the position, so chunks past it cost a program that stores an empty partial, and short
+contexts cost little. A second kernel combines the chunks' partials. Head sizes of any width
+(80, 96, multi-head latent attention's 192 for keys and 128 for values) are padded to a power
+of two in registers and masked. Like generated kernels, these call only Triton builtins and
+the prelude's helpers (codegen/triton/printer.py says why), so the interpreter runs them too.
+The grid and every size are static, so decode replays as one CUDA graph.
 """
 from __future__ import annotations
 
@@ -67,20 +69,25 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     heads = tl.arange(0, {gp})
     hmask = heads < {group}
     rows = b * {heads} + g * {group} + heads
-    dims = tl.arange(0, {d})
-    q = tl.load({q} + rows[:, None] * {d} + dims[None, :], mask=hmask[:, None], other=0.0)
+    dims = tl.arange(0, {dp})
+    dmask = dims < {d}
+    vdims = tl.arange(0, {dvp})
+    vmask = vdims < {dv}
+    q = tl.load({q} + rows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
+                other=0.0)
     m_i = tl.full([{gp}], float("-inf"), tl.float32)
     l_i = tl.full([{gp}], 0.0, tl.float32)
-    acc = tl.full([{gp}, {d}], 0.0, tl.float32)
+    acc = tl.full([{gp}, {dvp}], 0.0, tl.float32)
     base = (b * {hkv} + g) * {m} * {d}
+    vbase = (b * {hkv} + g) * {m} * {dv}
 {prelude}    span = tl.minimum(n_valid - s * {chunk}, {chunk})     # keys of this chunk up to pos
 {window_start}    for n0 in range({start}, span, {block}):
         keys = s * {chunk} + n0 + tl.arange(0, {block})
         kmask = (keys < n_valid) & (keys < {m}){window_mask}
-        kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
-                     other=0.0)
-        vt = tl.load({v} + base + keys[:, None] * {d} + dims[None, :], mask=kmask[:, None],
-                     other=0.0)
+        kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :],
+                     mask=kmask[:, None] & dmask[None, :], other=0.0)
+        vt = tl.load({v} + vbase + keys[:, None] * {dv} + vdims[None, :],
+                     mask=kmask[:, None] & vmask[None, :], other=0.0)
 {key_new}{value_new}        qk = tl.dot(q, tl.trans(kt){precision}).to(tl.float32) * {scale}
 {capped}        qk = tl.where(kmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
@@ -91,7 +98,8 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
         acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt{precision}).to(tl.float32)
         m_i = m_new
     part = rows * {splits} + s
-    tl.store({mo} + part[:, None] * {d} + dims[None, :], acc, mask=hmask[:, None])
+    tl.store({mo} + part[:, None] * {dv} + vdims[None, :], acc,
+             mask=hmask[:, None] & vmask[None, :])
     tl.store({mm} + part, m_i, mask=hmask)
     tl.store({ml} + part, l_i, mask=hmask)
 '''
@@ -106,11 +114,12 @@ def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
     l = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0)
     top = tl.reduce(m, 0, aotc_maximum)
 {sink_top}    w = tl.exp(m - top)
-    dims = tl.arange(0, {d})
-    acc = tl.load({mo} + (row * {splits} + parts[:, None]) * {d} + dims[None, :],
-                  mask=pmask[:, None], other=0.0)
+    dims = tl.arange(0, {dvp})
+    dmask = dims < {dv}
+    acc = tl.load({mo} + (row * {splits} + parts[:, None]) * {dv} + dims[None, :],
+                  mask=pmask[:, None] & dmask[None, :], other=0.0)
     out = tl.reduce(acc * w[:, None], 0, aotc_add) / (tl.reduce(w * l, 0, aotc_add){sink_den})
-    tl.store({o} + row * {d} + dims, out.to({o}.dtype.element_ty))
+    tl.store({o} + row * {dv} + dims, out.to({o}.dtype.element_ty), mask=dmask)
 '''
 
 
@@ -118,12 +127,11 @@ def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
 # written into the caches at the position by the program whose chunk holds it, and used in
 # place of the cache's row there (the program reads what it has in registers, never what it
 # or another program just stored)
-_WRITE_PRELUDE = '''    row = (b * {hkv} + g) * {d} + dims
-    k_new = tl.load({kn} + row)
-    v_new = tl.load({vn} + row)
-    mine = (dims * 0 + at // {chunk}) == s   # a block mask: the interpreter of triton 3.9
-    tl.store({k} + base + at * {d} + dims, k_new, mask=mine)   # refuses a scalar one
-    tl.store({v} + base + at * {d} + dims, v_new, mask=mine)
+_WRITE_PRELUDE = '''    k_new = tl.load({kn} + (b * {hkv} + g) * {d} + dims, mask=dmask, other=0.0)
+    v_new = tl.load({vn} + (b * {hkv} + g) * {dv} + vdims, mask=vmask, other=0.0)
+    mine = at // {chunk} == s    # block masks below: the interpreter refuses a scalar one
+    tl.store({k} + base + at * {d} + dims, k_new, mask=dmask & ((dims * 0 + mine) != 0))
+    tl.store({v} + vbase + at * {dv} + vdims, v_new, mask=vmask & ((vdims * 0 + mine) != 0))
 '''
 # A sliding window: keys lo..pos alone (lo = pos + 1 - window); each loop starts at the first
 # block holding one, so the chunks wholly before it cost a program that stores an empty partial.
@@ -186,17 +194,21 @@ def _combine_source(name: str, ins, outs, **sizes):
 def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
                              window: int = 0, softcap: float = 0.0,
                              sinks=None) -> list[HandKernel]:
-    """The split and combine kernels for Buffers q [B, H, 1, D], caches [B, Hkv, M, D], pos,
-    partial buffers (o [B*H*splits, D], m and l [B*H*splits], float32) and the output; with
-    `new` (key, value [B, Hkv, 1, D]), the split kernel first writes them at pos; `window`
+    """The split and combine kernels for Buffers q [B, H, 1, D], key cache [B, Hkv, M, D],
+    value cache [B, Hkv, M, Dv] (Dv may differ from D, as multi-head latent attention's),
+    pos, partial buffers (o [B*H*splits, Dv], m and l [B*H*splits], float32) and the output
+    [B, H, 1, Dv]; head sizes that are not powers of two are padded to one in registers and
+    masked. With `new` (key [B, Hkv, 1, D], value [B, Hkv, 1, Dv]), the split kernel first
+    writes them at pos; `window`
     (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
     the combine kernel adds each head's `sinks` [H] logit to its softmax."""
     batch, heads, _, d = (int(x) for x in q.shape)
-    hkv, m = int(k.shape[1]), int(k.shape[2])
+    hkv, m, dv = int(k.shape[1]), int(k.shape[2]), int(v.shape[3])
     chunk, splits = plan_splits(m)
     group = heads // hkv
     sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, pow2(group)),
-                 d=d, m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
+                 d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
+                 m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
                  window=int(window), softcap=float(softcap))
     mo, mm, ml = partials
@@ -230,9 +242,11 @@ def pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def partial_shapes(q, k) -> list[tuple]:
-    batch, heads, _, d = (int(x) for x in q.shape)
+def partial_shapes(q, k, v) -> list[tuple]:
+    """The split kernel's partials: weighted sums of values [rows, Dv], maxima and sums
+    [rows] (rows: one per sequence, query head and chunk)."""
+    batch, heads = (int(x) for x in q.shape[:2])
     _, splits = plan_splits(int(k.shape[2]))
     rows = batch * heads * splits
-    return [(rows, d), (rows,), (rows,)]
+    return [(rows, int(v.shape[3])), (rows,), (rows,)]
 
