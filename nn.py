@@ -1,7 +1,8 @@
 """Building blocks for decoders that aotc exports as generators (`aotc export --decode`).
 
 `KVCache` is a static key/value cache for one attention layer: two buffers [batch, kv_heads,
-max_cache_len, head_dim], written in place at the positions of the tokens a call processes
+max_cache_len, head_dim] (values may have their own head size, `value_dim`, as multi-head
+latent attention's in DeepSeek-V2/V3), written in place at the positions of the tokens a call processes
 (`update`) and read by attention (`attend`). Eagerly it is an ordinary module: `update`
 writes the given positions and returns the whole cache, `attend` masks out keys after each
 query's position, so a model built on it runs and generates as is. When aotc exports a
@@ -46,7 +47,8 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
     > 0, only the last `window` of them: position - window < key <= position; with `softcap`
     > 0, scores become softcap * tanh(score / softcap) before the softmax; with `sinks` [H],
     each head's softmax has one more logit, whose weight goes to no value).
-    query [B, H, 1, D]; caches [B, Hkv, M, D] (H a multiple of Hkv); position [1] int64."""
+    query [B, H, 1, D]; key cache [B, Hkv, M, D], value cache [B, Hkv, M, Dv] (H a multiple of
+    Hkv); position [1] int64; the result [B, H, 1, Dv]."""
     keys = torch.arange(key_cache.shape[2], device=key_cache.device)
     return attention(query, key_cache, value_cache,
                      window_mask(position.reshape(1, 1), keys, window)[None, None], scale,
@@ -56,7 +58,7 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
 @decode_attention.register_fake
 def _decode_attention_fake(query, key_cache, value_cache, position, scale, window=0,
                            softcap=0.0, sinks=None):
-    return torch.empty_like(query)
+    return query.new_empty(*query.shape[:-1], value_cache.shape[-1])
 
 
 @torch.library.custom_op("aotc::decode_attention_write", mutates_args=("key_cache",
@@ -77,7 +79,7 @@ def decode_attention_write(query: torch.Tensor, key_cache: torch.Tensor,
 @decode_attention_write.register_fake
 def _decode_attention_write_fake(query, key_cache, value_cache, position, key, value, scale,
                                  window=0, softcap=0.0, sinks=None):
-    return torch.empty_like(query)
+    return query.new_empty(*query.shape[:-1], value_cache.shape[-1])
 
 
 @torch.library.custom_op("aotc::all_reduce", mutates_args=())
@@ -112,16 +114,19 @@ def _all_gather_fake(x, dim, world):
 class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc). With `window` shorter
     than `max_cache_len` (a sliding-window layer) it is a ring of `window` slots: position p
-    lives in slot p % window, and the slots a step may attend are exactly the window's."""
+    lives in slot p % window, and the slots a step may attend are exactly the window's.
+    `value_dim` (default `head_dim`): the values' head size, where it differs from the keys'."""
 
     def __init__(self, batch_size: int, kv_heads: int, max_cache_len: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device=None, window: int = 0):
+                 dtype: torch.dtype = torch.float32, device=None, window: int = 0,
+                 value_dim: int | None = None):
         super().__init__()
         self.ring = window if 0 < window < max_cache_len else 0
         self.length = max_cache_len
-        shape = (batch_size, kv_heads, self.ring or max_cache_len, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        shape = (batch_size, kv_heads, self.ring or max_cache_len)
+        for name, d in (("k", head_dim), ("v", value_dim or head_dim)):
+            self.register_buffer(name, torch.zeros(*shape, d, dtype=dtype, device=device),
+                                 persistent=False)
         self.mode = "eager"
 
     @property

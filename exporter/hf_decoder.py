@@ -52,14 +52,31 @@ class _Context:
 CONTEXT = "_aotc_context"
 
 
+SERVED_TYPES = ("full_attention", "sliding_attention")
+
+
 def _sliding_layers(cfg, max_cache_len: int) -> dict[int, int]:
     """The layers whose config says they attend a sliding window shorter than the cache (all
-    layers, or those `layer_types` calls "sliding_attention")."""
+    layers, or those `layer_types` calls "sliding_attention"). Layers of any other type
+    (Llama 4's chunked attention, DeepSeek's indexed sparse attention, linear attention) are
+    refused: aotc's attention would attend keys theirs does not."""
+    types = list(getattr(cfg, "layer_types", None) or [])
+    chunk = getattr(cfg, "attention_chunk_size", None)
+    if chunk and max_cache_len <= chunk:     # one chunk holds the whole cache: causal
+        types = ["full_attention" if t == "chunked_attention" else t for t in types]
+    other = sorted({t for t in types if t not in SERVED_TYPES})
+    if other:
+        layers = [i for i, t in enumerate(types) if t not in SERVED_TYPES]
+        raise ExportError(f"layers {layers[:8]} attend as {', '.join(other)}, which aotc's "
+                          "decoder attention does not compute", where="config.layer_types",
+                          expected=" or ".join(SERVED_TYPES), found=", ".join(other),
+                          fix=f"export with --max-cache-len {chunk} or less (one chunk)"
+                          if other == ["chunked_attention"] else "export without --decode")
     window = getattr(cfg, "sliding_window", None)
     if not window or getattr(cfg, "use_sliding_window", True) is False \
             or max_cache_len <= window:
         return {}
-    types = getattr(cfg, "layer_types", None) or ["sliding_attention"] * cfg.num_hidden_layers
+    types = types or ["sliding_attention"] * cfg.num_hidden_layers
     return {i: window for i, t in enumerate(types) if t == "sliding_attention"}
 
 
@@ -228,13 +245,16 @@ class HFDecoder(torch.nn.Module):
 
 def _cache_like(name: str, layer: int, key, value, max_cache_len: int,
                 window: int) -> KVCache:
-    """A layer's KVCache for keys and values shaped as the probe's [B, Hkv, 2, D] (a ring of
-    `window` slots for a sliding-window layer whose window is shorter than the cache)."""
-    if key.dim() != 4 or key.shape != value.shape:
+    """A layer's KVCache for keys and values shaped as the probe's [B, Hkv, 2, D] and
+    [B, Hkv, 2, Dv] (multi-head latent attention's values are narrower than its keys; a ring
+    of `window` slots for a sliding-window layer whose window is shorter than the cache)."""
+    if key.dim() != 4 or value.dim() != 4 or key.shape[:3] != value.shape[:3] \
+            or key.dtype != value.dtype:
         raise ExportError(f"layer {layer} of {name} stores keys and values aotc's cache cannot "
-                          "hold", where=f"layer {layer}", expected="keys and values of one "
-                          "shape [batch, kv_heads, tokens, head_dim]",
-                          found=f"{list(key.shape)} and {list(value.shape)}",
-                          fix="export without --decode")
+                          "hold", where=f"layer {layer}", expected="keys [batch, kv_heads, "
+                          "tokens, head_dim] and values [batch, kv_heads, tokens, value_dim] "
+                          "of one dtype", found=f"{list(key.shape)} {key.dtype} and "
+                          f"{list(value.shape)} {value.dtype}", fix="export without --decode")
     b, heads, _, d = key.shape
-    return KVCache(b, heads, max_cache_len, d, key.dtype, key.device, window=window)
+    return KVCache(b, heads, max_cache_len, d, key.dtype, key.device, window=window,
+                   value_dim=value.shape[3])
