@@ -14,6 +14,7 @@ import torch
 
 from aotc.errors import ExportError, UsageError
 from aotc.exporter.capture import capture, locate
+from aotc.exporter.complex import real_view, refuse as refuse_complex
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import Program, graph_to_json
@@ -53,7 +54,7 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
     flat_args, placeholders, weights = _flatten_inputs(ep, args, names)
     namer, symbols = name_symbols(ep, dyn, args)
     if dyn is not None:   # trace with export's symbolic inputs, so sizes stay symbolic
-        flat_args = [n.meta["val"] for n in _placeholders(ep)]
+        flat_args = [real_view(n.meta["val"]) for n in _placeholders(ep)]
     graph = graph_to_json(decompose(ep.graph_module, flat_args, symbolic=dyn is not None),
                           placeholders, namer)
     user = [i for i in graph["inputs"] if i["kind"] == "input"]
@@ -180,10 +181,12 @@ def _flatten_inputs(ep, args, names):
         kind = spec.kind.name
         if kind == "USER_INPUT":
             value, name = next(user)
+            refuse_complex(value, f"input {name!r}", name)
             placeholders.append({"kind": "input", "name": name})
         elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
             value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
-            value = value.detach().contiguous()   # artifacts store weights contiguous
+            # artifacts store weights contiguous, and complex ones as real pairs
+            value = real_view(value.detach()).contiguous()
             name = spec.target.removeprefix("m.")
             weights[name] = value.detach()
             placeholders.append({"kind": "weight", "name": name})

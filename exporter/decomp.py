@@ -17,6 +17,8 @@ import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aotc.exporter import complex as complex_
+
 aten = torch.ops.aten
 
 # Ops kept whole: vendor kernels (matmul family, convolution, attention) and fused norms that the
@@ -127,11 +129,24 @@ OWN_BY_NAME = {"transformers.grouped_mm_fallback.default": _grouped_mm}
 
 
 class _Replay(torch.fx.Interpreter):
-    """Replays an exported graph: views become reshapes, kept composites become mirrors, and
+    """Replays an exported graph: views become reshapes, kept composites become mirrors,
     linear and matmul run aotc's own decompositions (their C++ composites read sizes as plain
-    ints, which would freeze dynamic dims)."""
+    ints, which would freeze dynamic dims), and complex values are carried as real pairs
+    (exporter/complex.py)."""
+
+    def run_node(self, n):
+        out = super().run_node(n)
+        val = n.meta.get("val")
+        if n.op == "placeholder" and isinstance(val, torch.Tensor) and val.is_complex():
+            return complex_.Pairs(out if not out.is_complex() else torch.view_as_real(out))
+        if n.op == "output":
+            for v in torch.utils._pytree.tree_leaves(out):
+                complex_.refuse(v, "output", n.name)
+        return out
 
     def call_function(self, target, args, kwargs):
+        if complex_.involved(target, args, kwargs):
+            return complex_.call(target, args, kwargs)
         own = OWN.get(target) or OWN_BY_NAME.get(str(target))
         if own is not None:
             return own(*args, **kwargs)
@@ -141,7 +156,8 @@ class _Replay(torch.fx.Interpreter):
             return args[0].shape[args[1]]
         if target is aten.stride.default:
             return tuple(args[0].stride())
-        return super().call_function(_REPLACE.get(target, target), args, kwargs)
+        return complex_.made(target, super().call_function(_REPLACE.get(target, target),
+                                                           args, kwargs))
 
 
 def decompose(gm: torch.fx.GraphModule, flat_args: list, *,
@@ -175,6 +191,39 @@ def _retrace(functional, flat_args: list, table: dict, symbolic: bool) -> torch.
         with torch.no_grad():
             traced = make_fx(functional, decomposition_table=table, tracing_mode="fake",
                              _allow_non_fake_inputs=True)(*flat_args)
+    _out_of_place(traced.graph)
     traced.graph.eliminate_dead_code()
     traced.recompile()
     return traced
+
+
+def _out_of_place(graph: torch.fx.Graph) -> None:
+    """In-place ops left on temporaries, made functional. A C++ composite that decomposes
+    below functionalization can leave one (torch's rms_norm without a weight: `mean(...)
+    .add_(eps)`): `y = t.op_(...)` becomes `y = t.op(...)`, and every later use of `t` reads
+    `y`. A temporary that is a view of another tensor is left as it is (writing it writes
+    its base; plans refuse the op)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for n in list(graph.nodes):
+        target = n.target
+        if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        name = target.overloadpacket.__name__
+        functional = getattr(getattr(aten, name[:-1], None), target._overloadname, None)
+        if not name.endswith("_") or name.startswith("_") or functional is None \
+                or not target._schema.arguments or not n.args:
+            continue
+        base = n.args[0]
+        if not isinstance(base, torch.fx.Node) or base.op != "call_function" \
+                or getattr(base.target, "is_view", False) or _views(base):
+            continue
+        for use in list(base.users):
+            if use is not n and order[use] > order[n]:
+                use.replace_input_with(base, n)
+        n.target = functional
+
+
+def _views(node) -> bool:
+    """Whether `node`'s op returns a view of an input (its schema aliases its result)."""
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None)

@@ -59,12 +59,14 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
 def _capture_entry(step, example, dyn, options, src_file, states, strip, values):
     """One entry: its Program entry dict and the weights it reads (by stored name)."""
     from aotc.exporter import _flatten_inputs, name_symbols
+    from aotc.exporter.complex import real_view
     ep = capture(FlatOutputs(step, [()]), (example,), strict=options.strict, source=src_file,
                  dynamic_shapes=((dyn,),) if dyn is not None else None)
     flat, placeholders, weights = _flatten_inputs(ep, (example,), ["input_ids"])
     namer, symbols = name_symbols(ep, (dyn,) if dyn else None, (example,))
     if dyn is not None:
-        flat = [n.meta["val"] for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+        flat = [real_view(n.meta["val"]) for n in ep.graph_module.graph.nodes
+                if n.op == "placeholder"]
     renamed, stored = [], {}
     for ph in placeholders:
         if ph["kind"] == "weight" and ph["name"] in states:
