@@ -15,6 +15,10 @@ SMALL = dict(vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_l
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
 MHA = dict(SMALL, num_key_value_heads=4)
 GPT = dict(vocab_size=500, n_embd=64, n_layer=2, n_head=4, n_positions=256)
+MLA = dict(SMALL, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
+           qk_nope_head_dim=16, v_head_dim=16, head_dim=8, moe_intermediate_size=32,
+           n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+           first_k_dense_replace=1, n_group=1, topk_group=1)
 MATCH = "match"
 
 FAMILIES = {
@@ -74,6 +78,18 @@ FAMILIES = {
     "gpt_oss": ("GptOssForCausalLM", "GptOssConfig", dict(
         SMALL, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8),
         MATCH),
+    # multi-head latent attention: keys of 24 (16 + 8 rotary), values of 16; DeepSeek-V2's
+    # rotary embedding computes with complex numbers (exporter/complex.py), Llama 4's too
+    "deepseek_v3": ("DeepseekV3ForCausalLM", "DeepseekV3Config", MLA, MATCH),
+    "deepseek_v2": ("DeepseekV2ForCausalLM", "DeepseekV2Config", MLA, MATCH),
+    "minicpm3": ("MiniCPM3ForCausalLM", "MiniCPM3Config", MLA, MATCH),
+    "llama4": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
+        SMALL, head_dim=16, num_local_experts=4, intermediate_size_mlp=128), MATCH),
+    # differential attention: nn.RMSNorm without a weight (torch leaves an in-place add)
+    "diffllama": ("DiffLlamaForCausalLM", "DiffLlamaConfig", SMALL, MATCH),
+    # head sizes that are not powers of two (80: Phi-2's; the CUDA kernels pad them)
+    "phi_head80": ("PhiForCausalLM", "PhiConfig", dict(MHA, hidden_size=160, num_attention_heads=2,
+                                                        num_key_value_heads=2), MATCH),
     # refused, and why
     "bloom": ("BloomForCausalLM", "BloomConfig", dict(vocab_size=500, hidden_size=64, n_layer=2,
                                                       n_head=4),
@@ -87,6 +103,9 @@ FAMILIES = {
         "GPTNeoForCausalLM's attention does not run through transformers' attention"),
     "llama_window": ("LlamaForCausalLM", "LlamaConfig", dict(SMALL, sliding_window=8),
                      "layer 0 attends a sliding window of 8 tokens"),
+    "llama4_chunked": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
+        SMALL, head_dim=16, num_local_experts=4, intermediate_size_mlp=128,
+        attention_chunk_size=8), "layers [0, 1] attend as chunked_attention"),
 }
 
 
