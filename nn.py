@@ -115,13 +115,19 @@ class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc). With `window` shorter
     than `max_cache_len` (a sliding-window layer) it is a ring of `window` slots: position p
     lives in slot p % window, and the slots a step may attend are exactly the window's.
+    With `chunk` shorter than `max_cache_len` (Llama 4's chunked attention: a token attends
+    the earlier tokens of its own chunk of `chunk` positions) it is a ring of `chunk` slots
+    too: the chunk of position p starts in slot 0, so a step attends slots 0..p % chunk.
     `value_dim` (default `head_dim`): the values' head size, where it differs from the keys'."""
 
     def __init__(self, batch_size: int, kv_heads: int, max_cache_len: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device=None, window: int = 0,
-                 value_dim: int | None = None):
+                 value_dim: int | None = None, chunk: int = 0):
         super().__init__()
-        self.ring = window if 0 < window < max_cache_len else 0
+        if window and chunk:
+            raise ValueError("a KVCache has a sliding window or chunks, not both")
+        self.chunk = chunk if 0 < chunk < max_cache_len else 0
+        self.ring = (window if 0 < window < max_cache_len else 0) or self.chunk
         self.length = max_cache_len
         shape = (batch_size, kv_heads, self.ring or max_cache_len)
         for name, d in (("k", head_dim), ("v", value_dim or head_dim)):
@@ -169,8 +175,8 @@ class KVCache(torch.nn.Module):
 
     def _check_prompt(self, input_pos: torch.Tensor) -> None:
         if self.mode == "eager" and int(input_pos[0]) != 0:
-            raise ValueError("a sliding-window KVCache takes several tokens at once only as a "
-                             "prompt from position 0")
+            raise ValueError("a ring KVCache (a sliding window or chunks) takes several "
+                             "tokens at once only as a prompt from position 0")
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                input_pos: torch.Tensor, scale: float | None = None, window: int | None = None,
@@ -179,28 +185,31 @@ class KVCache(torch.nn.Module):
         """Attention of queries [B, H, T, D] at `input_pos` over what `update` returned;
         `window`: attend only the last `window` positions (a sliding window, as transformers'
         `sliding_window`); `softcap`: scores soft-capped (Gemma 2's attention); `sinks` [H]:
-        a learned logit per head in every softmax (GPT-OSS's attention sinks)."""
+        a learned logit per head in every softmax (GPT-OSS's attention sinks). A chunked
+        cache attends each token's own chunk."""
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         window, softcap = int(window or 0), float(softcap or 0.0)
         t = q.shape[2]
-        if self.ring and (window or self.ring) != self.ring:
+        if self.ring and (window or self.ring) != self.ring or (self.chunk and window):
             raise ValueError(f"a KVCache ring of {self.ring} slots attended with a window of "
                              f"{window}")
-        window = window or self.ring
+        window = window or (self.ring if not self.chunk else 0)
         prompt = self._ring_prompt(t)
-        if self.ring and not prompt:   # one token over the ring: its written slots, the window
-            input_pos, window = input_pos.clamp(max=self.ring - 1), 0
+        if self.ring and not prompt:   # one token over the ring: its written slots (a window's
+            input_pos = input_pos % self.chunk if self.chunk \
+                else input_pos.clamp(max=self.ring - 1)          # or its chunk's so far)
+            window = 0
         extra = (window, softcap, sinks) if sinks is not None else \
             (window, softcap) if softcap else (window,) if window else ()
         if self.mode == "decode":     # the extra arguments only where set: plans stay as they were
             return torch.ops.aotc.decode_attention(q, k, v, input_pos, scale, *extra)
-        if self.mode == "prefill" and not window:
+        if self.mode == "prefill" and not window and not self.chunk:
             return attention(q, k, v, None, scale, softcap, causal=True, sinks=sinks)
         positions = (torch.arange(t, device=q.device) if self.mode == "prefill" or prompt
                      else input_pos)[:, None]
         keys = torch.arange(k.shape[2], device=k.device)
-        return attention(q, k, v, window_mask(positions, keys, window)[None, None], scale,
-                         softcap, sinks=sinks)
+        mask = window_mask(positions, keys, window, self.chunk if prompt else 0)
+        return attention(q, k, v, mask[None, None], scale, softcap, sinks=sinks)
 
 
 def set_mode(model: torch.nn.Module, mode: str) -> list[KVCache]:

@@ -85,6 +85,10 @@ FAMILIES = {
     "minicpm3": ("MiniCPM3ForCausalLM", "MiniCPM3Config", MLA, MATCH),
     "llama4": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
         SMALL, head_dim=16, num_local_experts=4, intermediate_size_mlp=128), MATCH),
+    # chunked attention (chunks of 8: ring caches of 8 slots), its NoPE layer full
+    "llama4_chunked": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
+        SMALL, num_hidden_layers=4, head_dim=16, num_local_experts=4, intermediate_size_mlp=128,
+        attention_chunk_size=8), MATCH),
     # differential attention: nn.RMSNorm without a weight (torch leaves an in-place add)
     "diffllama": ("DiffLlamaForCausalLM", "DiffLlamaConfig", SMALL, MATCH),
     # head sizes that are not powers of two (80: Phi-2's; the CUDA kernels pad them)
@@ -103,9 +107,8 @@ FAMILIES = {
         "GPTNeoForCausalLM's attention does not run through transformers' attention"),
     "llama_window": ("LlamaForCausalLM", "LlamaConfig", dict(SMALL, sliding_window=8),
                      "layer 0 attends a sliding window of 8 tokens"),
-    "llama4_chunked": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
-        SMALL, head_dim=16, num_local_experts=4, intermediate_size_mlp=128,
-        attention_chunk_size=8), "layers [0, 1] attend as chunked_attention"),
+    "deepseek_v32": ("DeepseekV32ForCausalLM", "DeepseekV32Config", MLA,
+                     "layers [0, 1] attend as indexed_attention"),
 }
 
 

@@ -77,11 +77,11 @@ def main(argv=None) -> int:
     unknown = [f for f in args.families if f not in FAMILIES]
     if unknown:
         p.error(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
+    sha, dirty = commit()          # what is measured: the tree as the run starts
     records = []
     for name in args.families:
         records.append(check(name, args.new_tokens, args.cache, args.runner))
         print(json.dumps(records[-1]), flush=True)
-    sha, dirty = commit()
     meta = {"command": "python -m benchmarks.generate_zoo " + " ".join(argv or sys.argv[1:]),
             "commit": sha, "clean_tree": not dirty, "torch": torch.__version__,
             "transformers": __import__("transformers").__version__,

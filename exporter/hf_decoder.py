@@ -43,35 +43,49 @@ class _Context:
     caches reach attention whether or not the model's layers pass their keyword arguments
     down (StableLM's, Falcon's and Nemotron's do not)."""
 
-    def __init__(self, sliding: dict[int, int]):
+    def __init__(self, sliding: dict[int, int], chunked: dict[int, int]):
         self.caches, self.positions = None, None
         self.sliding = sliding     # layer -> the window its config gives it, where it matters
+        self.chunked = chunked     # layer -> its attention's chunk, where shorter than the cache
         self.attended: dict[int, int] | None = None   # while probing: layer -> its window
 
 
 CONTEXT = "_aotc_context"
 
 
-SERVED_TYPES = ("full_attention", "sliding_attention")
+SERVED_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
-def _sliding_layers(cfg, max_cache_len: int) -> dict[int, int]:
-    """The layers whose config says they attend a sliding window shorter than the cache (all
-    layers, or those `layer_types` calls "sliding_attention"). Layers of any other type
-    (Llama 4's chunked attention, DeepSeek's indexed sparse attention, linear attention) are
-    refused: aotc's attention would attend keys theirs does not."""
+def _layer_types(cfg) -> list[str]:
+    """The config's `layer_types`, checked: a layer of another type than full, sliding-window
+    or chunked attention (DeepSeek's indexed sparse attention, linear attention) is refused,
+    as is chunked attention without a chunk size: aotc's attention would attend keys theirs
+    does not."""
     types = list(getattr(cfg, "layer_types", None) or [])
-    chunk = getattr(cfg, "attention_chunk_size", None)
-    if chunk and max_cache_len <= chunk:     # one chunk holds the whole cache: causal
-        types = ["full_attention" if t == "chunked_attention" else t for t in types]
     other = sorted({t for t in types if t not in SERVED_TYPES})
+    if "chunked_attention" in types and not getattr(cfg, "attention_chunk_size", None):
+        other.append("chunked_attention without attention_chunk_size")
     if other:
         layers = [i for i, t in enumerate(types) if t not in SERVED_TYPES]
         raise ExportError(f"layers {layers[:8]} attend as {', '.join(other)}, which aotc's "
                           "decoder attention does not compute", where="config.layer_types",
                           expected=" or ".join(SERVED_TYPES), found=", ".join(other),
-                          fix=f"export with --max-cache-len {chunk} or less (one chunk)"
-                          if other == ["chunked_attention"] else "export without --decode")
+                          fix="export without --decode")
+    return types
+
+
+def _chunked_layers(cfg, max_cache_len: int) -> dict[int, int]:
+    """The layers of chunked attention (Llama 4's) whose chunk is shorter than the cache."""
+    chunk = getattr(cfg, "attention_chunk_size", None)
+    if not chunk or max_cache_len <= chunk:      # one chunk holds the whole cache: causal
+        return {}
+    return {i: chunk for i, t in enumerate(_layer_types(cfg)) if t == "chunked_attention"}
+
+
+def _sliding_layers(cfg, max_cache_len: int) -> dict[int, int]:
+    """The layers whose config says they attend a sliding window shorter than the cache (all
+    layers, or those `layer_types` calls "sliding_attention")."""
+    types = _layer_types(cfg)
     window = getattr(cfg, "sliding_window", None)
     if not window or getattr(cfg, "use_sliding_window", True) is False \
             or max_cache_len <= window:
@@ -175,7 +189,8 @@ class HFDecoder(torch.nn.Module):
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "past_key_values" if "past_key_values" in params else "cache"
         self.previous = model.config._attn_implementation
-        self.context = _Context(_sliding_layers(cfg, max_cache_len))
+        self.context = _Context(_sliding_layers(cfg, max_cache_len),
+                                _chunked_layers(cfg, max_cache_len))
         self.configs = list({id(c): c for c in (model.config, cfg,
                                                 *(getattr(m, "config", None)
                                                   for m in model.modules()))
@@ -222,8 +237,8 @@ class HFDecoder(torch.nn.Module):
                               "attending through the configured attention implementation",
                               found=f"layers storing {layers}, attending {sorted(attended)}",
                               fix="export without --decode, or follow aotc/nn.py's convention")
-        return [_cache_like(name, i, *probe.stored[i], max_cache_len, attended[i])
-                for i in layers]
+        return [_cache_like(name, i, *probe.stored[i], max_cache_len, attended[i],
+                            self.context.chunked.get(i, 0)) for i in layers]
 
     def release(self) -> None:
         """Give the model back its own attention implementation."""
@@ -244,10 +259,11 @@ class HFDecoder(torch.nn.Module):
 
 
 def _cache_like(name: str, layer: int, key, value, max_cache_len: int,
-                window: int) -> KVCache:
+                window: int, chunk: int = 0) -> KVCache:
     """A layer's KVCache for keys and values shaped as the probe's [B, Hkv, 2, D] and
     [B, Hkv, 2, Dv] (multi-head latent attention's values are narrower than its keys; a ring
-    of `window` slots for a sliding-window layer whose window is shorter than the cache)."""
+    of `window` slots for a sliding-window layer whose window is shorter than the cache, of
+    `chunk` slots for a chunked-attention layer)."""
     if key.dim() != 4 or value.dim() != 4 or key.shape[:3] != value.shape[:3] \
             or key.dtype != value.dtype:
         raise ExportError(f"layer {layer} of {name} stores keys and values aotc's cache cannot "
@@ -256,5 +272,9 @@ def _cache_like(name: str, layer: int, key, value, max_cache_len: int,
                           "of one dtype", found=f"{list(key.shape)} {key.dtype} and "
                           f"{list(value.shape)} {value.dtype}", fix="export without --decode")
     b, heads, _, d = key.shape
+    if window and chunk:
+        raise ExportError(f"layer {layer} of {name} attends a sliding window and chunks",
+                          where=f"layer {layer}", expected="one of the two",
+                          found=f"window {window}, chunk {chunk}", fix="export without --decode")
     return KVCache(b, heads, max_cache_len, d, key.dtype, key.device, window=window,
-                   value_dim=value.shape[3])
+                   value_dim=value.shape[3], chunk=chunk)

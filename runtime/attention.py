@@ -9,10 +9,16 @@ import torch
 import torch.nn.functional as F
 
 
-def window_mask(positions: torch.Tensor, keys: torch.Tensor, window: int = 0) -> torch.Tensor:
+def window_mask(positions: torch.Tensor, keys: torch.Tensor, window: int = 0,
+                chunk: int = 0) -> torch.Tensor:
     """[T, K] bool: the keys each query (at `positions` [T, 1]) attends, causally and, with
-    `window` > 0, only the last `window` positions (as transformers' sliding windows do)."""
+    `window` > 0, only the last `window` positions (as transformers' sliding windows do);
+    with `chunk` > 0, only those of its own chunk of `chunk` positions (Llama 4's chunked
+    attention)."""
     mask = keys[None, :] <= positions
+    if chunk:
+        floor = lambda x: torch.div(x, chunk, rounding_mode="floor")   # noqa: E731
+        mask = mask & (floor(keys)[None, :] == floor(positions))
     return mask & (keys[None, :] > positions - window) if window else mask
 
 

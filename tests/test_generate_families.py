@@ -184,3 +184,52 @@ def test_a_ring_cache_generates_what_recomputing_the_whole_sequence_does(tmp_pat
                 want = torch.cat([want, plain(want)[:, -1].argmax(-1, keepdim=True)], 1)
         for runner in ("cpp", "python"):
             assert torch.equal(aotc.load(path, runner=runner).generate(ids, 20), want), (t, runner)
+
+
+class _Chunked(torch.nn.Module):
+    """One attention layer with chunked attention of 4 positions (Llama 4's), in aotc's
+    convention: with caches a ring of 4 slots, without them a mask of each token's chunk."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(500, 32)
+        self.qkv = torch.nn.Linear(32, 3 * 32)
+        self.out = torch.nn.Linear(32, 500)
+        self.cache = None
+
+    def setup_caches(self, batch_size, max_cache_len):
+        self.cache = aotc.nn.KVCache(batch_size, 2, max_cache_len, 16, chunk=4)
+
+    def forward(self, input_ids, input_pos=None):
+        from aotc.nn import attention, window_mask
+        b, t = input_ids.shape
+        pos = torch.arange(t) if input_pos is None else input_pos
+        q, k, v = (x.view(b, t, 2, 16).transpose(1, 2)
+                   for x in self.qkv(self.embed(input_ids)).chunk(3, -1))
+        if self.cache is not None:
+            k, v = self.cache.update(pos, k, v)
+            y = self.cache.attend(q, k, v, pos)
+        else:
+            y = attention(q, k, v, window_mask(pos[:, None], pos, chunk=4)[None, None], 0.25)
+        return self.out(y.transpose(1, 2).reshape(b, t, 32))
+
+
+def test_chunked_attention_generates_what_recomputing_the_whole_sequence_does(tmp_path):
+    """Chunked attention's ring of 4 slots (a step at position p attends slots 0..p % 4, the
+    keys of its own chunk) against the model run without a cache on the whole sequence:
+    prompts inside one chunk and across three, one artifact, both runners."""
+    import json
+    path = aotc.export(_Chunked().eval(), (torch.randint(0, 500, (2, 10)),),
+                       tmp_path / "c.aotc", decode=True, max_cache_len=CACHE)
+    state = json.loads((path / "manifest.json").read_text())["state"]
+    assert {s["shape"][2] for s in state if s["name"].endswith(".k")} == {4}
+    plain = _Chunked().eval()
+    for t in (3, 10):
+        ids = torch.randint(0, 500, (2, t), generator=torch.Generator().manual_seed(t))
+        want = ids
+        with torch.no_grad():
+            for _ in range(20):
+                want = torch.cat([want, plain(want)[:, -1].argmax(-1, keepdim=True)], 1)
+        for runner in ("cpp", "python"):
+            assert torch.equal(aotc.load(path, runner=runner).generate(ids, 20), want), (t, runner)
