@@ -62,6 +62,25 @@ def test_generation_from_cpp(cpp_tests, tmp_path, attention):
         assert torch.equal(got, want), path
 
 
+@pytest.mark.parametrize("family", ["deepseek_v3", "llama4_chunked"])
+def test_generation_from_cpp_of_transformers_decoders(cpp_tests, tmp_path, family):
+    """Keys and values of different head sizes (DeepSeek-V3's latent attention) and ring
+    caches of chunks (Llama 4): the C++ front end generates transformers' tokens."""
+    pytest.importorskip("transformers")
+    from benchmarks.generate_families import build, reference
+    model = build(family)
+    ids = torch.randint(1, 500, (2, 7), generator=torch.Generator().manual_seed(2))
+    want = reference(model, ids, 16)[:, 7:]
+    art = aotc.export(model, (ids,), tmp_path / "m.aotc", decode=True, max_cache_len=64)
+    save_file({"0": ids}, tmp_path / "ids.safetensors")
+    done = subprocess.run([str(cpp_tests / "generate"), str(art),
+                           str(tmp_path / "ids.safetensors"), "16"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
 def test_sample_matches_python(aotc_run, exported, tmp_path, name):
     e = exported(name)
