@@ -1,7 +1,8 @@
-"""`aotc generate`: greedy generation on random token ids, timed (tokens/s, prefill latency).
+"""`aotc generate`: generation on random token ids, timed (tokens/s, prefill latency).
 
 Each run resets the cache, prefills the prompt, then decodes one token per sequence per step
-(the argmax of the last logits fed back); medians over the runs after the first. The first run
+(the argmax of the last logits fed back, or with a Sampling a token drawn from them, each run
+from the same seed); medians over the runs after the first. The first run
 also gives the cold numbers: load, and load plus the first token.
 """
 from __future__ import annotations
@@ -11,30 +12,34 @@ import time
 
 import torch
 
+from aotc.runtime.sampling import greedy
+
 
 def _sync(device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def timed_generation(m, prompt: torch.Tensor, new_tokens: int) -> dict:
+def timed_generation(m, prompt: torch.Tensor, new_tokens: int, pick=greedy,
+                     seed: int = 0) -> dict:
     """One generation: (prefill seconds, decode seconds for new_tokens - 1 steps, tokens)."""
     m.reset()
+    gen = torch.Generator(m.device).manual_seed(seed)
     _sync(m.device)
     t0 = time.perf_counter()
     logits = m.prefill(prompt)
-    tokens = [logits.argmax(-1, keepdim=True)]
+    tokens = [pick(logits, gen)]
     _sync(m.device)
     t1 = time.perf_counter()
     for _ in range(new_tokens - 1):
-        tokens.append(m.decode(tokens[-1]).argmax(-1, keepdim=True))
+        tokens.append(pick(m.decode(tokens[-1]), gen))
     _sync(m.device)
     t2 = time.perf_counter()
     return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "tokens": torch.cat(tokens, dim=1)}
 
 
 def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, seed: int,
-                    device=None, trusted_keys=()) -> str:
+                    device=None, trusted_keys=(), sampling=None) -> str:
     t0 = time.perf_counter()
     m = load(path, device=device, trusted_keys=list(trusted_keys))
     load_s = time.perf_counter() - t0
@@ -50,16 +55,18 @@ def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, 
     lo, hi = m.inputs[0].values or (0, g.vocab - 1)
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(lo, hi + 1, (g.batch, prompt_len), generator=gen).to(m.device)
-    first = timed_generation(m, prompt, new_tokens)
+    pick = sampling or greedy
+    first = timed_generation(m, prompt, new_tokens, pick, seed)
     cold_first_token = load_s + first["prefill_s"]
-    timed = [timed_generation(m, prompt, new_tokens) for _ in range(max(1, runs))]
+    timed = [timed_generation(m, prompt, new_tokens, pick, seed) for _ in range(max(1, runs))]
     prefill = statistics.median(r["prefill_s"] for r in timed)
     decode = statistics.median(r["decode_s"] for r in timed)
     steps = (new_tokens - 1) * g.batch
     same = all(torch.equal(r["tokens"], first["tokens"]) for r in timed)
     return "\n".join([
         f"{m.signature()}  (cache {g.max_cache_len} tokens, batch {g.batch})",
-        f"generated {new_tokens} tokens after a {prompt_len}-token prompt"
+        f"generated {new_tokens} tokens after a {prompt_len}-token prompt, "
+        + (f"sampled ({sampling})" if sampling else "greedy")
         + ("" if same else " (runs differ!)"),
         f"first tokens: {first['tokens'][0, :12].tolist()}",
         f"load {load_s * 1e3:.1f} ms, load + first token {cold_first_token * 1e3:.1f} ms",

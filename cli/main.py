@@ -292,12 +292,21 @@ def sign(ctx, artifact, key):
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1),
               help="Timed runs after a first, cold one.")
 @click.option("--device", default=None, help="Device to run on (default: the target's).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the prompt.")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed for the prompt (and the draws, when sampling).")
+@click.option("--temperature", type=float, default=None,
+              help="Sample instead of greedy: divide the logits by this.")
+@click.option("--top-k", type=int, default=None,
+              help="Sample from the k most likely tokens only.")
+@click.option("--top-p", type=float, default=None,
+              help="Sample from the smallest set of tokens whose probability reaches p.")
 @_trust_option
 @click.pass_context
-def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_keys):
-    """Greedy generation with a generator artifact (--decode) on random token ids: prints
-    tokens/s, prefill latency, load time."""
+def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperature, top_k,
+             top_p, trusted_keys):
+    """Generation with a generator artifact (--decode) on random token ids, greedy or (with
+    --temperature, --top-k or --top-p) sampled: prints tokens/s, prefill latency, load
+    time."""
     def body(echo):
         import aotc
         from aotc.cli.generate import generate_report
@@ -308,8 +317,13 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, trusted_
             raise UsageError(f"{artifact} is not a generator", where=str(artifact),
                              expected="an artifact exported with --decode",
                              found="no prefill/decode entries", fix="use `aotc run`")
+        sampled = {k: v for k, v in dict(temperature=temperature, top_k=top_k,
+                                         top_p=top_p).items() if v is not None}
+        from aotc.runtime.sampling import Sampling
+        sampling = Sampling(**sampled) if sampled else None
         echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,
-                             runs=runs, seed=seed, device=device, trusted_keys=trusted_keys))
+                             runs=runs, seed=seed, device=device, trusted_keys=trusted_keys,
+                             sampling=sampling))
 
     _run_guarded(ctx, _on_ranks, artifact, "generate", body)
 

@@ -7,6 +7,7 @@ anything runs, and greedy generation needs no read of the device until it return
 
     m = aotc.load("llm.aotc")
     tokens = m.generate(input_ids, max_new_tokens=64)   # [batch, prompt + 64], greedy
+    tokens = m.generate(input_ids, 64, do_sample=True, temperature=0.7, top_p=0.9)
     logits = m.prefill(input_ids); logits = m.decode(next_ids)   # one step at a time
     m.reset()                                             # an empty cache, position 0
 
@@ -22,6 +23,7 @@ import torch
 
 from aotc.errors import GuardError, UsageError
 from aotc.runtime.module import CompiledModule
+from aotc.runtime.sampling import Sampling, greedy
 
 
 class GenerativeModule(CompiledModule):
@@ -74,9 +76,14 @@ class GenerativeModule(CompiledModule):
             return out
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 eos_token_id: int | None = None) -> torch.Tensor:
-        """Greedy generation: [batch, prompt + max_new_tokens] token ids (prompt first). With
+                 eos_token_id: int | None = None, *, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """[batch, prompt + max_new_tokens] token ids (prompt first): greedy, or with
+        `do_sample` drawn after `temperature`, `top_k` and `top_p` as transformers' sampling
+        does (runtime/sampling.py; from `generator`, or torch's global random state). With
         `eos_token_id`, stops once every sequence has produced it (later tokens repeat it)."""
+        pick = self._picker(do_sample, temperature, top_k, top_p)
         t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) else 0
         if max_new_tokens < 1 or t + max_new_tokens > self.max_cache_len:
             raise GuardError(f"{t} prompt tokens and {max_new_tokens} new ones do not fit the "
@@ -90,7 +97,7 @@ class GenerativeModule(CompiledModule):
             tokens = [input_ids]
             done = None
             for i in range(max_new_tokens):
-                nxt = logits.argmax(-1, keepdim=True)
+                nxt = pick(logits, generator)
                 if done is not None:
                     nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
                 tokens.append(nxt)
@@ -105,6 +112,19 @@ class GenerativeModule(CompiledModule):
                 pad = out[:, -1:].expand(-1, t + max_new_tokens - out.shape[1])
                 out = torch.cat([out, pad], dim=1)
             return out
+
+    @staticmethod
+    def _picker(do_sample: bool, temperature, top_k, top_p):
+        """How `generate` picks each token: greedy, or a Sampling (its arguments checked)."""
+        if do_sample:
+            return Sampling(temperature, top_k, top_p)
+        if (temperature, top_k, top_p) != (1.0, 0, 1.0):
+            raise UsageError("temperature, top_k and top_p apply only to sampling",
+                             where="generate", expected="do_sample=True with them",
+                             found=f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
+                                   " without do_sample", fix="pass do_sample=True, or leave "
+                                   "them out for greedy generation")
+        return greedy
 
     def signature(self, entry: str | None = None) -> str:
         return super().signature(entry or self.generation.prefill)
