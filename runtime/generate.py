@@ -10,19 +10,25 @@ anything runs, and greedy generation needs no read of the device until it return
     tokens = m.generate(input_ids, 64, do_sample=True, temperature=0.7, top_p=0.9)
     logits = m.prefill(input_ids); logits = m.decode(next_ids)   # one step at a time
     m.reset()                                             # an empty cache, position 0
+    other = m.session()          # another stream's cache and position, the same weights
 
 On a GPU, decode (static shapes) replays one CUDA graph per step and prefill one per prompt
 length it has seen twice (runtime/graphs.py); their captures leave the state as one call would.
 A module holds one sequence batch's state: calls that use it are serialised by a lock.
+`m.session()` gives another over the same weights and kernels (its own caches, position, lock
+and graphs), so independent streams run side by side, one thread each.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
+import weakref
 
 import torch
 
 from aotc.errors import GuardError, UsageError
-from aotc.runtime.module import CompiledModule
+from aotc.runtime.module import CompiledModule, Entry
 from aotc.runtime.sampling import Sampling, greedy
 
 
@@ -32,6 +38,37 @@ class GenerativeModule(CompiledModule):
         self.generation = self.manifest.generation
         self.position = 0
         self.lock = threading.RLock()
+        self.family = weakref.WeakSet([self])     # the sessions over these weights
+
+    def session(self) -> "GenerativeModule":
+        """Another sequence batch's generator over the same loaded weights and kernels: its own
+        caches (zeros) and position, plans bound to them, its own lock and CUDA graphs. A
+        server serves several independent streams with one copy of the weights, each from its
+        own thread; weight swaps (`load_state_dict`) reach every session."""
+        other = copy.copy(self)
+        other.state = {n: torch.zeros_like(t) for n, t in self.state.items()}
+        other.entries = {name: Entry(name, e.spec, self.artifact.plan(name), self.weights,
+                                     self.device, self.library, state=other.state,
+                                     runner=self.options["runner"])
+                         for name, e in self.entries.items()}
+        other.graphs = other._graphs(self.options["cuda_graph"], self.options["cuda_graph_cache"])
+        other.position, other.lock = 0, threading.RLock()
+        self.family.add(other)
+        return other
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """CompiledModule.load_state_dict for every session over these weights: it waits for
+        each session's call in flight (a generate holds its session's lock throughout), then
+        copies the weights in place and refreshes what each session's plans derived."""
+        sessions = sorted(self.family, key=id)     # one lock order for every caller
+        with contextlib.ExitStack() as held:
+            for s in sessions:
+                held.enter_context(s.lock)
+            result = super().load_state_dict(state_dict, strict)
+            for s in sessions:
+                for e in s.entries.values() if s is not self else ():
+                    e.function.refresh()
+        return result
 
     @property
     def max_cache_len(self) -> int:

@@ -55,6 +55,7 @@ class CompiledModule:
         self.artifact, self.path, self.device = artifact, artifact.root, device
         self.manifest = artifact.manifest
         self.check_guards = check_guards
+        self.options = dict(runner=runner, cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache)
         self.state = {s.name: torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
                       for s in self.manifest.state}
         # the plans are built while the weights' bytes are checked (and on a GPU copied) on

@@ -1,0 +1,86 @@
+"""Several streams over one loaded generator (`m.session()`, runtime/generate.py): each session
+has its own caches, position and lock over the same weights and kernels, so streams
+interleaved step by step, or run from threads at once, generate what each generates alone; a
+weight swap through any session reaches all of them, after their calls in flight."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import aotc
+from conftest import SAMPLES_DIR, import_file
+
+CACHE = 64
+
+
+def _model():
+    torch.manual_seed(0)
+    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                     hidden=128, vocab=500).eval()
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    return aotc.export(_model(), (ids,), tmp_path_factory.mktemp("s") / "l.aotc", decode=True,
+                       max_cache_len=CACHE)
+
+
+def _prompt(seed, t=9):
+    return torch.randint(0, 500, (2, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("runner", ["cpp", "python"])
+def test_interleaved_sessions_generate_what_each_does_alone(path, runner):
+    m = aotc.load(path, runner=runner)
+    s = m.session()
+    assert all(s.weights[k] is m.weights[k] for k in m.weights)          # one copy
+    assert all(s.state[k].data_ptr() != m.state[k].data_ptr() for k in m.state)
+    a, b = _prompt(1), _prompt(2, t=5)
+    want_a, want_b = m.generate(a, 12), s.generate(b, 12)
+    m.reset(), s.reset()
+    ta, tb = [m.prefill(a).argmax(-1, keepdim=True)], [s.prefill(b).argmax(-1, keepdim=True)]
+    for _ in range(11):                                                   # one step each, in turn
+        ta.append(m.decode(ta[-1]).argmax(-1, keepdim=True))
+        tb.append(s.decode(tb[-1]).argmax(-1, keepdim=True))
+    assert torch.equal(torch.cat([a, *ta], 1), want_a)
+    assert torch.equal(torch.cat([b, *tb], 1), want_b)
+    assert m.position == 9 + 11 and s.position == 5 + 11
+
+
+def test_sessions_in_threads(path):
+    m = aotc.load(path)
+    prompts = [_prompt(seed) for seed in range(4)]
+    want = [m.generate(p, 16) for p in prompts]
+    sessions = [m] + [m.session() for _ in range(3)]
+    got = [None] * 4
+
+    def run(i):
+        for _ in range(3):
+            got[i] = sessions[i].generate(prompts[i], 16)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_a_weight_swap_reaches_every_session(path):
+    m = aotc.load(path)
+    s = m.session()
+    other = _model()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.2)
+    ids = _prompt(3)
+    before = s.generate(ids, 12)
+    s.load_state_dict(other.state_dict())          # through the session: the base sees it too
+    fresh = aotc.load(path)
+    fresh.load_state_dict(other.state_dict())
+    want = fresh.generate(ids, 12)
+    assert not torch.equal(want, before)
+    assert torch.equal(m.generate(ids, 12), want) and torch.equal(s.generate(ids, 12), want)
