@@ -11,6 +11,7 @@ anything runs, and greedy generation needs no read of the device until it return
     logits = m.prefill(input_ids); logits = m.decode(next_ids)   # one step at a time
     m.reset()                                             # an empty cache, position 0
     other = m.session()          # another stream's cache and position, the same weights
+    steps = list(m.stream(input_ids, 64))   # each step's tokens [batch, 1] as made
 
 On a GPU, decode (static shapes) replays one CUDA graph per step and prefill one per prompt
 length it has seen twice (runtime/graphs.py); their captures leave the state as one call would.
@@ -113,42 +114,62 @@ class GenerativeModule(CompiledModule):
             return out
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 eos_token_id: int | None = None, *, do_sample: bool = False,
-                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 eos_token_id: int | None = None, **sampling) -> torch.Tensor:
         """[batch, prompt + max_new_tokens] token ids (prompt first): greedy, or with
-        `do_sample` drawn after `temperature`, `top_k` and `top_p` as transformers' sampling
-        does (runtime/sampling.py; from `generator`, or torch's global random state). With
-        `eos_token_id`, stops once every sequence has produced it (later tokens repeat it)."""
+        `do_sample=True` drawn after `temperature`, `top_k` and `top_p` as transformers'
+        sampling does (runtime/sampling.py; from `generator`, or torch's global random state).
+        With `eos_token_id`, stops once every sequence has produced it (later tokens repeat
+        it)."""
+        steps = self.stream(input_ids, max_new_tokens, eos_token_id, **sampling)
+        with self.lock:
+            out = torch.cat([input_ids, *steps], dim=1)
+        t = input_ids.shape[1]
+        if out.shape[1] < t + max_new_tokens:
+            pad = out[:, -1:].expand(-1, t + max_new_tokens - out.shape[1])
+            out = torch.cat([out, pad], dim=1)
+        return out
+
+    def stream(self, input_ids: torch.Tensor, max_new_tokens: int,
+               eos_token_id: int | None = None, *, do_sample: bool = False,
+               temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+               generator: torch.Generator | None = None):
+        """`generate`, one step at a time: an iterator of each step's tokens [batch, 1] as
+        they are made (a server's streamed reply), on the module's device. The arguments are
+        checked now; the session's lock is held from the first step until the iterator ends
+        or is closed. With `eos_token_id` it ends within 16 steps of every sequence having
+        produced it (the steps between repeat it)."""
         pick = self._picker(do_sample, temperature, top_k, top_p)
         t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) else 0
-        if max_new_tokens < 1 or t + max_new_tokens > self.max_cache_len:
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1 \
+                or t + max_new_tokens > self.max_cache_len:
             raise GuardError(f"{t} prompt tokens and {max_new_tokens} new ones do not fit the "
                              "cache", where="generate", expected=f"1 <= max_new_tokens and "
                              f"prompt + max_new_tokens <= {self.max_cache_len}",
-                             found=t + max_new_tokens,
-                             fix="generate fewer tokens, or re-export with a larger "
-                                 "--max-cache-len")
+                             found=t + max_new_tokens if isinstance(max_new_tokens, int)
+                             else repr(max_new_tokens), fix="generate fewer tokens, or "
+                             "re-export with a larger --max-cache-len")
+        if generator is not None and generator.device.type != self.device.type:
+            raise UsageError("the random generator is on another device than the module",
+                             where="generator", expected=f"a torch.Generator on {self.device}",
+                             found=str(generator.device),
+                             fix=f"pass torch.Generator({str(self.device)!r}).manual_seed(...)")
+        return self._steps(input_ids, max_new_tokens, eos_token_id, pick, generator)
+
+    def _steps(self, input_ids, max_new_tokens, eos_token_id, pick, generator):
         with self.lock:
             logits = self.prefill(input_ids)
-            tokens = [input_ids]
             done = None
             for i in range(max_new_tokens):
                 nxt = pick(logits, generator)
                 if done is not None:
                     nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
-                tokens.append(nxt)
+                yield nxt
                 if eos_token_id is not None:
                     done = nxt == eos_token_id if done is None else done | (nxt == eos_token_id)
                     if i % 16 == 15 and bool(done.all()):   # a read of the device, now and then
-                        break
+                        return
                 if i + 1 < max_new_tokens:
                     logits = self.decode(nxt)
-            out = torch.cat(tokens, dim=1)
-            if out.shape[1] < t + max_new_tokens:
-                pad = out[:, -1:].expand(-1, t + max_new_tokens - out.shape[1])
-                out = torch.cat([out, pad], dim=1)
-            return out
 
     @staticmethod
     def _picker(do_sample: bool, temperature, top_k, top_p):

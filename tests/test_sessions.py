@@ -84,3 +84,25 @@ def test_a_weight_swap_reaches_every_session(path):
     want = fresh.generate(ids, 12)
     assert not torch.equal(want, before)
     assert torch.equal(m.generate(ids, 12), want) and torch.equal(s.generate(ids, 12), want)
+
+
+def test_stream_yields_the_steps_of_generate(path):
+    """`m.stream` yields each step's tokens as they are made: together, what `generate`
+    returns; its arguments are checked when it is called, before any step; with an EOS it
+    ends within 16 steps of every sequence having produced it."""
+    from aotc.errors import GuardError, UsageError
+    m = aotc.load(path)
+    ids = _prompt(5)
+    want = m.generate(ids, 20)
+    steps = list(m.stream(ids, 20))
+    assert len(steps) == 20 and all(s.shape == (2, 1) for s in steps)
+    assert torch.equal(torch.cat([ids, *steps], 1), want)
+    with pytest.raises(GuardError, match="do not fit the cache"):
+        m.stream(ids, CACHE)
+    with pytest.raises(UsageError, match="apply only to sampling"):
+        m.stream(ids, 4, top_k=3)
+    eos = int(want[0, 9 + 2])                      # the first sequence's third new token
+    got = torch.cat([ids, *m.stream(ids, 20, eos_token_id=eos)], 1)
+    assert torch.equal(got[0, :12], want[0, :12]) and (got[0, 12:] == eos).all()
+    if not (want[1, 9:] == eos).any():            # the other sequence runs on, as without
+        assert torch.equal(got[1], want[1])
