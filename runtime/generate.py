@@ -156,11 +156,15 @@ class GenerativeModule(CompiledModule):
         return self._steps(input_ids, max_new_tokens, eos_token_id, pick, generator)
 
     def _steps(self, input_ids, max_new_tokens, eos_token_id, pick, generator):
+        # a tensor-parallel artifact's ranks sample rank 0's draw (their own could differ)
+        shared = pick is not greedy and self.manifest.tensor_parallel is not None
         with self.lock:
             logits = self.prefill(input_ids)
             done = None
             for i in range(max_new_tokens):
                 nxt = pick(logits, generator)
+                if shared:
+                    torch.distributed.broadcast(nxt, src=0)
                 if done is not None:
                     nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
                 yield nxt

@@ -116,6 +116,17 @@ def test_generator_tokens_equal_eager_tokens(tmp_path):
         assert torch.equal(out["tokens"], want), facts
 
 
+def test_sampling_ranks_draw_the_same_tokens(tmp_path):
+    """Sampled generation on a split artifact: each rank seeded differently, every rank takes
+    rank 0's draw (they would otherwise diverge, and their collectives mix two sequences)."""
+    ids = torch.randint(0, 500, (1, 7), generator=torch.Generator().manual_seed(2))
+    path = aotc.export(_sample(), (ids,), tmp_path / "gen-tp2.aotc", decode=True,
+                       max_cache_len=CACHE, tensor_parallel=2)
+    (_, a), (_, b) = launch(2, path, tmp_path / "out", "--new-tokens", "24", "--sample")
+    assert torch.equal(a["tokens"], b["tokens"])
+    assert a["tokens"].shape == (1, 7 + 24)
+
+
 def test_transformers_llama_forward(tmp_path):
     tf = pytest.importorskip("transformers")
     torch.manual_seed(0)

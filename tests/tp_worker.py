@@ -2,7 +2,7 @@
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment, as torchrun sets
 them).
 
-    python tests/tp_worker.py ARTIFACT OUT_DIR [--new-tokens N] [--time N] [--no-group]
+    python tests/tp_worker.py ARTIFACT OUT_DIR [--new-tokens N] [--time N] [--no-group] [--sample]
 
 Loads ARTIFACT after init_process_group("gloo") and runs it on its recorded sample inputs:
 a forward artifact's outputs, or a generator's greedy tokens; writes them to
@@ -55,7 +55,9 @@ def _time_collectives(steps, calls: int) -> float:
 def _run(m, args, facts) -> dict:
     inputs, _ = m.recorded_samples()
     if getattr(m, "generation", None) is not None:
-        out = {"tokens": m.generate(inputs[0], args.new_tokens)}
+        torch.manual_seed(dist.get_rank())      # --sample: each rank's own random state
+        sampling = dict(do_sample=True, temperature=1.5) if args.sample else {}
+        out = {"tokens": m.generate(inputs[0], args.new_tokens, **sampling)}
         entry, call = "decode", lambda: m.decode(inputs[0][:, -1:])
     else:
         out = {str(i): t for i, t in enumerate(m.run_flat("forward", inputs))}
@@ -83,6 +85,8 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--time", type=int, default=0)
     p.add_argument("--no-group", action="store_true")
+    p.add_argument("--sample", action="store_true", help="sampled generation (temperature "
+                   "1.5), each rank seeded with its rank")
     p.add_argument("--identity", action="store_true",
                    help="replace the collectives by copies (timing only: outputs are wrong)")
     args = p.parse_args()
