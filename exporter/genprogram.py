@@ -8,6 +8,8 @@ updates of just the new positions).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from aotc.exporter.capture import capture
@@ -60,8 +62,13 @@ def _capture_entry(step, example, dyn, options, src_file, states, strip, values)
     """One entry: its Program entry dict and the weights it reads (by stored name)."""
     from aotc.exporter import _flatten_inputs, name_symbols
     from aotc.exporter.complex import real_view
-    ep = capture(FlatOutputs(step, [()]), (example,), strict=options.strict, source=src_file,
-                 dynamic_shapes=((dyn,),) if dyn is not None else None)
+    with warnings.catch_warnings():
+        # the caches' in-place writes are the point of a generator step, not a side effect to
+        # warn about (Dynamo lists them on every capture)
+        warnings.filterwarnings("ignore", message="While compiling, we found certain side "
+                                "effects")
+        ep = capture(FlatOutputs(step, [()]), (example,), strict=options.strict,
+                     source=src_file, dynamic_shapes=((dyn,),) if dyn is not None else None)
     flat, placeholders, weights = _flatten_inputs(ep, (example,), ["input_ids"])
     namer, symbols = name_symbols(ep, (dyn,) if dyn else None, (example,))
     if dyn is not None:
