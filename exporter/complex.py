@@ -68,12 +68,16 @@ def real_view(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t).contiguous() if t.is_complex() else t
 
 
+def _complex(x) -> bool:
+    return isinstance(x, (Pairs, complex))
+
+
 def _mul(a, b):
-    (ar, ai), (br, bi) = parts(a), parts(b)
-    if not isinstance(b, Pairs) and not isinstance(b, complex):   # complex times real
+    if isinstance(a, Pairs) and not _complex(b):          # complex times real: one product
         return Pairs(a.t * _last(b))
-    if not isinstance(a, Pairs) and not isinstance(a, complex):
+    if isinstance(b, Pairs) and not _complex(a):
         return Pairs(b.t * _last(a))
+    (ar, ai), (br, bi) = parts(a), parts(b)
     return pair(ar * br - ai * bi, ar * bi + ai * br)
 
 
@@ -82,11 +86,23 @@ def _last(x):
 
 
 def _div(a, b):
-    if not isinstance(b, Pairs) and not isinstance(b, complex):
+    if isinstance(a, Pairs) and not _complex(b):
         return Pairs(a.t / _last(b))
     (ar, ai), (br, bi) = parts(a), parts(b)
     den = br * br + bi * bi
     return pair((ar * br + ai * bi) / den, (ai * br - ar * bi) / den)
+
+
+def _pow(x, n):
+    """An integer power by repeated products (a general complex power is refused)."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= 16:
+        raise ExportError("the model raises a complex number to a power other than an int in "
+                          "0..16", where="aten.pow.Tensor_Scalar", expected="an int exponent "
+                          "0..16", found=repr(n), fix="write the power as products")
+    out = pair(torch.ones_like(x.re), 0.0)
+    for _ in range(n):
+        out = _mul(out, x)
+    return out
 
 
 def _add(a, b, alpha=1, sign=1):
@@ -166,9 +182,13 @@ HANDLERS = {
     aten.exp.default: _exp,
     aten.mul.Tensor: _mul, aten.mul.Scalar: _mul,
     aten.div.Tensor: _div, aten.div.Scalar: _div,
+    aten.reciprocal.default: lambda x: _div(1.0, x),
+    aten.pow.Tensor_Scalar: _pow,
     aten.add.Tensor: _add, aten.add.Scalar: _add,
     aten.sub.Tensor: lambda a, b, alpha=1: _add(a, b, alpha, -1),
     aten.sub.Scalar: lambda a, b, alpha=1: _add(a, b, alpha, -1),
+    aten.rsub.Scalar: lambda a, b, alpha=1: _add(b, a, alpha, -1),
+    aten.rsub.Tensor: lambda a, b, alpha=1: _add(b, a, alpha, -1),
     aten.where.self: _where,
     aten._to_copy.default: _to_copy,
     aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to, aten.to.other: _to,
@@ -208,15 +228,15 @@ CREATES = {aten.view_as_complex.default, aten.polar.default, aten.complex.defaul
 
 
 def _has_pairs(values) -> bool:
-    for v in values:
-        if isinstance(v, Pairs) or (isinstance(v, (list, tuple)) and _has_pairs(v)):
-            return True
-    return False
+    return any(isinstance(v, Pairs) or (isinstance(v, (list, tuple)) and _has_pairs(v))
+               for v in values)
 
 
 def involved(target, args, kwargs) -> bool:
     """Whether a call takes or makes a complex value."""
     if target in CREATES or _has_pairs(args) or _has_pairs(kwargs.values()):
+        return True
+    if any(isinstance(a, complex) for a in args) and target in HANDLERS:   # x * 1j
         return True
     return target is aten._to_copy.default and getattr(kwargs.get("dtype"), "is_complex",
                                                        False)

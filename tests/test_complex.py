@@ -62,10 +62,22 @@ class EveryOp(nn.Module):
         return torch.view_as_real(y), y.real, y.imag
 
 
+class Mixed(nn.Module):
+    """Complex with real tensors and numbers on either side, broadcast both ways."""
+
+    def forward(self, x, r):                                       # x [6, 2], r [3, 6]
+        z = torch.view_as_complex(x)                               # [6]
+        y = r * 1j + 2.0 / z + z / r + r * z - (1 - 2j) * z + z.unsqueeze(0) * z[:1]
+        y = y + z ** 3 + (1 - z)
+        return torch.view_as_real(y / (1 + 0.5j))                   # [3, 6, 2]
+
+
 @pytest.mark.parametrize("model,args", [
     (ComplexRope(), (torch.randn(2, 10, 32),)),
     (RuntimeRope(), (torch.randn(2, 10, 16), torch.arange(10))),
-    (EveryOp(), (torch.randn(4, 6, 2),))], ids=["buffer", "polar", "every-op"])
+    (EveryOp(), (torch.randn(4, 6, 2),)),
+    (Mixed(), (torch.randn(6, 2), torch.randn(3, 6) + 3))],
+    ids=["buffer", "polar", "every-op", "mixed"])
 def test_complex_arithmetic_exports_as_real_pairs(tmp_path, model, args):
     torch.manual_seed(0)
     path = aotc.export(model, args, tmp_path / "c.aotc")
