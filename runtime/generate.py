@@ -122,6 +122,7 @@ class GenerativeModule(CompiledModule):
         it)."""
         steps = self.stream(input_ids, max_new_tokens, eos_token_id, **sampling)
         with self.lock:
+            steps = list(steps)                    # the prompt's guards run first
             out = torch.cat([input_ids, *steps], dim=1)
         t = input_ids.shape[1]
         if out.shape[1] < t + max_new_tokens:
@@ -139,7 +140,9 @@ class GenerativeModule(CompiledModule):
         or is closed. With `eos_token_id` it ends within 16 steps of every sequence having
         produced it (the steps between repeat it)."""
         pick = self._picker(do_sample, temperature, top_k, top_p)
-        t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) else 0
+        # anything but a [batch, T] tensor is the prefill guards' to refuse, with their message
+        t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 \
+            else 0
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1 \
                 or t + max_new_tokens > self.max_cache_len:
             raise GuardError(f"{t} prompt tokens and {max_new_tokens} new ones do not fit the "

@@ -52,12 +52,13 @@ def test_gemma2_soft_capped_sliding_window_layers_match_generate(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2", "mistral_window", "mixtral",
-                                    "gpt_oss", "deepseek_v2", "phi_head80"])
+                                    "gpt_oss", "deepseek_v2", "phi_head80", "llama4_chunked"])
 def test_cuda_artifacts_through_the_triton_interpreter(tmp_path, family):
     """A CUDA artifact's kernels run by Triton's interpreter: flash decoding (with the window,
     the cap and the sinks: 6 + 14 positions, past the window of 8; keys of 24 and values of
     16, head sizes of 80, padded in registers), GPT-2's [K, N] weights stored transposed, the
-    experts' gathered products, and complex rotary embeddings computed as real pairs."""
+    experts' gathered products, complex rotary embeddings computed as real pairs, and the
+    ring caches of chunked attention."""
     pytest.importorskip("triton")
     m = build(family)
     ids = torch.randint(1, 500, (1, 6), generator=torch.Generator().manual_seed(3))

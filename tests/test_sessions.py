@@ -101,6 +101,9 @@ def test_stream_yields_the_steps_of_generate(path):
         m.stream(ids, CACHE)
     with pytest.raises(UsageError, match="apply only to sampling"):
         m.stream(ids, 4, top_k=3)
+    for bad in (ids[0], ids[None]):                # a prompt of another rank: the guards'
+        with pytest.raises(GuardError, match=f"has rank {bad.dim()}, expected 2"):
+            m.generate(bad, 4)
     eos = int(want[0, 9 + 2])                      # the first sequence's third new token
     got = torch.cat([ids, *m.stream(ids, 20, eos_token_id=eos)], 1)
     assert torch.equal(got[0, :12], want[0, :12]) and (got[0, 12:] == eos).all()
