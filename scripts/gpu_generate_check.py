@@ -5,6 +5,7 @@ divergence is reported, not only pass/fail).
 
     python scripts/gpu_generate_check.py --families llama,qwen2,mistral,gpt2,sample --new 32
     python scripts/gpu_generate_check.py --families gemma2,gemma3,mistral_window,mixtral
+    python scripts/gpu_generate_check.py --families deepseek_v3,llama4_chunked,phi_head80
 
 Models are mid-size configs with seeded random weights (hidden 512, 4 layers, vocab 32000),
 built in bf16 on the device; two prompts of 24 random ids (batch 2). One line per family. For
@@ -47,7 +48,20 @@ def _transformers(family: str):
             "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(
                 num_local_experts=8, num_experts_per_tok=2, **common)),
             "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=512, n_layer=4, n_head=8,
-                                                             n_positions=1024))}
+                                                             n_positions=1024)),
+            # latent attention: keys of 96 (64 + 32 rotary, not a power of two), values of 64
+            "deepseek_v3": lambda: tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(**dict(
+                common, num_key_value_heads=8, kv_lora_rank=128, q_lora_rank=256,
+                qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, head_dim=32,
+                moe_intermediate_size=256, n_routed_experts=8, num_experts_per_tok=2,
+                n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1))),
+            # chunked attention, chunks of 16 (ring caches), complex rotary embeddings
+            "llama4_chunked": lambda: tf.Llama4ForCausalLM(tf.Llama4TextConfig(**dict(
+                common, head_dim=64, num_local_experts=4, intermediate_size_mlp=1408,
+                attention_chunk_size=16))),
+            # heads of 80 (Phi-2's), padded in the decode kernels' registers
+            "phi_head80": lambda: tf.PhiForCausalLM(tf.PhiConfig(**dict(
+                common, hidden_size=640, num_key_value_heads=8)))}
     return make[family]()
 
 
