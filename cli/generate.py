@@ -1,7 +1,7 @@
 """`aotc generate`: generation on random token ids, timed (tokens/s, prefill latency).
 
 Each run resets the cache, prefills the prompt, then decodes one token per sequence per step
-(the argmax of the last logits fed back, or with a Sampling a token drawn from them, each run
+(the argmax of the last logits fed back, or with a sampling Choice a token drawn from them, each run
 from the same seed); medians over the runs after the first. The first run
 also gives the cold numbers: load, and load plus the first token.
 """
@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from aotc.runtime.sampling import greedy
+from aotc.runtime.sampling import GREEDY
 
 
 def _sync(device) -> None:
@@ -20,7 +20,7 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_generation(m, prompt: torch.Tensor, new_tokens: int, pick=greedy,
+def timed_generation(m, prompt: torch.Tensor, new_tokens: int, pick=GREEDY,
                      seed: int = 0) -> dict:
     """One generation: (prefill seconds, decode seconds for new_tokens - 1 steps, tokens)."""
     m.reset()
@@ -55,7 +55,7 @@ def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, 
     lo, hi = m.inputs[0].values or (0, g.vocab - 1)
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(lo, hi + 1, (g.batch, prompt_len), generator=gen).to(m.device)
-    pick = sampling or greedy
+    pick = sampling or GREEDY
     first = timed_generation(m, prompt, new_tokens, pick, seed)
     cold_first_token = load_s + first["prefill_s"]
     timed = [timed_generation(m, prompt, new_tokens, pick, seed) for _ in range(max(1, runs))]
@@ -66,7 +66,7 @@ def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, 
     return "\n".join([
         f"{m.signature()}  (cache {g.max_cache_len} tokens, batch {g.batch})",
         f"generated {new_tokens} tokens after a {prompt_len}-token prompt, "
-        + (f"sampled ({sampling})" if sampling else "greedy")
+        + pick.describe()
         + ("" if same else " (runs differ!)"),
         f"first tokens: {first['tokens'][0, :12].tolist()}",
         f"load {load_s * 1e3:.1f} ms, load + first token {cold_first_token * 1e3:.1f} ms",

@@ -300,12 +300,14 @@ def sign(ctx, artifact, key):
               help="Sample from the k most likely tokens only.")
 @click.option("--top-p", type=float, default=None,
               help="Sample from the smallest set of tokens whose probability reaches p.")
+@click.option("--min-p", type=float, default=None,
+              help="Sample from the tokens at least p times as likely as the most likely.")
 @_trust_option
 @click.pass_context
 def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperature, top_k,
-             top_p, trusted_keys):
+             top_p, min_p, trusted_keys):
     """Generation with a generator artifact (--decode) on random token ids, greedy or (with
-    --temperature, --top-k or --top-p) sampled: prints tokens/s, prefill latency, load
+    --temperature, --top-k, --top-p or --min-p) sampled: prints tokens/s, prefill latency, load
     time."""
     def body(echo):
         import aotc
@@ -317,10 +319,10 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperat
             raise UsageError(f"{artifact} is not a generator", where=str(artifact),
                              expected="an artifact exported with --decode",
                              found="no prefill/decode entries", fix="use `aotc run`")
-        sampled = {k: v for k, v in dict(temperature=temperature, top_k=top_k,
-                                         top_p=top_p).items() if v is not None}
-        from aotc.runtime.sampling import Sampling
-        sampling = Sampling(**sampled) if sampled else None
+        sampled = {k: v for k, v in dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                                         min_p=min_p).items() if v is not None}
+        from aotc.runtime.sampling import Choice
+        sampling = Choice(True, **sampled) if sampled else None
         echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,
                              runs=runs, seed=seed, device=device, trusted_keys=trusted_keys,
                              sampling=sampling))

@@ -30,7 +30,7 @@ import torch
 
 from aotc.errors import GuardError, UsageError
 from aotc.runtime.module import CompiledModule, Entry
-from aotc.runtime.sampling import Sampling, greedy
+from aotc.runtime.sampling import Choice
 
 
 class GenerativeModule(CompiledModule):
@@ -116,10 +116,10 @@ class GenerativeModule(CompiledModule):
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
                  eos_token_id: int | None = None, **sampling) -> torch.Tensor:
         """[batch, prompt + max_new_tokens] token ids (prompt first): greedy, or with
-        `do_sample=True` drawn after `temperature`, `top_k` and `top_p` as transformers'
-        sampling does (runtime/sampling.py; from `generator`, or torch's global random state).
-        With `eos_token_id`, stops once every sequence has produced it (later tokens repeat
-        it)."""
+        `do_sample=True` drawn after `temperature`, `top_k`, `top_p` and `min_p` as
+        transformers' sampling does (runtime/sampling.py; from `generator`, or torch's global
+        random state); `repetition_penalty` applies to both. With `eos_token_id`, stops once
+        every sequence has produced it (later tokens repeat it)."""
         steps = self.stream(input_ids, max_new_tokens, eos_token_id, **sampling)
         with self.lock:
             steps = list(steps)                    # the prompt's guards run first
@@ -133,13 +133,14 @@ class GenerativeModule(CompiledModule):
     def stream(self, input_ids: torch.Tensor, max_new_tokens: int,
                eos_token_id: int | None = None, *, do_sample: bool = False,
                temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+               min_p: float = 0.0, repetition_penalty: float = 1.0,
                generator: torch.Generator | None = None):
         """`generate`, one step at a time: an iterator of each step's tokens [batch, 1] as
         they are made (a server's streamed reply), on the module's device. The arguments are
         checked now; the session's lock is held from the first step until the iterator ends
         or is closed. With `eos_token_id` it ends within 16 steps of every sequence having
         produced it (the steps between repeat it)."""
-        pick = self._picker(do_sample, temperature, top_k, top_p)
+        pick = Choice(do_sample, temperature, top_k, top_p, min_p, repetition_penalty)
         # anything but a [batch, T] tensor is the prefill guards' to refuse, with their message
         t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 \
             else 0
@@ -160,36 +161,25 @@ class GenerativeModule(CompiledModule):
 
     def _steps(self, input_ids, max_new_tokens, eos_token_id, pick, generator):
         # a tensor-parallel artifact's ranks sample rank 0's draw (their own could differ)
-        shared = pick is not greedy and self.manifest.tensor_parallel is not None
+        shared = pick.sample and self.manifest.tensor_parallel is not None
         with self.lock:
             logits = self.prefill(input_ids)
-            done = None
+            done, history = None, input_ids.to(self.device) if pick.wants_history else None
             for i in range(max_new_tokens):
-                nxt = pick(logits, generator)
+                nxt = pick(logits, generator, history)
                 if shared:
                     torch.distributed.broadcast(nxt, src=0)
                 if done is not None:
                     nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
                 yield nxt
+                if history is not None:
+                    history = torch.cat([history, nxt], 1)
                 if eos_token_id is not None:
                     done = nxt == eos_token_id if done is None else done | (nxt == eos_token_id)
                     if i % 16 == 15 and bool(done.all()):   # a read of the device, now and then
                         return
                 if i + 1 < max_new_tokens:
                     logits = self.decode(nxt)
-
-    @staticmethod
-    def _picker(do_sample: bool, temperature, top_k, top_p):
-        """How `generate` picks each token: greedy, or a Sampling (its arguments checked)."""
-        if do_sample:
-            return Sampling(temperature, top_k, top_p)
-        if (temperature, top_k, top_p) != (1.0, 0, 1.0):
-            raise UsageError("temperature, top_k and top_p apply only to sampling",
-                             where="generate", expected="do_sample=True with them",
-                             found=f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
-                                   " without do_sample", fix="pass do_sample=True, or leave "
-                                   "them out for greedy generation")
-        return greedy
 
     def signature(self, entry: str | None = None) -> str:
         return super().signature(entry or self.generation.prefill)
