@@ -29,7 +29,7 @@ import weakref
 import torch
 
 from aotc.errors import GuardError, UsageError
-from aotc.runtime.module import CompiledModule, Entry
+from aotc.runtime.module import CompiledModule
 from aotc.runtime.sampling import Choice
 
 
@@ -48,10 +48,7 @@ class GenerativeModule(CompiledModule):
         own thread; weight swaps (`load_state_dict`) reach every session."""
         other = copy.copy(self)
         other.state = {n: torch.zeros_like(t) for n, t in self.state.items()}
-        other.entries = {name: Entry(name, e.spec, self.artifact.plan(name), self.weights,
-                                     self.device, self.library, state=other.state,
-                                     runner=self.options["runner"])
-                         for name, e in self.entries.items()}
+        other.entries = self.bound_entries(other.state)
         other.graphs = other._graphs(self.options["cuda_graph"], self.options["cuda_graph_cache"])
         other.position, other.lock = 0, threading.RLock()
         self.family.add(other)

@@ -62,11 +62,9 @@ class CompiledModule:
         # other threads; what the plans derived from weights is recomputed once they are
         loading = start_weights(artifact, device)
         try:
-            self.weights = weights = loading.weights
+            self.weights = loading.weights
             self.library = load_library_for(artifact, device)
-            self.entries = {name: Entry(name, spec, artifact.plan(name), weights, device,
-                                        self.library, state=self.state, runner=runner)
-                            for name, spec in self.manifest.entries.items()}
+            self.entries = self.bound_entries(self.state)
             pending = loading.pending
             loading.wait()
         finally:
@@ -74,6 +72,13 @@ class CompiledModule:
         for entry in self.entries.values() if pending else ():
             entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+
+    def bound_entries(self, state: dict) -> dict:
+        """An Entry per entry of the manifest, its plan bound to the loaded weights and to
+        `state` (the module's own, or a generator session's)."""
+        return {name: Entry(name, spec, self.artifact.plan(name), self.weights, self.device,
+                            self.library, state=state, runner=self.options["runner"])
+                for name, spec in self.manifest.entries.items()}
 
     @property
     def runtime(self) -> str:
