@@ -21,7 +21,7 @@ import sympy
 
 from aotc.codegen.ir import (Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              contiguous_strides, index_bounds, index_vars, linear_index, product)
-from aotc.codegen.plan import step_uses
+from aotc.codegen.plan import StepKind, slots_in, step_uses
 
 
 @dataclass
@@ -93,11 +93,19 @@ def _row_local(index, buf, prefix, pvars, inner_ranges) -> bool:
     return bounds is not None and bounds[0] >= 0 and bounds[1] < product(buf.shape[k:])
 
 
-def can_fuse(kernel: Kernel, node: ComputedBuffer) -> tuple[bool, str]:
+def can_fuse(kernel: Kernel, node: ComputedBuffer, views: dict | None = None
+             ) -> tuple[bool, str]:
+    """Whether `node` may join `kernel`, and why; `views`: buffer name -> the buffer a view
+    step made it a view of (what the kernel writes may be read through one)."""
     prefix = kernel.prefix
     body = node.body
     ranges = tuple(body.ranges)
     what = f"{node.buffers[0].name} ({'+'.join(body.origins)})"
+    written = {b.name for b in kernel.writes}
+    seen = {views[n] for n, _ in node_loads(node, len(node_prefix(node)))[0]
+            if n in (views or {})}
+    if seen & written:
+        return False, f"{what}: reads a view of a buffer this kernel writes"
     if isinstance(body, Reduction) and ranges != prefix:
         return False, f"{what}: reduction rows {list(ranges)} != kernel rows {list(prefix)}"
     if ranges[:len(prefix)] != prefix or (not prefix and ranges):
@@ -174,27 +182,33 @@ def schedule(steps: list) -> tuple[list, list]:
 
     A node may join any kernel of the current run that comes no earlier than the last kernel
     producing something it reads: first the one it depends on (vertical fusion), then the
-    others, latest first (horizontal fusion). Returns (steps, decisions).
+    others, latest first (horizontal fusion). A view step does not end a run (it computes
+    nothing, and stays after the kernels before it): a node reading a view depends on the
+    kernel writing the view's base, and is not fused into it nor into any kernel placed
+    before the view. Returns (steps, decisions).
     """
     out, decisions, run = [], [], []
+    views, made = {}, {}     # view buffer -> its base; -> kernels in the run before it
     count = 0
     for step in steps:
         if isinstance(step, Kernel):    # written by hand (codegen/triton/decode_attention.py)
             step.name = f"kernel{count}"
             count += 1
-        if not isinstance(step, ComputedBuffer):
-            run = []
+        if isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
+            base = f"buf{slots_in(step['args'])[0]}"
+            for o in (o for o in step["out"] if o is not None):
+                views[f"buf{o}"], made[f"buf{o}"] = views.get(base, base), len(run)
             out.append(step)
             continue
-        deps = _producers(step, run)
-        first = max(deps, default=0)
-        order = ([first] if deps else []) + [i for i in range(len(run) - 1, first - 1, -1)
-                                             if i not in deps[-1:]]
+        if not isinstance(step, ComputedBuffer):
+            run, views, made = [], {}, {}
+            out.append(step)
+            continue
         placed = False
-        for i in order:
-            ok, why = can_fuse(run[i], step)
+        for i in _candidates(step, run, views, made):
+            ok, why = can_fuse(run[i], step, views)
             same = None if ok else reshaped(step, run[i].prefix)
-            if same is not None and (fits := can_fuse(run[i], same))[0]:
+            if same is not None and (fits := can_fuse(run[i], same, views))[0]:
                 step, (ok, why) = same, fits
             if ok:
                 run[i].nodes.append(step)
@@ -213,8 +227,22 @@ def schedule(steps: list) -> tuple[list, list]:
     return out, decisions
 
 
-def _producers(node: ComputedBuffer, run: list) -> list[int]:
-    """Indices of the kernels in `run` that write a buffer `node` reads, ascending."""
+def _candidates(node: ComputedBuffer, run: list, views: dict, made: dict) -> list[int]:
+    """The kernels of `run` that `node` may join, in the order to try them: none before the
+    last that writes what it reads (that one first), none before a view it reads (they run
+    before the view exists), then the rest, latest first."""
+    deps = _producers(node, run, views)
+    floor = max((made[n] for n, _ in node_loads(node, len(node_prefix(node)))[0]
+                 if n in made), default=0)
+    deps = [i for i in deps if i >= floor]
+    first = max(deps, default=floor)
+    return ([first] if deps else []) + [i for i in range(len(run) - 1, first - 1, -1)
+                                        if i not in deps[-1:]]
+
+
+def _producers(node: ComputedBuffer, run: list, views: dict) -> list[int]:
+    """Indices of the kernels in `run` that write a buffer `node` reads (or the base of a
+    view it reads), ascending."""
     loads, _, _ = node_loads(node, len(node_prefix(node)))
-    names = {n for n, _ in loads}
+    names = {views.get(n, n) for n, _ in loads}
     return [i for i, k in enumerate(run) if names & {b.name for b in k.writes}]

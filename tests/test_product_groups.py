@@ -79,3 +79,25 @@ def test_only_one_row_products_of_different_widths_are_grouped():
     assert grouped["values"][slices[0]["out"][0]]["stride"] == [16, 1]
     for other in (_graph(2), _graph(1, widths=(8, 8))):   # GEMMs; one width: fused already
         assert group_products(other) is other
+
+
+def test_the_grouped_products_bf16_values_are_stored_by_its_own_kernel(tmp_path):
+    """In bf16 the attention kernel reads the values of the grouped product as a bf16 buffer:
+    that cast is the product kernel's epilogue, though view steps (the product's slices into
+    q, k and v) come between them in the plan (codegen/scheduler.py), not a kernel of its
+    own; the decode step's logits stay those of eager bf16."""
+    model = _model().to(torch.bfloat16)
+    ids = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(1))
+    path = aotc.export(model, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=CACHE,
+                       target="cuda:sm_90")
+    plan = json.loads((path / "plans" / "decode.json").read_text())
+    kernels = [[f["ops"][-1] for f in s["fused"]] for s in plan["steps"]
+               if s["kind"] == "kernel" and s.get("fused")]
+    casts = [k for k in kernels if k[-1] == "mm" and "matvec" not in k]
+    assert not casts, kernels
+    m = aotc.load(path, device="cpu", interpret=True)
+    m.prefill(ids)
+    got = m.decode(ids[:, -1:])
+    with torch.no_grad():
+        want = model(torch.cat([ids, ids[:, -1:]], 1))[:, -1]
+    torch.testing.assert_close(got.float(), want.float(), rtol=0.05, atol=0.05)
