@@ -101,17 +101,14 @@ def can_fuse(kernel: Kernel, node: ComputedBuffer, views: dict | None = None
     body = node.body
     ranges = tuple(body.ranges)
     what = f"{node.buffers[0].name} ({'+'.join(body.origins)})"
-    written = {b.name for b in kernel.writes}
-    seen = {views[n] for n, _ in node_loads(node, len(node_prefix(node)))[0]
-            if n in (views or {})}
-    if seen & written:
-        return False, f"{what}: reads a view of a buffer this kernel writes"
     if isinstance(body, Reduction) and ranges != prefix:
         return False, f"{what}: reduction rows {list(ranges)} != kernel rows {list(prefix)}"
     if ranges[:len(prefix)] != prefix or (not prefix and ranges):
         return False, f"{what}: iteration space {list(ranges)} does not start with {list(prefix)}"
     loads, pvars, inner_ranges = node_loads(node, len(prefix))
     written = {b.name: b for b in kernel.writes}
+    if any((views or {}).get(name) in written for name, _ in loads):
+        return False, f"{what}: reads a view of a buffer this kernel writes"
     dependent = False
     for name, index in loads:
         if name in written:
@@ -231,18 +228,10 @@ def _candidates(node: ComputedBuffer, run: list, views: dict, made: dict) -> lis
     """The kernels of `run` that `node` may join, in the order to try them: none before the
     last that writes what it reads (that one first), none before a view it reads (they run
     before the view exists), then the rest, latest first."""
-    deps = _producers(node, run, views)
-    floor = max((made[n] for n, _ in node_loads(node, len(node_prefix(node)))[0]
-                 if n in made), default=0)
-    deps = [i for i in deps if i >= floor]
+    names = {n for n, _ in node_loads(node, len(node_prefix(node)))[0]}
+    floor = max((made[n] for n in names if n in made), default=0)
+    bases = {views.get(n, n) for n in names}
+    deps = [i for i, k in enumerate(run) if i >= floor and bases & {b.name for b in k.writes}]
     first = max(deps, default=floor)
     return ([first] if deps else []) + [i for i in range(len(run) - 1, first - 1, -1)
                                         if i not in deps[-1:]]
-
-
-def _producers(node: ComputedBuffer, run: list, views: dict) -> list[int]:
-    """Indices of the kernels in `run` that write a buffer `node` reads (or the base of a
-    view it reads), ascending."""
-    loads, _, _ = node_loads(node, len(node_prefix(node)))
-    names = {views.get(n, n) for n, _ in loads}
-    return [i for i, k in enumerate(run) if names & {b.name for b in k.writes}]
