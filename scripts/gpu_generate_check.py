@@ -19,6 +19,7 @@ import copy
 import importlib.util
 import sys
 import tempfile
+import traceback
 import time
 from pathlib import Path
 
@@ -138,7 +139,10 @@ def main() -> None:
             try:
                 print(check(family, args.new, args.cache, Path(tmp), args.device), flush=True)
             except Exception as e:   # one family's failure must not hide the others'
-                print(f"{family:8s} ERROR {type(e).__name__}: {str(e)[:400]}", flush=True)
+                where = traceback.extract_tb(e.__traceback__)[-3:]
+                print(f"{family:8s} ERROR {type(e).__name__}: {str(e)[:400]}\n    at " +
+                      " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in where[::-1]),
+                      flush=True)
 
 
 if __name__ == "__main__":
