@@ -23,10 +23,24 @@ from aotc.runtime.attention import attention, window_mask
 from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
+def _checked(position, key_cache) -> int:
+    """The position as an int, in range of the cache (a CPU tensor: reading it costs nothing).
+    The module guards positions by the manifest's max_cache_len; a manifest that claims more
+    than the plan's cache holds is refused here, before anything is read or written."""
+    at, slots = int(position.reshape(-1)[0]), int(key_cache.shape[2])
+    if not 0 <= at < slots:
+        from aotc.errors import GuardError
+        raise GuardError("decode position outside the KV cache", where="aotc::decode_attention",
+                         expected=f"0 <= position < {slots} (the cache's slots)", found=at,
+                         fix="reset() the module; an artifact whose generation.max_cache_len "
+                             "exceeds its cache is damaged: re-export it")
+    return at
+
+
 def decode_attention(query, key_cache, value_cache, position, scale, window=0, softcap=0.0,
                      sinks=None):
     if query.device.type == "cpu":
-        n = int(position.reshape(-1)[0]) + 1
+        n = _checked(position, key_cache) + 1
         lo = max(0, n - window) if window else 0
         return attention(query, key_cache[:, :, lo:n], value_cache[:, :, lo:n], None, scale,
                          softcap, sinks=sinks)
@@ -37,10 +51,19 @@ def decode_attention(query, key_cache, value_cache, position, scale, window=0, s
 
 def decode_attention_write(query, key_cache, value_cache, position, key, value, scale,
                            window=0, softcap=0.0, sinks=None):
-    """Write key/value [B, Hkv, 1, D] at `position` of the caches, then attend."""
-    index = position.reshape(1)
-    key_cache.index_copy_(2, index, key)
-    value_cache.index_copy_(2, index, value)
+    """Write key/value [B, Hkv, 1, D] at `position` of the caches, then attend. Off the CPU
+    the position stays on the device: a position past the cache writes nothing (its index is
+    clamped and the row there rewritten with itself) rather than out of bounds."""
+    if query.device.type == "cpu":
+        index = position.reshape(1).new_tensor([_checked(position, key_cache)])
+        key_cache.index_copy_(2, index, key)
+        value_cache.index_copy_(2, index, value)
+    else:
+        index = position.reshape(1).clamp(0, key_cache.shape[2] - 1)
+        inside = ((position.reshape(1) >= 0) & (position.reshape(1) < key_cache.shape[2]))
+        inside = inside.reshape(1, 1, 1, 1)
+        for cache, new in ((key_cache, key), (value_cache, value)):
+            cache.index_copy_(2, index, torch.where(inside, new, cache.index_select(2, index)))
     return decode_attention(query, key_cache, value_cache, position, scale, window, softcap,
                             sinks)
 

@@ -182,6 +182,22 @@ def test_state_slots_must_match_the_manifest(sample, tmp_path):
         aotc.load(art)
 
 
+@pytest.mark.parametrize("runner", ["cpp", "python"])
+def test_a_manifest_claiming_a_longer_cache_than_its_plans_is_a_guard_error(sample, tmp_path,
+                                                                             runner):
+    # a hostile or damaged manifest: positions past the plans' cache are refused by the op
+    # (typed, before any write) instead of failing in ATen's index_copy_
+    _, ids, path = sample
+    art = copy_artifact(path, tmp_path / "a.aotc")
+    edit_json(art, fmt.MANIFEST, lambda m: m["generation"].update(max_cache_len=4 * CACHE))
+    m = aotc.load(art, runner=runner)
+    m.prefill(torch.zeros(2, CACHE - 1, dtype=torch.int64))
+    m.decode(ids[:, :1])
+    with pytest.raises(GuardError, match="outside the KV cache") as e:
+        m.decode(ids[:, :1])
+    assert str(e.value.found) == str(CACHE)   # both runners (the C++ one says it in text)
+
+
 def test_a_model_without_the_convention_is_refused(tmp_path):
     with pytest.raises(UsageError, match="cannot be exported for decoding"):
         aotc.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4, dtype=torch.int64),),

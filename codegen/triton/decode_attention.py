@@ -129,7 +129,8 @@ def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
 # or another program just stored)
 _WRITE_PRELUDE = '''    k_new = tl.load({kn} + (b * {hkv} + g) * {d} + dims, mask=dmask, other=0.0)
     v_new = tl.load({vn} + (b * {hkv} + g) * {dv} + vdims, mask=vmask, other=0.0)
-    mine = at // {chunk} == s    # block masks below: the interpreter refuses a scalar one
+    mine = (at // {chunk} == s) & (at < {m})   # block masks below: the interpreter refuses
+    # a scalar one; a position past the cache (a damaged manifest) writes nothing
     tl.store({k} + base + at * {d} + dims, k_new, mask=dmask & ((dims * 0 + mine) != 0))
     tl.store({v} + vbase + at * {dv} + vdims, v_new, mask=vmask & ((vdims * 0 + mine) != 0))
 '''

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "include/aotc/errors.h"
 #include "instr.h"
 
 namespace aotc {
@@ -44,6 +45,19 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v,
 // soft-capped; with sinks [H], one more logit per head in each softmax).
 // On a CPU the position is read (no device to wait for) and attention runs over the valid
 // keys only; elsewhere the rest of the cache is masked, so nothing is read back from the device.
+// The position as an int, inside the cache (runtime/aotc_ops.py's _checked): a manifest whose
+// max_cache_len claims more slots than the plan's cache has is refused before any write.
+int64_t checked_position(const at::Tensor& pos, const at::Tensor& cache) {
+  int64_t at = pos.reshape(-1)[0].item<int64_t>(), slots = cache.size(2);
+  if (at < 0 || at >= slots)
+    throw GuardError("decode position outside the KV cache", "aotc::decode_attention",
+                     "0 <= position < " + std::to_string(slots) + " (the cache's slots)",
+                     std::to_string(at),
+                     "reset() the module; an artifact whose generation.max_cache_len exceeds its "
+                     "cache is damaged: re-export it");
+  return at;
+}
+
 void decode_attention(torch::jit::Stack& st) {
   const at::Tensor& q = st[0].toTensor();
   const at::Tensor& k = st[1].toTensor();
@@ -56,7 +70,7 @@ void decode_attention(torch::jit::Stack& st) {
   if (st.size() > 7 && !st[7].isNone()) sinks = st[7].toTensor();
   at::Tensor out;
   if (q.device().is_cpu()) {
-    int64_t n = pos.reshape(-1)[0].item<int64_t>() + 1;
+    int64_t n = checked_position(pos, k) + 1;
     int64_t lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
     out = attention(q, k.slice(2, lo, n), v.slice(2, lo, n), std::nullopt, scale, softcap, sinks);
   } else {
@@ -75,8 +89,17 @@ void decode_attention(torch::jit::Stack& st) {
 // place: they are the module's state), then decode_attention.
 void decode_attention_write(torch::jit::Stack& st) {
   at::Tensor index = st[3].toTensor().reshape({1});
-  st[1].toTensor().index_copy_(2, index, st[4].toTensor());
-  st[2].toTensor().index_copy_(2, index, st[5].toTensor());
+  at::Tensor k = st[1].toTensor(), v = st[2].toTensor();
+  if (k.device().is_cpu()) {
+    checked_position(index, k);
+    k.index_copy_(2, index, st[4].toTensor());
+    v.index_copy_(2, index, st[5].toTensor());
+  } else {   // the position stays on the device: past the cache, the row is rewritten as is
+    at::Tensor clamped = index.clamp(0, k.size(2) - 1);
+    at::Tensor inside = ((index >= 0) & (index < k.size(2))).reshape({1, 1, 1, 1});
+    k.index_copy_(2, clamped, at::where(inside, st[4].toTensor(), k.index_select(2, clamped)));
+    v.index_copy_(2, clamped, at::where(inside, st[5].toTensor(), v.index_select(2, clamped)));
+  }
   st.erase(st.begin() + 4, st.begin() + 6);
   decode_attention(st);
 }

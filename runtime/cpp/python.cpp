@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include "include/aotc/errors.h"
 #include "guards.h"
 #include "program.h"
 
@@ -226,9 +227,15 @@ std::unique_ptr<aotc::Guards> make_guards(const py::dict& d) {
 
 // An ATen error inside a call reaches Python as torch's own bindings raise it (the class by
 // kind, the message without the C++ backtrace), as it would from the Python runner.
+// An aotc error a runner op raises (aotc/errors.py's class of its kind, with its fields).
 void translate_aten_errors(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
+  } catch (const aotc::AotcError& e) {
+    py::object cls = py::module_::import("aotc.errors").attr(e.kind());
+    py::object err = cls(e.message(), py::arg("where") = e.where(), py::arg("expected") = e.expected(),
+                         py::arg("found") = e.found(), py::arg("fix") = e.fix());
+    PyErr_SetObject(cls.ptr(), err.ptr());
   } catch (const c10::IndexError& e) {
     PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
   } catch (const c10::ValueError& e) {
