@@ -31,6 +31,7 @@ from aotc.codegen.state import fuse_cache_writes, reinplace
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
+from aotc.runtime.plan import SlotKind, StepKind
 from aotc.prove import artifact_check
 from aotc.runtime import format as fmt
 from aotc.runtime.dtypes import DTYPES
@@ -240,7 +241,7 @@ def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: 
     `hints`: the size symbols' example sizes and maxima (CUDA block heuristics size dynamic
     dims for the examples and index in 32 bits where the maxima allow; `autotune` times
     CUDA kernels at the examples)."""
-    groups = [(kernels, _buffers(lowered.slots), _stored(steps, lowered.outputs))
+    groups = [(kernels, _buffers(lowered.slots, steps), _stored(steps, lowered.outputs))
               for lowered, steps, _, kernels in parts.values() if kernels]
     if not groups:
         return {}, None, {}
@@ -300,13 +301,25 @@ def _entry(graph: dict, name: str, inputs, symbols, tree, plan) -> dict:
             "outputs": outputs, "output_tree": tree, "stats": plan["stats"]}
 
 
-def _buffers(slots: list) -> dict:
+def _buffers(slots: list, steps: list = ()) -> dict:
     from aotc.codegen.ir import Buffer, sym
+    constant = _constant_slots(slots, steps)
     return {f"buf{s['id']}": Buffer(name=f"buf{s['id']}", slot=s["id"],
                                     shape=tuple(sym(d) for d in s["shape"]),
                                     stride=tuple(sym(d) for d in s["stride"]),
-                                    dtype=DTYPES[s["dtype"]])
+                                    dtype=DTYPES[s["dtype"]], constant=s["id"] in constant)
             for s in slots if "shape" in s}
+
+
+def _constant_slots(slots: list, steps) -> set[int]:
+    """Slots no step writes: the weights and the views of them (in plan order)."""
+    out = {s["id"] for s in slots if s.get("kind") == SlotKind.WEIGHT.value}
+    for step in steps:
+        if isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
+            base = step["args"][0]
+            if isinstance(base, dict) and base.get("slot") in out:
+                out |= set(o for o in step.get("out", ()) if o is not None)
+    return out
 
 
 def _stored(steps: list, outputs: list) -> set:

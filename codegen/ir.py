@@ -209,6 +209,7 @@ class Buffer:
     shape: tuple
     stride: tuple
     dtype: torch.dtype
+    constant: bool = False      # a weight or a view of one: no step ever writes it
 
     def loader(self) -> InnerFn:
         name, stride = self.name, self.stride

@@ -43,8 +43,57 @@ def test_sm90_builds_wait_for_their_predecessor_and_sm80_ones_do_not(two_archs):
         head = text[text.index(f"def {name}("):]
         assert "AOTC_PDL: tl.constexpr = False):" in head.splitlines()[0]
         body = [ln.strip() for ln in head.splitlines()[1:] if not ln.strip().startswith("#")]
-        assert body[:3] == ["if AOTC_PDL:", "tl.extra.cuda.gdc_wait()",
-                            "tl.extra.cuda.gdc_launch_dependents()"], name
+        assert body[:2] == ["if AOTC_PDL:", "tl.extra.cuda.gdc_launch_dependents()"], name
+        assert body.count("tl.extra.cuda.gdc_wait()") == 1, name
+
+
+def _constant_slots(plan) -> set[str]:
+    from aotc.runtime.schema.types import SlotKind, StepKind
+    out = {f"buf{i}" for i, s in enumerate(plan.slots) if s.kind is SlotKind.WEIGHT}
+    for step in plan.steps:
+        if step.kind is StepKind.VIEW and {f"buf{r}" for r in step.reads()} <= out:
+            out |= {f"buf{o}" for o in step.out if o is not None}
+    return out
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                      hidden=160, vocab=500).eval()
+    path = tmp_path_factory.mktemp("d") / "d.aotc"
+    return aotc.export(model, (torch.randint(0, 500, (1, 8)),), path, decode=True,
+                       max_cache_len=32, target="cuda:sm_90", dtype="bf16")
+
+
+def test_only_weights_are_read_before_the_wait(decoder):
+    # before a kernel waits for its predecessor it may read what no kernel writes (weights and
+    # views of them) and compute indices; never a value another kernel writes, never a store
+    import re
+    art = aotc.runtime.artifact.Artifact(decoder)
+    constants = _constant_slots(art.plan("decode"))
+    early = 0
+    for name in art.manifest.target.native.kernels:
+        text = art.read(f"kernels/{name}.py").decode()
+        lines = text[text.index(f"def {name}("):].splitlines()[1:]
+        code = [ln for ln in lines if not ln.strip().startswith("#")]
+        wait = code.index("        tl.extra.cuda.gdc_wait()")
+        before = "\n".join(code[:wait - 1])
+        assert "tl.store" not in before and "aotc_err" not in before, name
+        named = set(re.findall(r"\bbuf\d+\b", before))
+        assert named <= constants, (name, named - constants)
+        early += bool(named)
+    assert early >= 2 * 3, "the q/k/v, gate/up and output products of each layer load early"
+
+
+def test_one_row_products_load_their_weights_before_the_wait(decoder):
+    art = aotc.runtime.artifact.Artifact(decoder)
+    text = art.read("kernels/decode_kernel1.py").decode()
+    body = text[text.index("def decode_kernel1("):]
+    wait = body.index("gdc_wait()")
+    assert "matvec" in body.splitlines()[1]
+    assert body.count("tl.load(", 0, wait) >= 1 and "tl.load(" in body[wait:]
 
 
 def test_hand_written_kernels_take_the_wait_too():

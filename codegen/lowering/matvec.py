@@ -96,9 +96,9 @@ def _matvec(g, x, w, dtype):
     lx, lw, acc = _vector(g, x), w.loader, acc_dtype(dtype)
     k = w.shape[0]
 
-    def body(h, idx, ridx):
-        return h.op(Op.MUL, h.to_dtype(lx(h, (idx[0], ridx[0])), acc),
-                    h.to_dtype(lw(h, (ridx[0], idx[1])), acc))
+    def body(h, idx, ridx):   # the weight first: its loads may start before the predecessor ends
+        wv = h.to_dtype(lw(h, (ridx[0], idx[1])), acc)   # (codegen/triton/build.py pdl_body)
+        return h.op(Op.MUL, h.to_dtype(lx(h, (idx[0], ridx[0])), acc), wv)
     red, = g.reduction((x.shape[0], w.shape[1]), (k,), R.SUM, acc, body, "matvec")
     return red
 

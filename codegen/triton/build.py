@@ -65,6 +65,76 @@ PDL_LINES = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()",
              "    tl.extra.cuda.gdc_launch_dependents()")
 
 
+PDL_TRIGGER = (f"if {PDL}:", "    tl.extra.cuda.gdc_launch_dependents()")
+PDL_WAIT = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()")
+# what a line must not do before the wait: store, or name a buffer other kernels write
+_DEPENDENT = re.compile(r"\btl\.(store|atomic_\w+)\(|\baotc_err\b|\b(buf\d+)\b")
+
+
+def pdl_body(body: list[str], constants: set[str]) -> list[str]:
+    """A generated kernel's body lines with programmatic dependent launch: the trigger that
+    lets the next kernel launch first, then the body with the wait for the predecessor placed
+    before the first top-level statement that stores, or names a buffer outside `constants`
+    (the weights and views of them, which no kernel writes). What comes before it (program
+    ids, index arithmetic, weight loads) runs while the predecessor finishes: a product of one
+    row starts streaming its weights during the previous kernel's last wave. A statement is a
+    top-level line with the lines indented under it (a loop, an `if` with its `else`), so the
+    wait is never inside a loop or a branch; comments never count."""
+    groups = _statements(body)
+    at = next((i for i, g in enumerate(groups)
+               if any(_depends(ln, constants) for ln in g)), len(groups))
+    before, after = _hoisted(groups[:at], groups[at:], constants)
+    return [*PDL_TRIGGER, *(ln for g in before for ln in g), *PDL_WAIT,
+            *(ln for g in after for ln in g)]
+
+
+_ASSIGN = re.compile(r"^(\w+) = (.+)$")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _hoisted(before: list, after: list, constants: set[str]) -> tuple[list, list]:
+    """Move the one-line assignments after the wait that need nothing it guards (constants,
+    program ids, and names assigned once, before it) to before it: the up projection's weight
+    loads in a kernel whose gate projection reads its input first."""
+    count: dict[str, int] = {}
+    for g in before + after:
+        for ln in g:
+            m = _ASSIGN.match(ln.strip())
+            if m:
+                count[m.group(1)] = count.get(m.group(1), 0) + 1
+    ready = {n for g in before for ln in g if (m := _ASSIGN.match(ln)) and count[m.group(1)] == 1
+             for n in (m.group(1),)}
+    kept = []
+    for g in after:
+        m = _ASSIGN.match(g[0]) if len(g) == 1 else None
+        free = m is not None and count[m.group(1)] == 1 and not _depends(g[0], constants) and \
+            all(n in ready or n not in count for n in _NAME.findall(m.group(2)))
+        if free:
+            before.append(g)
+            ready.add(m.group(1))
+        else:
+            kept.append(g)
+    return before, kept
+
+
+def _statements(body: list[str]) -> list[list[str]]:
+    groups: list[list[str]] = []
+    for ln in body:
+        top = not ln.startswith((" ", "\t")) and not ln.startswith(("else", "elif"))
+        if top or not groups:
+            groups.append([ln])
+        else:
+            groups[-1].append(ln)
+    return groups
+
+
+def _depends(line: str, constants: set[str]) -> bool:
+    if line.lstrip().startswith("#"):
+        return False
+    return any(m.group(2) is None or m.group(2) not in constants
+               for m in _DEPENDENT.finditer(line))
+
+
 def with_pdl(text: str, name: str) -> str:
     """A kernel source whose one-line `def name(...):` takes PDL_PARAM and starts with
     PDL_LINES (hand-written kernels; generated ones print both themselves)."""

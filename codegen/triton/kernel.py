@@ -37,7 +37,7 @@ from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, Reductio
 from aotc.codegen.scheduler import Kernel
 from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
                                         plan_blocks)
-from aotc.codegen.triton.build import PDL_LINES, PDL_PARAM, KernelSource
+from aotc.codegen.triton.build import PDL_PARAM, KernelSource, pdl_body
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
                                          fold_index, in_bounds, op_expr, reduce_sum, texpr,
                                          to_half, unravel, value_dtype, value_type)
@@ -485,7 +485,8 @@ class KernelWriter:
         params = ", ".join([*signature, *(f"{c}: tl.constexpr" for c in constexprs), PDL_PARAM])
         lines = ["@triton.jit", f"def {self.k.name}({params}):",
                  *(f"    # {r}" for r in self.k.reasons)]
-        lines += ["    " + ln for ln in (*PDL_LINES, *self._rows(), *body)]
+        constants = {n for n, b in self.buffers.items() if b.constant}
+        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], constants)]
         return KernelSource(name=self.k.name, text="\n".join(lines) + "\n", ins=ins, outs=outs,
                             sizes=sizes, signature=signature, constexprs=constexprs,
                             grid=self.blocks.grid(), num_warps=self.blocks.num_warps,
