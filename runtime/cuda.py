@@ -6,8 +6,8 @@ major version and an equal or newer minor one) and loaded with cuModuleLoadData 
 primary context (the one torch uses). A launch packs the kernel's parameters (data pointers,
 sizes, then the scratch pointers newer Triton versions append) and calls cuLaunchKernel on
 torch's current stream; a cubin built for programmatic dependent launch (launch spec `pdl`,
-sm_90 and newer: its first instruction waits for the kernel before it) goes through
-cuLaunchKernelEx with programmatic stream serialization, so its launch overlaps the end of its
+sm_90 and newer: it waits for the kernel before it before it touches what kernels write) goes
+through cuLaunchKernelEx with programmatic stream serialization, so its launch overlaps the end of its
 predecessor, in a stream and in a captured CUDA graph alike. AOTC_CUDA_PDL=0 launches those
 cubins plainly (their wait is then a no-op), to compare or to rule the overlap out; so does a
 driver that lacks cuLaunchKernelEx or refuses the attribute.

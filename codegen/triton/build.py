@@ -52,19 +52,19 @@ class KernelSource:
 
 
 # Programmatic dependent launch (sm_90 and newer): every kernel takes this constexpr, False by
-# default (the interpreter, older GPUs). Built for sm_90+ it is True: the kernel's first act is
-# to wait until the kernel before it on the stream has finished and its writes are visible
-# (griddepcontrol.wait), then to let the next one launch. Launched with the programmatic-
-# serialization attribute, a kernel's launch and block scheduling then overlap its
-# predecessor's tail instead of following it; nothing of it reads or writes memory before the
-# wait, so any order of kernels stays correct.
+# default (the interpreter, older GPUs). Built for sm_90+ it is True: the kernel lets the next
+# one launch (griddepcontrol.launch_dependents) and waits until the kernel before it on the
+# stream has finished and its writes are visible (griddepcontrol.wait): hand-written kernels
+# first thing, generated ones before their first statement that stores or reads what another
+# kernel writes (pdl_body). Launched with the programmatic-serialization attribute, a kernel's
+# launch, block scheduling and weight loads then overlap its predecessor's tail instead of
+# following it; nothing reads what a kernel writes or writes anything before the wait, so any
+# order of kernels stays correct.
 PDL = "AOTC_PDL"
 PDL_MIN_ARCH = 90
 PDL_PARAM = f"{PDL}: tl.constexpr = False"
 PDL_LINES = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()",
-             "    tl.extra.cuda.gdc_launch_dependents()")
-
-
+             "    tl.extra.cuda.gdc_launch_dependents()")   # hand-written kernels' first lines
 PDL_TRIGGER = (f"if {PDL}:", "    tl.extra.cuda.gdc_launch_dependents()")
 PDL_WAIT = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()")
 # what a line must not do before the wait: store, or name a buffer other kernels write
