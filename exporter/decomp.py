@@ -12,11 +12,15 @@ Two rules make the re-trace robust:
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aotc.errors import AotcError
 from aotc.exporter import complex as complex_
 
 aten = torch.ops.aten
@@ -134,8 +138,15 @@ class _Replay(torch.fx.Interpreter):
     ints, which would freeze dynamic dims), and complex values are carried as real pairs
     (exporter/complex.py)."""
 
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.extra_traceback = False   # aotc's errors say where themselves (_located)
+
     def run_node(self, n):
-        out = super().run_node(n)
+        try:
+            out = super().run_node(n)
+        except AotcError as e:
+            raise _located(e, n) from None
         val = n.meta.get("val")
         if n.op == "placeholder" and isinstance(val, torch.Tensor) and val.is_complex():
             return complex_.Pairs(out if not out.is_complex() else torch.view_as_real(out))
@@ -158,6 +169,17 @@ class _Replay(torch.fx.Interpreter):
             return tuple(args[0].stride())
         return complex_.made(target, super().call_function(_REPLACE.get(target, target),
                                                            args, kwargs))
+
+
+def _located(e: AotcError, node) -> AotcError:
+    """`e` with the model's source line that made `node` added to where it happened (the last
+    frame of the node's stack trace), as a fresh error of the same class."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', node.stack_trace or "")
+    if not frames:
+        return e
+    file, line, code = frames[-1]
+    where = f"{e.where + ' ' if e.where else ''}at {Path(file).name}:{line} ({code.strip()[:120]})"
+    return type(e)(e.what, where=where, expected=e.expected, found=e.found, fix=e.fix)
 
 
 def decompose(gm: torch.fx.GraphModule, flat_args: list, *,

@@ -132,6 +132,9 @@ def test_complex_values_aotc_does_not_compute_are_refused(tmp_path, model, x, me
     with pytest.raises(ExportError, match=message.replace("(", r"\(")) as e:
         aotc.export(model, (x,), tmp_path / "c.aotc")
     assert e.value.fix and not (tmp_path / "c.aotc").exists()
+    assert "While executing" not in str(e.value)   # torch.fx's notes; aotc says where itself
+    if isinstance(model, ComplexOpOutsideTable):   # the model's own line
+        assert "test_complex.py:" in e.value.where and ".sqrt()" in e.value.where
 
 
 def test_rms_norm_without_a_weight_is_functional(tmp_path):
