@@ -6,6 +6,8 @@ that wrap in eager PyTorch (aten.index), and are refused elsewhere, as eager ref
 failed check is reported here, on the cold path: the plan step's `checks` say which kernel
 argument held the index, the size and the op; the argument is traced back through views to
 the model input it came from, and the first offending value is named with its position.
+Plans without generated kernels (--no-codegen) index through ATen, whose own check raises an
+IndexError: `extern_index_error` finds the indexing call and the input behind it the same way.
 """
 from __future__ import annotations
 
@@ -76,3 +78,41 @@ def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
                       found="an index out of range",
                       fix="check the values of integer index inputs (e.g. token ids below the "
                           "vocabulary size)")
+
+
+# ATen indexing calls a plan may make: op -> (argument holding the indices, the indexed tensor's
+# argument, the indexed dim's argument or a fixed dim)
+EXTERN_INDEXING = {"aten::embedding": (1, 0, 0), "aten::index_select": (2, 0, "1"),
+                   "aten::gather": (2, 0, "1")}
+
+
+def extern_index_error(plan, inputs, symbols: dict) -> GuardError | None:
+    """The GuardError for an ATen indexing call of `plan` whose indices, read from a model
+    input, are out of range (negatives too: these ops do not wrap), or None if none is."""
+    names = {i: plan.slots[s].name for i, s in enumerate(plan.inputs)}
+    for step in plan.steps:
+        spec = EXTERN_INDEXING.get(step.op.split(".")[0]) if step.kind is StepKind.EXTERN \
+            else None
+        if spec is None or len(step.args) <= max(spec[0], spec[1]):
+            continue
+        index, table = step.args[spec[0]], step.args[spec[1]]
+        dim = spec[2] if isinstance(spec[2], int) else getattr(step.args[int(spec[2])], "value",
+                                                                step.args[int(spec[2])])
+        if not (hasattr(index, "slot") and hasattr(table, "slot") and isinstance(dim, int)):
+            continue
+        origin = input_origin(plan, index.slot)
+        shape = plan.slots[table.slot].shape
+        if origin is None or origin >= len(inputs) or not -len(shape) <= dim < len(shape):
+            continue
+        size = shape[dim] if isinstance(shape[dim], int) else ex.evaluate(shape[dim], symbols)
+        found = first_bad(inputs[origin], 0, size - 1)
+        if found is not None:
+            value, pos = found
+            where = f"input {names[origin]!r} (#{origin})"
+            return GuardError(f"{where} holds index {value} at position {list(pos)}, outside "
+                              f"[0, {size - 1}]", where=where,
+                              expected=f"indices in [0, {size - 1}] ({step.op} over {size} rows)",
+                              found=f"{value} at {list(pos)}",
+                              fix=f"pass indices in [0, {size - 1}] in {names[origin]!r} (e.g. "
+                                  f"token ids below the vocabulary size {size})")
+    return None

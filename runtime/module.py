@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from aotc.errors import ArtifactError, GuardError, TargetError
+from aotc.errors import AotcError, ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction
@@ -21,6 +21,27 @@ from aotc.runtime.schema.manifest import CppNative, TritonNative
 from aotc.runtime.shards import load_weights, start_weights
 from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
+
+
+def _plan_failed(e, args: tuple, err: Exception) -> Exception:
+    """What a plan's run raising `err` (inputs past its guards) reports: an out-of-range index
+    met by ATen's own check (a plan without generated kernels) as the GuardError naming the
+    input; memory and device failures as they are; anything else as an ArtifactError naming the
+    plan, since a plan that fits its guards and its shapes runs (a hostile plan whose calls
+    disagree with its slots, say)."""
+    from aotc.runtime.indices import extern_index_error
+    if isinstance(err, (IndexError, RuntimeError)):
+        found = extern_index_error(e.plan, args, e.guards.bind(args))
+        if found is not None:
+            return found
+    device = getattr(torch, "AcceleratorError", torch.OutOfMemoryError)
+    if isinstance(err, (torch.OutOfMemoryError, device)) or str(err).startswith("CUDA error"):
+        return err
+    return ArtifactError(f"entry {e.name!r} failed inside its plan",
+                         where=e.spec.plan, expected="ATen calls that fit the plan's slots",
+                         found=f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                         fix="re-export the model with this aotc (the plan may be damaged or "
+                             "not aotc's); if a fresh export fails too, report it")
 
 
 class Entry:
@@ -120,11 +141,20 @@ class CompiledModule:
         """Run without rebuilding the output structure (benchmarks, `aotc verify`)."""
         e = self.entries[entry]
         args = tuple(args)
-        if e.direct is not None:
-            return e.direct(args, self.check_guards)
-        symbols = e.guards.check(args, self.device) if self.check_guards else e.guards.bind(args)
-        with torch.no_grad():
-            return self.graphs.get(entry, e.function)(args, symbols)
+        try:
+            if e.direct is not None:
+                return e.direct(args, self.check_guards)
+            symbols = e.guards.check(args, self.device) if self.check_guards else \
+                e.guards.bind(args)
+            with torch.no_grad():
+                return self.graphs.get(entry, e.function)(args, symbols)
+        except AotcError:
+            raise
+        except (IndexError, RuntimeError, ValueError, TypeError) as err:
+            failed = _plan_failed(e, args, err)
+            if failed is err:
+                raise
+            raise failed from (None if isinstance(failed, GuardError) else err)
 
     # --------------------------------------------------------------------------------- weights
     def state_dict(self):

@@ -1,7 +1,8 @@
 """Index inputs are guarded as eager PyTorch guards them: negative and too-large ids of an
 embedding, gather or index_select are refused with a GuardError naming the input, the valid
 range and the first offending value; negative indices of advanced indexing (aten.index) wrap,
-as in eager. On the CPU and through the Triton kernels of a CUDA artifact alike."""
+as in eager. On the CPU and through the Triton kernels of a CUDA artifact alike, and in plans
+without generated kernels (--no-codegen), where ATen's own check is named the same way."""
 from __future__ import annotations
 
 import pytest
@@ -26,15 +27,16 @@ def _load(path, triton: bool):
     return aotc.load(path, device="cpu", interpret=True) if triton else aotc.load(path)
 
 
-@pytest.mark.parametrize("triton", [False, True], ids=["cpu", "triton"])
+@pytest.mark.parametrize("triton", [False, True, "aten"], ids=["cpu", "triton", "no-codegen"])
 @pytest.mark.parametrize("bad,pos", [(-1, [0, 2]), (50, [1, 0]), (10**6, [1, 3])])
 def test_embedding_ids_out_of_range_name_the_input_and_value(tmp_path, triton, bad, pos):
-    if triton:
+    if triton is True:
         pytest.importorskip("triton")
     model = Embed().eval()
     ids = torch.randint(0, 50, (2, 4))
-    path = aotc.export(model, (ids,), tmp_path / "e.aotc", **(TRITON if triton else {}))
-    m = _load(path, triton)
+    options = TRITON if triton is True else {"codegen": False} if triton == "aten" else {}
+    path = aotc.export(model, (ids,), tmp_path / "e.aotc", **options)
+    m = _load(path, triton is True)
     torch.testing.assert_close(m(ids), model(ids))
     wrong = ids.clone()
     wrong[tuple(pos)] = bad
@@ -63,14 +65,15 @@ def test_advanced_indexing_wraps_negative_indices_as_eager_does(tmp_path, triton
         m(x, torch.tensor([0, -11, 1]))
 
 
+@pytest.mark.parametrize("codegen", [True, False])
 @pytest.mark.parametrize("which", ["gather", "index_select"])
-def test_gather_and_index_select_refuse_negative_indices(tmp_path, which):
+def test_gather_and_index_select_refuse_negative_indices(tmp_path, which, codegen):
     x = torch.randn(6, 5)
     if which == "gather":
         fn, i = (lambda a, i: torch.gather(a, 1, i) + 1), torch.randint(0, 5, (6, 2))
     else:
         fn, i = (lambda a, i: torch.index_select(a, 0, i) + 1), torch.tensor([0, 5, 2])
-    m = aotc.load(compile_function(fn, (x, i), tmp_path / "g.aotc"))
+    m = aotc.load(compile_function(fn, (x, i), tmp_path / "g.aotc", codegen=codegen))
     torch.testing.assert_close(m(x, i), fn(x, i))
     bad = i.clone()
     bad.view(-1)[1] = -1
