@@ -200,16 +200,18 @@ class _Spec:
         return ("kernel", idx, step.name, fn, args, outs, sizes)
 
     def _kernel_arg(self, i: int) -> tuple:
-        """(slot, lay out?, contiguous, strides): values not written by a kernel get the
-        strides the kernel was compiled for, at their first kernel use (weights are bound as
-        their slots want them; views of weights are laid out once, at load)."""
+        """(slot, lay out?, contiguous, strides, shape, dtype): values not written by a kernel
+        get the strides the kernel was compiled for, at their first kernel use, after a check
+        of their shape and dtype against the slot's (weights are bound as their slots want
+        them; views of weights are laid out once, at load)."""
         s = self.plan.slots[i]
         lay_out = s.kind not in (SlotKind.WEIGHT, SlotKind.STATE) and (
             i in self.folded or (s.producer is not StepKind.KERNEL and i not in self.checked))
         if lay_out and i not in self.folded:
             self.checked.add(i)
         self.derives |= lay_out and i in self.folded
-        return (i, lay_out, s.contiguous, self._dims(s.stride))
+        return (i, lay_out, s.contiguous, self._dims(s.stride), self._dims(s.shape),
+                s.dtype if lay_out else "")
 
     # ------------------------------------------------------------------------- arguments
     def _arg(self, a) -> tuple:

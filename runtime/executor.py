@@ -32,8 +32,18 @@ def _shape(dims) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
-def _layout(t: torch.Tensor, stride: tuple, contiguous: bool) -> torch.Tensor:
-    """`t` with the strides a kernel was compiled for (a copy only when they differ)."""
+def _layout(t: torch.Tensor, stride: tuple, contiguous: bool, shape: tuple = None,
+            dtype: torch.dtype = None, slot: int = -1) -> torch.Tensor:
+    """`t` with the strides a kernel was compiled for (a copy only when they differ), after a
+    check that it has the slot's shape and dtype: the kernel indexes it by them, so a smaller
+    value (an ATen result or a view that a hostile plan makes disagree with its slot) would be
+    read out of bounds."""
+    if shape is not None and (tuple(t.shape) != shape or t.dtype != dtype):
+        raise ArtifactError("a kernel's argument is not what the plan declares",
+                            where=f"slot {slot}",
+                            expected=f"{str(dtype).removeprefix('torch.')}{list(shape)}",
+                            found=f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
+                            fix="re-export the model (the plan's calls disagree with its slots)")
     if contiguous:
         return t if t.is_contiguous() else t.contiguous()
     if all(a == b for a, b, n in zip(t.stride(), stride, t.shape) if n > 1):
@@ -321,12 +331,16 @@ class _Emitter:
             return ptr(name)
         if i in self.folded:   # a view of weights, taken at load: laid out once, here
             held = self.fn.bind_derived(   # owns the memory the pointer points to
-                lambda: _layout(self.fn.namespace[name], s.stride, s.contiguous), "l")
+                lambda: _layout(self.fn.namespace[name], s.stride, s.contiguous,
+                                *((tuple(s.shape), DTYPES[s.dtype], i)
+                                  if all(isinstance(d, int) for d in s.shape) else ())), "l")
             t = self.fn.namespace[held]
             return self.fn.bind(t if triton else t.data_ptr(), "p")
         if s.producer is not StepKind.KERNEL and i not in self.checked:
             self.checked.add(i)
-            lines.append(f"    {name} = layout({name}, {_shape(s.stride)}, {s.contiguous})")
+            dt = self.fn.bind(DTYPES[s.dtype], "dt")
+            lines.append(f"    {name} = layout({name}, {_shape(s.stride)}, {s.contiguous}, "
+                         f"{_shape(s.shape)}, {dt}, {i})")
         return ptr(name)
 
     def _alloc(self, o: int, donor: int | None) -> str:

@@ -199,3 +199,43 @@ def test_plan_that_reads_a_freed_slot_is_refused_at_load(mlp_artifact, tmp_path)
     edit_json(art, PLAN, edit)
     err = assert_refused(art, tmp_path / "PWNED", ArtifactError)
     assert "not bound" in err.what or "frees" in err.what
+
+
+@pytest.mark.parametrize("runner", ["cpp", "python"])
+def test_an_extern_result_smaller_than_its_slot_never_reaches_a_kernel(mlp_artifact, tmp_path,
+                                                                      runner):
+    # a hostile plan that passes every check at load: the first product multiplies by a view
+    # of a smaller weight, so ATen returns fewer elements than the slot the next kernel indexes
+    # (an out-of-bounds read, unchecked); the runners check a value no kernel wrote before a
+    # kernel reads it
+    import json
+    import torch
+    import aotc
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    plan = json.loads((art / PLAN).read_bytes())
+    view = _first(plan, "view")
+    base = plan["slots"][view["args"][0]["slot"]]
+    size = lambda s: __import__("math").prod(s["shape"])   # noqa: E731
+    small = next(s["id"] for s in plan["slots"] if s.get("kind") == "weight"
+                 and len(s["shape"]) == 2 and size(s) < size(base))
+    edit_json(art, PLAN, lambda p: _first(p, "view")["args"][0].update(slot=small))
+    m = aotc.load(art, runner=runner)
+    x = torch.randn(*m.manifest.entries["forward"].inputs[0].shape)
+    with pytest.raises(ArtifactError, match="not what the plan declares") as e:
+        m(x)
+    assert e.value.where.startswith("slot ") and e.value.expected != e.value.found
+
+
+@pytest.mark.parametrize("runner", ["cpp", "python"])
+def test_an_extern_call_ATen_refuses_is_an_artifact_error(mlp_artifact, tmp_path, runner):
+    # the first product multiplies the input by itself: ATen's own shape check fails at run
+    import torch
+    import aotc
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    edit_json(art, PLAN, lambda p: _first(p, "extern")["args"].__setitem__(
+        1, _first(p, "extern")["args"][0]))
+    m = aotc.load(art, runner=runner)
+    x = torch.randn(*m.manifest.entries["forward"].inputs[0].shape)
+    with pytest.raises(ArtifactError, match="failed inside its plan") as e:
+        m(x)
+    assert e.value.where == PLAN and "RuntimeError" in e.value.found and e.value.fix

@@ -40,7 +40,7 @@ def test_sdpa_output_slot_has_the_kernels_layout_and_matches_eager(tmp_path):
     assert slot["shape"] == [2, 4, 16, 16] and slot["stride"] == [1024, 16, 64, 1]
     assert slot["contiguous"] is False
     m = aotc.load(path)
-    assert "layout(v{0}, (1024, 16, 64, 1), False)".format(slot["id"]) in m.code
+    assert "layout(v{0}, (1024, 16, 64, 1), False, (2, 4, 16, 16),".format(slot["id"]) in m.code
     with torch.no_grad():
         torch.testing.assert_close(m(x), model(x), rtol=1e-5, atol=1e-5)
 

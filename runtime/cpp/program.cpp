@@ -7,6 +7,7 @@
 #include <c10/util/SmallVector.h>
 
 #include "expr.h"
+#include "include/aotc/errors.h"
 #include "instr.h"
 
 namespace aotc {
@@ -37,7 +38,25 @@ Dims eval_dims(const std::vector<spec::Dim>& dims, const int64_t* ev) {
 
 // `t` with the strides a kernel was compiled for: a copy only when they differ in a dim of
 // more than one element (runtime/executor.py `_layout`).
+// A value a kernel reads that no kernel wrote (an ATen call's result, a view) must have the
+// plan's shape and dtype: the kernel indexes it by them, so a smaller one would be read out of
+// bounds (a hostile plan whose call disagrees with its slot).
+void check_argument(const at::Tensor& t, const spec::KernelArg& a, const int64_t* ev) {
+  if (a.dtype.empty()) return;
+  if (!ev)   // at load (a view of weights): its dims are constants
+    for (const auto& d : a.shape)
+      if (d.expr >= 0) return;
+  Dims shape = eval_dims(a.shape, ev);
+  at::ScalarType want = dtype_named(a.dtype, "slot " + std::to_string(a.slot));
+  if (t.sizes() != c10::IntArrayRef(shape) || t.scalar_type() != want)
+    throw ArtifactError("a kernel's argument is not what the plan declares",
+                        "slot " + std::to_string(a.slot), a.dtype + c10::str(c10::IntArrayRef(shape)),
+                        dtype_name(t.scalar_type()) + c10::str(t.sizes()),
+                        "re-export the model (the plan's calls disagree with its slots)");
+}
+
 at::Tensor laid_out(const at::Tensor& t, const spec::KernelArg& a, const int64_t* ev) {
+  check_argument(t, a, ev);
   if (a.contiguous) return t.is_contiguous() ? t : t.contiguous();
   Dims stride = eval_dims(a.stride, ev);
   if (size_t(t.dim()) != stride.size())

@@ -67,6 +67,8 @@ struct KernelArg {
   bool lay_out = false;  // give the tensor the strides the kernel was compiled for
   bool contiguous = true;
   std::vector<Dim> stride;
+  std::vector<Dim> shape;  // with dtype (non-empty): what a laid-out argument must be, since
+  std::string dtype;       // the kernel indexes it by the plan's shape (an ATen result, a view)
 };
 
 struct KernelOut {

@@ -68,6 +68,7 @@ aotc::spec::Step kernel_step(const py::tuple& t) {
   for (const py::handle& h : t[4]) {
     auto a = h.cast<py::tuple>();
     s.args.push_back({a[0].cast<int32_t>(), a[1].cast<bool>(), a[2].cast<bool>(), dims(a[3])});
+    if (a.size() > 5) s.args.back().shape = dims(a[4]), s.args.back().dtype = a[5].cast<std::string>();
   }
   for (const py::handle& h : t[5]) {
     auto o = h.cast<py::tuple>();
