@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 12
+FORMAT_VERSION = 13
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -118,6 +118,13 @@ CHANGELOG = {
                        "head in each softmax, its weight dropped), written only where a model "
                        "has them (Gemma 2 and 3, Mistral, GPT-OSS); a reader of version 11 "
                        "would refuse their argument count. Versions 1-11 load as they are"),
+    13: ("2026-12-05", "runner files: a kernel step's arguments are [slot, lay out, "
+                       "contiguous, strides, shape, dtype] (shape and dtype of the slot where "
+                       "the argument is laid out, dtype '' elsewhere): the C++ front end checks "
+                       "a value no kernel wrote (an ATen result, a view) against them before a "
+                       "kernel indexes it, and refuses runner files of formats 10-12 that have "
+                       "kernel steps (re-export, or load from Python, which checks every format "
+                       "from its plans). Versions 1-12 load in Python as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -81,8 +81,6 @@ def _step(step: tuple) -> list:
         kind, idx, op, overload, args, kwargs, out, single, fold = step
         return [kind, idx, op, overload, [_tagged(a) for a in args],
                 [[k, _tagged(v)] for k, v in kwargs], out, single, fold]
-    if step[0] == "kernel":   # arguments as format 10 wrote them: slot, lay out, contiguous,
-        step = (*step[:4], tuple(a[:4] for a in step[4]), *step[5:])   # strides
     return [list(x) if isinstance(x, tuple) else x for x in step]
 
 

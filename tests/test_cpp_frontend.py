@@ -94,10 +94,10 @@ def test_sample_matches_python(aotc_run, exported, tmp_path, name):
     assert "call_us" in done.stdout and "load_ms" in done.stdout
 
 
-@pytest.mark.parametrize("kind", ["tiny", "kernels"])
-def test_format_10_fixtures_run(aotc_run, tmp_path, kind):
+@pytest.mark.parametrize("version,kind", [(10, "tiny"), (13, "tiny"), (13, "kernels")])
+def test_format_fixtures_run(aotc_run, tmp_path, version, kind):
     """Tied weights over three shards, a non-persistent buffer; extern-only and with kernels."""
-    art = FIXTURES / f"format_v10_{kind}.aotc"
+    art = FIXTURES / f"format_v{version}_{kind}.aotc"
     inputs = load_file(art / fmt.SAMPLE_INPUTS)
     x = tuple(inputs[str(i)].clone() for i in range(len(inputs)))   # aligned as aotc_run's
     done, outs = run_cpp(aotc_run, art, x, tmp_path)
@@ -238,6 +238,13 @@ def test_edited_manifest_refused(aotc_run, artifact_copy):
     assert done.returncode == 5 and "modified after export" in done.stderr, done.stderr
 
 
+def test_runner_files_with_kernels_before_format_13_are_refused(aotc_run):
+    # their kernel arguments lack the shapes the C++ front end checks ATen results against
+    done, _ = run_cpp(aotc_run, FIXTURES / "format_v10_kernels.aotc")
+    assert done.returncode == 5, done.stderr
+    assert "runner files of format 13" in done.stderr and "re-export" in done.stderr
+
+
 def test_old_format_refused(aotc_run):
     done, _ = run_cpp(aotc_run, FIXTURES / "format_v9_kernels.aotc")
     assert done.returncode == 5, done.stderr
@@ -296,3 +303,23 @@ def test_decode_attention_arguments_checked(aotc_run, tmp_path, arg, value, mess
     replace_file(art, rel, fmt.dumps(doc))
     done, _ = run_cpp(aotc_run, art)
     assert done.returncode == 5 and message in done.stderr, done.stderr
+
+
+def test_an_aten_result_smaller_than_its_slot_never_reaches_a_kernel(aotc_run, artifact_copy):
+    # the hostile runner file of tests/test_hostile_plans.py: the first product multiplies by
+    # a view of a smaller weight; the kernel after it would read past the result's end
+    from hostile import edit_json
+    rel = fmt.runner_file("forward")
+    doc = json.loads((artifact_copy / rel).read_bytes())
+    weights = {w[0]: w for w in doc["weights"]}
+    view = next(s for s in doc["steps"] if s[0] == "call" and s[2] == "aten::permute")
+    base = weights[view[4][0][1]]
+    small = next(i for i, w in weights.items() if len(w[3]) == 2
+                 and w[3][0] * w[3][1] < base[3][0] * base[3][1])
+
+    def edit(d):
+        next(s for s in d["steps"] if s[0] == "call" and s[1] == view[1])[4][0][1] = small
+    edit_json(artifact_copy, rel, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "a kernel's argument is not what the plan declares" in done.stderr

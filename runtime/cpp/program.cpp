@@ -96,6 +96,10 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   for (const auto& a : s.args) {
     check_slot(a.slot, slots, where);
     check_dims(a.stride, exprs, where);
+    check_dims(a.shape, exprs, where);
+    if (a.lay_out && (a.dtype.empty() || a.shape.size() != a.stride.size()))
+      throw SpecError("a laid-out argument with its slot's dtype and a shape of its rank", where);
+    if (!a.dtype.empty()) dtype_named(a.dtype, where);
   }
   for (const auto& o : s.outs) {
     check_slot(o.slot, slots, where);

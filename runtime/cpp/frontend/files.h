@@ -27,8 +27,9 @@ namespace aotc::fe {
 
 class Package;
 
-constexpr int kFormatVersion = 12;   // runtime/format.py FORMAT_VERSION this front end reads
-constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args)
+constexpr int kFormatVersion = 13;   // runtime/format.py FORMAT_VERSION this front end reads
+constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args;
+                                     // 13: kernel arguments' shapes, required for kernel steps)
 
 struct FileEntry {
   uint64_t size = 0;

@@ -108,8 +108,12 @@ spec::Step kernel_step(const Field& f, const KernelLibrary* lib) {
                      sig[2].string(1 << 16), f.where());
   for (size_t i = 0, n = f[4].size(4096); i < n; ++i) {
     Field a = f[4][i];
-    if (a.size(4) != 4) a.fail("[slot, lay out, contiguous, strides]", "another length");
-    s.args.push_back({index(a[0]), a[1].boolean(), a[2].boolean(), dims(a[3])});
+    if (a.size(6) != 6)   // formats 10-12 wrote four, without what a read must find
+      a.fail("[slot, lay out, contiguous, strides, shape, dtype] (runner files of format 13 and "
+             "newer; re-export the model, or load it from Python)", "another length");
+    std::string dtype = a[5].string(32);
+    if (!dtype.empty()) dtype_of(dtype, a[5]);
+    s.args.push_back({index(a[0]), a[1].boolean(), a[2].boolean(), dims(a[3]), dims(a[4]), dtype});
   }
   for (size_t i = 0, n = f[5].size(4096); i < n; ++i) {
     Field o = f[5][i];
