@@ -60,9 +60,18 @@ class Entry:
                                 expected=f"symbols read from inputs: "
                                          f"{sorted(self.guards.bound_symbols)}",
                                 found=unbound, fix="re-export the model")
-        self.function, self.runner = plan_function(plan, weights, device, library,
-                                                   runner=runner,
-                                                   static_weights=static_weights, state=state)
+        try:
+            self.function, self.runner = plan_function(plan, weights, device, library,
+                                                       runner=runner,
+                                                       static_weights=static_weights,
+                                                       state=state)
+        except AotcError:
+            raise
+        except (IndexError, RuntimeError, ValueError, TypeError) as err:   # at load: the views
+            raise ArtifactError(   # of weights it takes once (a permute of duplicate dims, say)
+                f"entry {name!r}: its plan fails on the weights at load", where=spec.plan,
+                expected="calls on weights that fit them", found=f"{type(err).__name__}: "
+                f"{str(err).splitlines()[0][:300]}", fix="re-export the model") from err
         # the C++ runner checks guards and runs the plan in one call (runtime/cpp_runner.py)
         self.direct = self.function.guarded(self.guards, device) if self.runner == "cpp" \
             else None
