@@ -43,13 +43,15 @@ Dims eval_dims(const std::vector<spec::Dim>& dims, const int64_t* ev) {
 // bounds (a hostile plan whose call disagrees with its slot).
 void check_argument(const at::Tensor& t, const spec::KernelArg& a, const int64_t* ev) {
   if (a.dtype.empty()) return;
-  if (!ev)   // at load (a view of weights): its dims are constants
+  if (!ev)   // at load (a view of weights): its dims must be constants to check here
     for (const auto& d : a.shape)
       if (d.expr >= 0) return;
+  bool fits = t.dim() == int64_t(a.shape.size()) && t.scalar_type() == a.scalar;
+  for (size_t d = 0; fits && d < a.shape.size(); ++d)
+    fits = t.size(int64_t(d)) == (a.shape[d].expr >= 0 ? ev[a.shape[d].expr] : a.shape[d].value);
+  if (fits) return;
   Dims shape = eval_dims(a.shape, ev);
-  at::ScalarType want = dtype_named(a.dtype, "slot " + std::to_string(a.slot));
-  if (t.sizes() != c10::IntArrayRef(shape) || t.scalar_type() != want)
-    throw ArtifactError("a kernel's argument is not what the plan declares",
+  throw ArtifactError("a kernel's argument is not what the plan declares",
                         "slot " + std::to_string(a.slot), a.dtype + c10::str(c10::IntArrayRef(shape)),
                         dtype_name(t.scalar_type()) + c10::str(t.sizes()),
                         "re-export the model (the plan's calls disagree with its slots)");
@@ -112,6 +114,8 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   for (int32_t sz : s.sizes)
     if (sz < 0 || sz >= symbols) throw SpecError("a size symbol index", where);
   k.args = s.args;
+  for (auto& a : k.args)
+    if (!a.dtype.empty()) a.scalar = dtype_named(a.dtype, where);
   k.outs = s.outs;
   k.sizes = s.sizes;
   return k;

@@ -69,6 +69,7 @@ struct KernelArg {
   std::vector<Dim> stride;
   std::vector<Dim> shape;  // with dtype (non-empty): what a laid-out argument must be, since
   std::string dtype;       // the kernel indexes it by the plan's shape (an ATen result, a view)
+  at::ScalarType scalar = at::ScalarType::Undefined;   // dtype's, set when the kernel is built
 };
 
 struct KernelOut {
