@@ -93,10 +93,10 @@ def prove(path: Path, inputs, expected, isa: str | None = None) -> None:
         if getattr(module, "generation", None) is not None:
             return _prove_generation(module, inputs[0], expected[0])
         got = module.run_flat("forward", tuple(inputs))
-    except AotcError:
-        raise
     except Exception as e:   # noqa: BLE001 - any failure of a plan step is the finding
-        module, e = _on_python_runner(module, path, inputs, e)
+        if isinstance(e, AotcError) and _failed_step(e) is e:
+            raise
+        module, e = _on_python_runner(module, path, inputs, _failed_step(e))
         raise step_error(module, path, e) from e
     for i, (g, w) in enumerate(zip(got, expected)):
         ok, diff = compare(g, w)
@@ -163,8 +163,17 @@ def _on_python_runner(module, path: Path, inputs, exc: BaseException):
         else:
             python.run_flat("forward", tuple(inputs))
     except Exception as again:   # noqa: BLE001 - the same failure, located
-        return python, again
+        return python, _failed_step(again)
     return module, exc
+
+
+def _failed_step(exc: BaseException) -> BaseException:
+    """The error a plan step raised: the runtime reports one as an ArtifactError caused by it
+    (runtime/module.py `_plan_failed`); anything else as it is."""
+    cause = exc.__cause__
+    if isinstance(exc, AotcError) and cause is not None and not isinstance(cause, AotcError):
+        return cause
+    return exc
 
 
 def _plan_frame(exc) -> tuple[str, int | None]:
