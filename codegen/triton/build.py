@@ -71,15 +71,16 @@ PDL_WAIT = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()")
 _DEPENDENT = re.compile(r"\btl\.(store|atomic_\w+)\(|\baotc_err\b|\b(buf\d+)\b")
 
 
-def pdl_body(body: list[str], constants: set[str]) -> list[str]:
+def pdl_body(body: list[str], buffers: dict) -> list[str]:
     """A generated kernel's body lines with programmatic dependent launch: the trigger that
     lets the next kernel launch first, then the body with the wait for the predecessor placed
-    before the first top-level statement that stores, or names a buffer outside `constants`
-    (the weights and views of them, which no kernel writes). What comes before it (program
-    ids, index arithmetic, weight loads) runs while the predecessor finishes: a product of one
-    row starts streaming its weights during the previous kernel's last wave. A statement is a
-    top-level line with the lines indented under it (a loop, an `if` with its `else`), so the
-    wait is never inside a loop or a branch; comments never count."""
+    before the first top-level statement that stores, or names a buffer of `buffers` that is
+    not `constant` (weights and views of them: no kernel writes those). What comes before it
+    (program ids, index arithmetic, weight loads) runs while the predecessor finishes: one-row
+    products start streaming their weights during the previous kernel's last wave. A statement
+    is a top-level line with the lines indented under it (a loop, an `if` with its `else`), so
+    the wait is never inside a loop or a branch; comments never count."""
+    constants = {n for n, b in buffers.items() if b.constant}
     groups = _statements(body)
     at = next((i for i, g in enumerate(groups)
                if any(_depends(ln, constants) for ln in g)), len(groups))

@@ -485,8 +485,7 @@ class KernelWriter:
         params = ", ".join([*signature, *(f"{c}: tl.constexpr" for c in constexprs), PDL_PARAM])
         lines = ["@triton.jit", f"def {self.k.name}({params}):",
                  *(f"    # {r}" for r in self.k.reasons)]
-        constants = {n for n, b in self.buffers.items() if b.constant}
-        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], constants)]
+        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], self.buffers)]
         return KernelSource(name=self.k.name, text="\n".join(lines) + "\n", ins=ins, outs=outs,
                             sizes=sizes, signature=signature, constexprs=constexprs,
                             grid=self.blocks.grid(), num_warps=self.blocks.num_warps,
