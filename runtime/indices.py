@@ -61,17 +61,7 @@ def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
             found = first_bad(t, lo, hi) if isinstance(t, torch.Tensor) else None
             if found is None:
                 continue
-            value, pos = found
-            where = (f"input {names[origin]!r} (#{origin})" if origin is not None
-                     else f"an index computed inside the model ({check.op})")
-            return GuardError(
-                f"{where} holds index {value} at position {list(pos)}, outside [{lo}, {hi}]",
-                where=where, expected=f"indices in [{lo}, {hi}] ({check.op} over {size} rows"
-                + (", negatives counted from the end)" if check.wraps else ")"),
-                found=f"{value} at {list(pos)}",
-                fix=f"pass indices in [{lo}, {hi}]" + ("" if origin is None else
-                                                      f" in {names[origin]!r} (e.g. token ids "
-                                                      f"below the vocabulary size {size})"))
+            return _out_of_range(found, names.get(origin), origin, check.op, size, check.wraps)
     ops = sorted({c.op for c in step.checks}) or ["an indexing op"]
     return GuardError(f"an index is out of range in {', '.join(ops)} (kernel {step.name})",
                       where=f"kernel {step.name}", expected="indices within the indexed dim",
@@ -80,10 +70,28 @@ def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
                           "vocabulary size)")
 
 
-# ATen indexing calls a plan may make: op -> (argument holding the indices, the indexed tensor's
-# argument, the indexed dim's argument or a fixed dim)
-EXTERN_INDEXING = {"aten::embedding": (1, 0, 0), "aten::index_select": (2, 0, "1"),
-                   "aten::gather": (2, 0, "1")}
+def _out_of_range(found: tuple, name: str | None, origin: int | None, op: str, size: int,
+                  wraps: bool) -> GuardError:
+    """The GuardError for index `found` = (value, position) outside the `size` rows `op`
+    indexes, read from input `name` (#`origin`) or computed inside the model (name None)."""
+    value, pos = found
+    lo, hi = (-size if wraps else 0), size - 1
+    where = f"input {name!r} (#{origin})" if name is not None \
+        else f"an index computed inside the model ({op})"
+    return GuardError(
+        f"{where} holds index {value} at position {list(pos)}, outside [{lo}, {hi}]",
+        where=where, expected=f"indices in [{lo}, {hi}] ({op} over {size} rows"
+        + (", negatives counted from the end)" if wraps else ")"),
+        found=f"{value} at {list(pos)}",
+        fix=f"pass indices in [{lo}, {hi}]" + ("" if name is None else
+                                              f" in {name!r} (e.g. token ids below the "
+                                              f"vocabulary size {size})"))
+
+
+# ATen indexing calls a plan may make: op -> (the argument holding the indices, the argument
+# holding the indexed dim, None for dim 0); the indexed tensor is argument 0
+EXTERN_INDEXING = {"aten::embedding": (1, None), "aten::index_select": (2, 1),
+                   "aten::gather": (2, 1)}
 
 
 def extern_index_error(plan, inputs, symbols: dict) -> GuardError | None:
@@ -93,11 +101,10 @@ def extern_index_error(plan, inputs, symbols: dict) -> GuardError | None:
     for step in plan.steps:
         spec = EXTERN_INDEXING.get(step.op.split(".")[0]) if step.kind is StepKind.EXTERN \
             else None
-        if spec is None or len(step.args) <= max(spec[0], spec[1]):
+        if spec is None or len(step.args) <= spec[0]:
             continue
-        index, table = step.args[spec[0]], step.args[spec[1]]
-        dim = spec[2] if isinstance(spec[2], int) else getattr(step.args[int(spec[2])], "value",
-                                                                step.args[int(spec[2])])
+        table, index = step.args[0], step.args[spec[0]]
+        dim = 0 if spec[1] is None else step.args[spec[1]]
         if not (hasattr(index, "slot") and hasattr(table, "slot") and isinstance(dim, int)):
             continue
         origin = input_origin(plan, index.slot)
@@ -107,12 +114,5 @@ def extern_index_error(plan, inputs, symbols: dict) -> GuardError | None:
         size = shape[dim] if isinstance(shape[dim], int) else ex.evaluate(shape[dim], symbols)
         found = first_bad(inputs[origin], 0, size - 1)
         if found is not None:
-            value, pos = found
-            where = f"input {names[origin]!r} (#{origin})"
-            return GuardError(f"{where} holds index {value} at position {list(pos)}, outside "
-                              f"[0, {size - 1}]", where=where,
-                              expected=f"indices in [0, {size - 1}] ({step.op} over {size} rows)",
-                              found=f"{value} at {list(pos)}",
-                              fix=f"pass indices in [0, {size - 1}] in {names[origin]!r} (e.g. "
-                                  f"token ids below the vocabulary size {size})")
+            return _out_of_range(found, names[origin], origin, step.op, size, False)
     return None

@@ -39,9 +39,13 @@ def _plan_failed(e, args: tuple, err: Exception) -> Exception:
         return err
     return ArtifactError(f"entry {e.name!r} failed inside its plan",
                          where=e.spec.plan, expected="ATen calls that fit the plan's slots",
-                         found=f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
-                         fix="re-export the model with this aotc (the plan may be damaged or "
-                             "not aotc's); if a fresh export fails too, report it")
+                         found=_said(err), fix="re-export the model with this aotc (the plan "
+                         "may be damaged or not aotc's); if a fresh export fails too, report it")
+
+
+def _said(err: Exception) -> str:
+    """An exception as a `found` value: its class and the first line of its message."""
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"
 
 
 class Entry:
@@ -70,8 +74,8 @@ class Entry:
         except (IndexError, RuntimeError, ValueError, TypeError) as err:   # at load: the views
             raise ArtifactError(   # of weights it takes once (a permute of duplicate dims, say)
                 f"entry {name!r}: its plan fails on the weights at load", where=spec.plan,
-                expected="calls on weights that fit them", found=f"{type(err).__name__}: "
-                f"{str(err).splitlines()[0][:300]}", fix="re-export the model") from err
+                expected="calls on weights that fit them", found=_said(err),
+                fix="re-export the model") from err
         # the C++ runner checks guards and runs the plan in one call (runtime/cpp_runner.py)
         self.direct = self.function.guarded(self.guards, device) if self.runner == "cpp" \
             else None
