@@ -31,11 +31,10 @@ from aotc.codegen.state import fuse_cache_writes, reinplace
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
-from aotc.runtime.plan import SlotKind, StepKind
 from aotc.prove import artifact_check
 from aotc.runtime import format as fmt
 from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.plan import StepKind
+from aotc.runtime.plan import SlotKind, StepKind
 from aotc.runtime.runner_file import runner_files
 from aotc.runtime.schema.write import build_manifest, typed_plan
 

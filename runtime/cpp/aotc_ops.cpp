@@ -39,12 +39,6 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v,
   return at::matmul(weights.slice(-1, 0, -1).to(q.scalar_type()), v);
 }
 
-// decode_attention(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache, position [1]
-// int64, scale[, window[, softcap[, sinks]]]): one query token attending the cache's keys
-// 0..position (with window > 0 only the last `window` of them; with softcap > 0 its scores
-// soft-capped; with sinks [H], one more logit per head in each softmax).
-// On a CPU the position is read (no device to wait for) and attention runs over the valid
-// keys only; elsewhere the rest of the cache is masked, so nothing is read back from the device.
 // The position as an int, inside the cache (runtime/aotc_ops.py's _checked): a manifest whose
 // max_cache_len claims more slots than the plan's cache has is refused before any write.
 int64_t checked_position(const at::Tensor& pos, const at::Tensor& cache) {
@@ -58,6 +52,12 @@ int64_t checked_position(const at::Tensor& pos, const at::Tensor& cache) {
   return at;
 }
 
+// decode_attention(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache, position [1]
+// int64, scale[, window[, softcap[, sinks]]]): one query token attending the cache's keys
+// 0..position (with window > 0 only the last `window` of them; with softcap > 0 its scores
+// soft-capped; with sinks [H], one more logit per head in each softmax).
+// On a CPU the position is read (no device to wait for) and attention runs over the valid
+// keys only; elsewhere the rest of the cache is masked, so nothing is read back from the device.
 void decode_attention(torch::jit::Stack& st) {
   const at::Tensor& q = st[0].toTensor();
   const at::Tensor& k = st[1].toTensor();
