@@ -21,10 +21,10 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
-RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp"]
+RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp"]
 FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp",
             "spec.cpp", "guard_errors.cpp", "module.cpp", "tensors.cpp", "sha512.cpp",
-            "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp"]
+            "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp", "cuda_kernels.cpp"]
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"
 
@@ -59,7 +59,7 @@ def build_library(out_dir: Path, temp: Path) -> Path:
     lib = out_dir / LIBRARY
     torch_lib = library_paths()[0]
     subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib), f"-L{torch_lib}",
-                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch"], check=True)
+                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ldl"], check=True)
     return lib
 
 

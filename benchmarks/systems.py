@@ -125,16 +125,18 @@ class Aotc(System):
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     Eager(), TorchCompile(), TorchCompile("reduce-overhead"), AOTInductor(), Aotc(),
-    Aotc("python"), Aotc(isa="x86-64-v2"), Aotc(isa="x86-64-v3"))}
+    Aotc("python"), Aotc("cpp"), Aotc(isa="x86-64-v2"), Aotc(isa="x86-64-v3"))}
+ON_REQUEST = {"aotc:cpp", "aotc:x86-64-v2", "aotc:x86-64-v3"}   # run only when named
 
 
 def select(names: list[str] | None, device: torch.device) -> tuple[list[System], dict[str, str]]:
     """(systems to run, {name: why skipped}); eager always runs first, as the baseline. The
-    aotc:<level> systems (one CPU level's kernels) run only when named."""
+    aotc:<level> systems (one CPU level's kernels) and aotc:cpp (the C++ runner, which CPU
+    artifacts get by default and CUDA ones when asked) run only when named."""
     unknown = sorted(set(names or ()) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
-    default = [n for n, s in SYSTEMS.items() if getattr(s, "isa", None) is None]
+    default = [n for n in SYSTEMS if n not in ON_REQUEST]
     chosen = ["eager"] + [n for n in (names or default) if n != "eager"]
     skipped = {n: why for n in chosen if (why := SYSTEMS[n].available(device))}
     return [SYSTEMS[n] for n in chosen if n not in skipped], skipped

@@ -15,13 +15,15 @@ the plan instead and `runner_status` / `CompiledModule.runtime` say why.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
 
 from aotc.errors import ArtifactError
 from aotc.runtime.argcheck import check_call
-from aotc.runtime.executor import bound_tensors, foldable, resolve_op, symbol_names
+from aotc.runtime.executor import (bound_tensors, check_flag, foldable, resolve_op,
+                                   symbol_names)
 from aotc.runtime.indices import index_error
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
@@ -60,6 +62,7 @@ class CppPlanFunction:
             raise RuntimeError(why)
         self.plan, self.library, self.device = plan, library, device
         self._python_source = (weights, static_weights, state)
+        self._deferred: list | None = None
         self._spec = _Spec(plan, weights, device, library, static_weights, state or {})
         self.symbols = self._spec.symbols
         self._build(runner)
@@ -90,11 +93,31 @@ class CppPlanFunction:
             self._build(runner_status()[0])
 
     def __call__(self, inputs, symbols):
-        out = self.fn(inputs, [symbols[n] for n in self.symbols] if self.symbols else ())
+        syms = [symbols[n] for n in self.symbols] if self.symbols else ()
+        if self._deferred is not None:   # a CUDA graph capture: the error flag is read later
+            out, flag = self.program.run_deferred(inputs, syms)
+            if flag is not None:
+                self._deferred.append(flag)
+            return out
+        out = self.fn(inputs, syms)
         if out.__class__ is tuple:
             return out
         step = self.plan.steps[out[0]]
         raise index_error(self.plan, step, dict(enumerate(out[1:])), inputs, symbols)
+
+    def check_flag(self, flag: torch.Tensor, inputs=None, symbols=None) -> None:
+        """After a deferred run (a CUDA graph replay): raise if a kernel flagged an index."""
+        check_flag(self.plan, flag, inputs, symbols)
+
+    @contextmanager
+    def deferred_flags(self, flags: list):
+        """As executor.PlanFunction.deferred_flags (not for concurrent callers: a capture is
+        serialised by its graph's lock)."""
+        self._deferred = flags
+        try:
+            yield
+        finally:
+            self._deferred = None
 
     def guarded(self, guards, device: torch.device):
         """What a user's call runs (CompiledModule.run_flat): `fn(args, check) -> outputs`,
@@ -186,8 +209,9 @@ class _Spec:
                                 found="none", fix="re-export the model")
         slots = self.plan.slots
         dtypes = [slots[s].dtype for s in (*step.args, *step.out)]
-        fn = lib.kernel_address(step.name, len(step.args) + len(step.out), len(step.sizes),
-                                dtypes)
+        signature = (step.name, len(step.args) + len(step.out), len(step.sizes), dtypes)
+        triton = not hasattr(lib, "kernel_address")
+        fn = 0 if triton else lib.kernel_address(*signature)
         args = [self._kernel_arg(i) for i in step.args]
         reuse = dict(step.reuse)
         outs = []
@@ -197,7 +221,15 @@ class _Spec:
             outs.append((o, s.dtype, self._dims(s.shape), self._dims(s.stride), s.contiguous,
                          donor, view))
         sizes = [self.symbols.index(n) for n in step.sizes]
-        return ("kernel", idx, step.name, fn, args, outs, sizes)
+        if not triton:
+            return ("kernel", idx, step.name, fn, args, outs, sizes)
+        if step.launch is None:
+            raise ArtifactError(f"plan step {idx} runs Triton kernel {step.name} without its "
+                                "launch", where=f"plans/{self.plan.entry}.json",
+                                expected="a grid", found="none", fix="re-export the model")
+        launch = (lib.runner_launcher(*signature), self._dims(step.launch.grid),
+                  step.launch.error_code or 0)
+        return ("kernel", idx, step.name, 0, args, outs, sizes, launch)
 
     def _kernel_arg(self, i: int) -> tuple:
         """(slot, lay out?, contiguous, strides, shape, dtype): values not written by a kernel
@@ -240,7 +272,8 @@ class _Spec:
                             found=type(a).__name__, fix="re-export the model")
 
     def _dims(self, dims) -> list:
-        return [d if isinstance(d, int) else [self._expr(d)] for d in dims]
+        return [d if isinstance(d, int) else d.value if isinstance(d, ex.Const)
+                else [self._expr(d)] for d in dims]
 
     def _expr(self, node) -> int:
         """The index of `node`'s bytecode in the spec's expression table (shared by text)."""
@@ -363,8 +396,10 @@ def _why_python(device: torch.device, runner: str | None, *, triton: bool) -> st
                          fix="pass runner='cpp', runner='python', or leave it unset")
     if runner == "python":
         return "asked for"
-    if device.type != "cpu":
-        return f"the C++ runner runs CPU plans; this one runs on {device.type}"
-    if triton:
-        return "the C++ runner calls C++ kernels; these are Triton kernels (interpret=True)"
+    if runner is None and device.type != "cpu":
+        return (f"plans on {device.type} run with the Python runner unless runner='cpp' is "
+                "passed (the C++ runner's CUDA path is opt-in)")
+    if runner is None and triton:
+        return ("Triton's interpreter runs these kernels (interpret=True); runner='cpp' runs "
+                "the plan in C++ around it")
     return runner_status()[1] or None

@@ -191,6 +191,10 @@ class CudaKernels(TritonKernels):
         self.check_step(name, nargs, nsizes, dtypes)
         return self.launchers[name]
 
+    def runner_launcher(self, name: str, nargs: int, nsizes: int, dtypes: list[str]) -> dict:
+        """The C++ runner launches the cubin itself (runtime/cpp/cuda.cpp)."""
+        return self.kernel(name, nargs, nsizes, dtypes).runner_spec()
+
 
 def _unload(context, modules: list) -> None:
     """Unload a module's cubins once no CompiledModule uses them."""
@@ -234,6 +238,19 @@ class CudaLauncher:
             raise TargetError(f"kernel {name} takes parameters of types {sorted(unknown)}",
                               where=name, expected="pointers and i32/i64 sizes", found=unknown,
                               fix="re-export with this aotc")
+
+    def runner_spec(self) -> dict:
+        """This launcher as the C++ runner's CudaLauncher takes it (runtime/cpp/launch.h
+        CudaKernelSpec): the same functions, packing and launch, without Python per launch.
+        The runner's program is held by a plan function that holds these kernels, so the
+        functions outlive it."""
+        div16 = self.div16 or (None, None, 0)
+        return {"name": self.name, "function": self.fn.value, "shared": self.shared,
+                "div16_function": div16[0].value if div16[0] is not None else 0,
+                "div16_shared": div16[2], "aligned": self.aligned, "threads": self.threads,
+                "ctas": self.ctas, "pdl": bool(self.pdl), "pointers": self.pointers,
+                "inputs": self.inputs, "scratch": [(p.bytes, p.align) for p in self.scratch],
+                "context": self.owner.context.value, "device": self.owner.device.index}
 
     def _aligned(self, t: torch.Tensor, keep: list) -> int:
         """An input's data pointer, copied first if it is not 16-byte aligned (kernels are

@@ -14,6 +14,8 @@ table, dtypes, strings, weights, kernels) is bound as a global under a name aotc
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from aotc.errors import ArtifactError
@@ -177,14 +179,32 @@ class PlanFunction:
 
     def check_flag(self, flag: torch.Tensor, inputs=None, symbols=None) -> None:
         """After a plan with index-checking Triton kernels: raise if one flagged an index."""
-        code = int(flag.item())
-        if not code:
-            return
-        for step in self.plan.steps:
-            if step.kind is StepKind.KERNEL and step.launch is not None \
-                    and step.launch.error_code == code:
-                raise index_error(self.plan, step, {}, inputs, symbols or {})
-        raise index_error(self.plan, _Unknown(code), {}, inputs, symbols or {})
+        check_flag(self.plan, flag, inputs, symbols)
+
+    @contextmanager
+    def deferred_flags(self, flags: list):
+        """Inside, the error flags of index-checking Triton kernels are appended to `flags`
+        instead of read: a CUDA graph capture cannot read them (runtime/graphs.py checks
+        them after each replay)."""
+        check = self.namespace["check_error_flag"]
+        self.namespace["check_error_flag"] = lambda flag, *_: flags.append(flag)
+        try:
+            yield
+        finally:
+            self.namespace["check_error_flag"] = check
+
+
+def check_flag(plan, flag: torch.Tensor, inputs=None, symbols=None) -> None:
+    """After `plan` ran with index-checking Triton kernels: raise the GuardError of the kernel
+    whose code `flag` holds, if one stored its code."""
+    code = int(flag.item())
+    if not code:
+        return
+    for step in plan.steps:
+        if step.kind is StepKind.KERNEL and step.launch is not None \
+                and step.launch.error_code == code:
+            raise index_error(plan, step, {}, inputs, symbols or {})
+    raise index_error(plan, _Unknown(code), {}, inputs, symbols or {})
 
 
 class _Unknown:

@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 13
+FORMAT_VERSION = 14
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -125,6 +125,13 @@ CHANGELOG = {
                        "kernel indexes it, and refuses runner files of formats 10-12 that have "
                        "kernel steps (re-export, or load from Python, which checks every format "
                        "from its plans). Versions 1-12 load in Python as they are"),
+    14: ("2026-12-05", "CUDA artifacts carry runner files too: a Triton kernel step ends with "
+                       "[grid, error code] (its grid's three dims as sizes of the runner file, "
+                       "the code it flags an index out of range with, 0 for none), so the C++ "
+                       "front end runs CUDA artifacts (their cubins through the driver API). "
+                       "A reader of version 13 would refuse the longer kernel step; versions "
+                       "1-13 load in Python as they are (the C++ front end refuses CUDA "
+                       "artifacts before 14)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -191,16 +191,11 @@ def capture(fn, static_in: list, symbols: dict, device: torch.device, *, warmups
             fn(tuple(static_in), symbols)
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    check = fn.namespace.get("check_error_flag")
-    flags: list = []
-    if check is not None:   # inside the capture a flag cannot be read: keep it for later
-        fn.namespace["check_error_flag"] = lambda flag, *_: flags.append(flag)
-    try:
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode=error_mode), torch.no_grad():
-            out = fn(tuple(static_in), symbols)
-    finally:
-        if check is not None:
-            fn.namespace["check_error_flag"] = check
+    flags: list = []   # inside the capture a flag cannot be read: kept for after each replay
+    with fn.deferred_flags(flags), torch.cuda.graph(graph, pool=pool,
+                                                   capture_error_mode=error_mode), \
+            torch.no_grad():
+        out = fn(tuple(static_in), symbols)
     return graph, out, flags
 
 

@@ -155,7 +155,7 @@ class CompiledModule:
         e = self.entries[entry]
         args = tuple(args)
         try:
-            if e.direct is not None:
+            if e.direct is not None and entry not in self.graphs:
                 return e.direct(args, self.check_guards)
             symbols = e.guards.check(args, self.device) if self.check_guards else \
                 e.guards.bind(args)

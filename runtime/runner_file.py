@@ -1,4 +1,4 @@
-"""Runner files (format >= 10): each CPU entry's C++ runner spec written as data at export.
+"""Runner files (format >= 10; of CUDA artifacts from 14): each entry's C++ runner spec as data.
 
 The C++ front end (runtime/cpp/frontend, `aotc::Module`) runs artifacts with no Python, so it
 cannot run the schema's parser and checks. Export therefore writes, per entry, what the Python
@@ -8,7 +8,9 @@ manifest like every file:
   - the plan's steps as the runner takes them: slots by number, sizes as postfix bytecode, ATen
     ops by name with tagged arguments, kernels by name and signature (argument count, size
     count, pointer dtypes) instead of an address: the loader finds each in the library's own
-    table and checks the signature there;
+    table and checks the signature there; a CUDA artifact's kernel step (format >= 14) adds
+    [grid, error code]: its grid's three dims and the code it flags an index out of range with
+    (0: none), checked against the kernel's launch spec, whose cubin the loader loads;
   - the constants by name: a weight slot names its stored tensor (tied names resolved), its
     stored dtype and shape and the load-time transform (`transpose`, `channels_last`); a state
     slot names its state, allocated with zeros;
@@ -42,6 +44,15 @@ class _Table:
         return [nargs, nsizes, ",".join(dtypes)]
 
 
+class _Launches:
+    """Stands in for a CUDA artifact's kernels: a kernel's launcher is its signature (the C++
+    front end loads the cubin its launch spec names and checks the signature against it)."""
+
+    @staticmethod
+    def runner_launcher(name: str, nargs: int, nsizes: int, dtypes: list[str]) -> list:
+        return [nargs, nsizes, ",".join(dtypes)]
+
+
 class _NamedSpec(_Spec):
     """A `_Spec` whose constants are names, not tensors (the C++ loader binds them)."""
 
@@ -50,30 +61,30 @@ class _NamedSpec(_Spec):
 
 
 def runner_files(manifest, plans: dict) -> dict[str, bytes]:
-    """{runner file: bytes} for each entry of a CPU artifact the C++ runner runs (none for
-    CUDA and tensor-parallel artifacts); `plans`: entry -> typed plan."""
-    if manifest.target.device.value != "cpu" or manifest.tensor_parallel is not None:
+    """{runner file: bytes} for each entry of an artifact the C++ runner runs (none for
+    tensor-parallel artifacts); `plans`: entry -> typed plan."""
+    if manifest.tensor_parallel is not None or any(_collectives(p) for p in plans.values()):
         return {}
-    if any(_collectives(p) for p in plans.values()):
-        return {}
-    lib = _Table() if manifest.target.native is not None else None
+    device = torch.device(manifest.target.device.value)
+    native = manifest.target.native
+    lib = None if native is None else _Table() if device.type == "cpu" else _Launches()
     aliases = manifest.weights.aliases
-    return {fmt.runner_file(name): fmt.dumps(document(plans[name], spec, lib, aliases))
+    return {fmt.runner_file(name): fmt.dumps(document(plans[name], spec, lib, aliases, device))
             for name, spec in manifest.entries.items()}
 
 
-def document(plan, entry, library, aliases: dict) -> dict:
+def document(plan, entry, library, aliases: dict, device: torch.device) -> dict:
     """The runner file of one entry (see the module doc)."""
-    spec = _NamedSpec(plan, {}, torch.device("cpu"), library, True, {})
+    spec = _NamedSpec(plan, {}, device, library, True, {})
     doc = spec.as_dict()
     guards = Guards(entry.inputs, entry.symbols, entry.relations)
-    gspec = guard_spec(guards, spec.symbols, torch.device("cpu"))
+    gspec = guard_spec(guards, spec.symbols, device)
     steps = [_step(s) for s in doc["steps"]]
     return {"entry": plan.entry, "slots": doc["slots"], "symbols": spec.symbols,
             "exprs": doc["exprs"], "inputs": doc["inputs"], "steps": steps,
             "outputs": [[slot, _tagged(spec._arg(const))] for slot, const in doc["outputs"]],
             "weights": _weights(plan, aliases), "state": _state(plan),
-            "set_threads": library is not None, "guards": gspec}
+            "set_threads": isinstance(library, _Table), "guards": gspec}
 
 
 def _step(step: tuple) -> list:
@@ -81,6 +92,10 @@ def _step(step: tuple) -> list:
         kind, idx, op, overload, args, kwargs, out, single, fold = step
         return [kind, idx, op, overload, [_tagged(a) for a in args],
                 [[k, _tagged(v)] for k, v in kwargs], out, single, fold]
+    if step[0] == "kernel" and len(step) == 8:   # a Triton kernel: its signature in the
+        (signature, grid, code), rest = step[7], step[:7]   # library's place, then its launch
+        return [*(list(x) if isinstance(x, tuple) else x for x in rest[:3]), signature,
+                *(list(x) for x in rest[4:]), [grid, code]]
     return [list(x) if isinstance(x, tuple) else x for x in step]
 
 

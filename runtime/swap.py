@@ -21,7 +21,6 @@ from aotc.runtime.statedict import StateMap, check, read_weights_file
 
 SAMPLES = (fmt.SAMPLE_INPUTS, fmt.SAMPLE_OUTPUTS)
 PLANS_CHANGED = 5      # plans of earlier versions are migrated when read (schema/migrate.py)
-RUNNER_FILES = 10      # CPU artifacts carry runner/<entry>.json from this version on
 
 
 def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path, list[str]]:
@@ -53,10 +52,11 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
         if art.version < PLANS_CHANGED:   # written in the current form, as loading migrated them
             files.update({spec.plan: fmt.dumps(art.plan(name).to_json())
                           for name, spec in art.manifest.entries.items()})
-        if art.version < RUNNER_FILES:    # the artifact is written in the current format: with
-            # the runner files it lacks (the weights' names, dtypes and shapes do not change)
-            files.update(runner_files(art.manifest, {name: art.plan(name)
-                                                     for name in art.manifest.entries}))
+        # the artifact is written in the current format, so its runner files are too (an old
+        # artifact lacks them, or has an earlier form; the weights' names, dtypes and shapes
+        # do not change)
+        files.update(runner_files(art.manifest, {name: art.plan(name)
+                                                 for name in art.manifest.entries}))
         manifest = dataclasses.replace(
             art.manifest, weights=dataclasses.replace(art.manifest.weights, shards=(), map=None))
         cap = _cap(art.manifest)

@@ -278,9 +278,18 @@ def test_swapping_weights_into_an_old_artifact_writes_its_runner_files(aotc_run,
         assert torch.equal(got, w)
 
 
-def test_cuda_target_refused(aotc_run, artifact_copy):
-    err = _refused_after(aotc_run, artifact_copy, lambda m: m["target"].update(device="cuda"), 7)
-    assert "TargetError: the C++ front end runs CPU artifacts; this one runs on cuda" in err
+def test_cuda_artifacts_before_format_14_are_refused(aotc_run):
+    done, _ = run_cpp(aotc_run, FIXTURES / "format_v11_cuda.aotc")   # no runner files
+    assert done.returncode == 7, done.stderr
+    assert "CUDA artifacts of format 14 and newer; this one is format 11" in done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU host runs it (test_cpp_cuda.py)")
+def test_cuda_artifacts_need_a_gpu(aotc_run):
+    """Everything but the cubins is checked first; then the driver is needed."""
+    done, _ = run_cpp(aotc_run, FIXTURES / "format_v14_cuda.aotc")
+    assert done.returncode == 7, done.stderr
+    assert "TargetError" in done.stderr and "libcuda.so.1" in done.stderr
 
 
 def test_python_checks_the_runner_file(artifact_copy):

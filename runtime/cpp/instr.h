@@ -28,6 +28,9 @@ struct Program::Kernel {
   std::vector<spec::KernelOut> outs;
   std::vector<c10::TensorOptions> options;   // per out
   std::vector<int32_t> sizes;
+  std::shared_ptr<const Launcher> launcher;   // a Triton kernel's (then fn is 0)
+  std::vector<spec::Dim> grid;
+  bool flagged = false;                       // takes the plan's error flag
 };
 
 using NativeOp = void (*)(torch::jit::Stack&);

@@ -89,7 +89,11 @@ void follow_threads(intptr_t setter) {
 Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, int32_t slots,
                                int32_t symbols, size_t exprs) {
   std::string where = at_step(s) + " (kernel " + s.name + ")";
-  if (!s.fn) throw SpecError("a kernel address", where);
+  if (!s.fn == !s.launcher) throw SpecError("a kernel address or a launcher", where);
+  if (s.launcher && s.grid.size() != 3) throw SpecError("a grid of three dims", where);
+  if (s.error_code < 0 || (s.error_code && !s.launcher))
+    throw SpecError("an error code of a Triton kernel, positive", where);
+  check_dims(s.grid, exprs, where);
   if (s.args.size() + s.outs.size() + s.sizes.size() > kMaxKernelArgs)
     throw Unsupported("kernel " + s.name + " takes more than 128 arguments");
   if (s.outs.empty()) throw SpecError("a kernel that writes at least one slot", where);
@@ -118,6 +122,9 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
     if (!a.dtype.empty()) a.scalar = dtype_named(a.dtype, where);
   k.outs = s.outs;
   k.sizes = s.sizes;
+  k.launcher = s.launcher;
+  k.grid = s.grid;
+  k.flagged = s.error_code > 0;
   return k;
 }
 
@@ -153,6 +160,7 @@ Program::Program(spec::Program p)
     in.name = s.name;
     if (s.kind == spec::Step::Kind::Kernel) {
       in.kernel = compile_kernel(s, device_, slots_, symbols_, exprs_.size());
+      if (s.error_code) codes_.emplace_back(s.error_code, s.index);
       lay_out_constants(in.kernel, fixed, at_step(s));
     } else if (s.kind == spec::Step::Kind::Call) {
       for (int32_t o : s.out)
@@ -275,9 +283,22 @@ const at::Tensor& tensor_in(const std::vector<c10::IValue>& regs, int32_t slot) 
   return v.toTensor();
 }
 
+// A Triton kernel: its buffers (read, then written) and sizes handed to its launcher.
+void launch_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const int64_t* ev,
+                   const int64_t* syms, const at::Tensor& flag) {
+  c10::SmallVector<at::Tensor, 16> buffers;
+  for (size_t i = 0; i < k.args.size(); ++i)
+    buffers.push_back(k.fixed[i].defined() ? k.fixed[i] : tensor_in(regs, k.args[i].slot));
+  for (const auto& o : k.outs) buffers.push_back(tensor_in(regs, o.slot));
+  c10::SmallVector<int64_t, 8> sizes;
+  for (int32_t s : k.sizes) sizes.push_back(syms[s]);
+  Dims grid = eval_dims(k.grid, ev);
+  k.launcher->launch({grid[0], grid[1], grid[2]}, buffers, k.flagged ? flag : at::Tensor(), sizes);
+}
+
 // Allocate a kernel's outputs, call it; false if it met an index out of range.
 bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const int64_t* ev,
-                const int64_t* syms) {
+                const int64_t* syms, const at::Tensor& flag) {
   uint64_t a[kMaxKernelArgs];
   size_t n = 0;
   for (size_t i = 0; i < k.args.size(); ++i) {
@@ -303,13 +324,18 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
     regs[o.slot] = std::move(t);
   }
+  if (k.launcher) {
+    launch_kernel(k, regs, ev, syms, flag);
+    return true;
+  }
   for (int32_t s : k.sizes) a[n++] = static_cast<uint64_t>(syms[s]);
   return call_kernel(k.fn, a, n) == 0;
 }
 
 }  // namespace
 
-RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols) const {
+RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols,
+                       bool read_flag) const {
   if (inputs.size() != inputs_.size() || symbols.size() != size_t(symbols_))
     throw std::invalid_argument("plan " + entry_ + " takes " + std::to_string(inputs_.size()) +
                                 " inputs and " + std::to_string(symbols_) + " sizes, given " +
@@ -322,6 +348,8 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
   Dims ev;
   for (const auto& e : exprs_) ev.push_back(expr::eval(e, symbols.data()));
   RunResult r;
+  at::Tensor flag;   // written by Triton kernels that met an index out of range
+  if (!codes_.empty()) flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));
   for (const Instr& in : code_) {
     switch (in.kind) {
       case spec::Step::Kind::Free:
@@ -331,7 +359,7 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
         run_call(in.call, regs, ev.data(), in.index);
         break;
       case spec::Step::Kind::Kernel:
-        if (!run_kernel(in.kernel, regs, ev.data(), symbols.data())) {
+        if (!run_kernel(in.kernel, regs, ev.data(), symbols.data(), flag)) {
           r.failed_step = in.index;
           const Kernel& k = in.kernel;
           for (size_t i = 0; i < k.args.size(); ++i)
@@ -343,7 +371,21 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
     }
   }
   for (const auto& o : outputs_) r.outputs.push_back(o.slot >= 0 ? regs[o.slot] : o.constant);
+  if (flag.defined() && !read_flag) {
+    r.flag = flag;
+  } else if (flag.defined()) {
+    int32_t code = flag.item<int32_t>();
+    if (code) r.outputs.clear(), r.failed_step = failed_step(code);
+  }
   return r;
+}
+
+// The step whose kernel stores `code` into the error flag.
+int32_t Program::failed_step(int32_t code) const {
+  for (const auto& [c, step] : codes_)
+    if (c == code) return step;
+  throw std::runtime_error("plan " + entry_ + ": a kernel flagged error code " +
+                           std::to_string(code) + ", which no step of the plan stores");
 }
 
 }  // namespace aotc

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "launch.h"
+
 namespace aotc {
 
 // A spec the runner refuses (a broken plan): what was expected, and where (the step); the
@@ -91,6 +93,11 @@ struct Step {
   std::vector<KernelArg> args;
   std::vector<KernelOut> outs;
   std::vector<int32_t> sizes;   // symbol indices passed after the pointers
+  // a Triton kernel (CUDA artifacts; fn is 0): its launcher, its grid's three dims, and the
+  // code it stores into the plan's error flag for an index out of range (0: it checks none)
+  std::shared_ptr<const Launcher> launcher;
+  std::vector<Dim> grid;
+  int32_t error_code = 0;
   // Call
   std::string op, overload;
   std::vector<Arg> call_args;
@@ -126,6 +133,7 @@ struct RunResult {
   std::vector<c10::IValue> outputs;
   int32_t failed_step = -1;             // a kernel met an index out of range
   std::vector<c10::IValue> failed_args; // that kernel's arguments, for the error message
+  at::Tensor flag;                      // the error flag, when its read was deferred
 };
 
 class Program {
@@ -135,8 +143,13 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   // `inputs` are moved into the registers, so a caller that hands them over lets the plan's
-  // free steps release them; `symbols` in the spec's symbol order.
-  RunResult run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols) const;
+  // free steps release them; `symbols` in the spec's symbol order. A plan whose Triton kernels
+  // check indices reads its error flag after its last step (one 4-byte read), unless
+  // `read_flag` is false (inside a CUDA graph capture): the result then holds the flag, and
+  // failed_step(code) names the step that stored a code.
+  RunResult run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols,
+                bool read_flag = true) const;
+  int32_t failed_step(int32_t code) const;
   const std::string& entry() const { return entry_; }
 
   struct Filler;
@@ -158,6 +171,7 @@ class Program {
   std::vector<spec::Output> outputs_;
   c10::Device device_;
   intptr_t set_threads_ = 0;
+  std::vector<std::pair<int32_t, int32_t>> codes_;   // (error code, step index)
 };
 
 }  // namespace aotc

@@ -60,6 +60,61 @@ Arg arg(const py::handle& obj) {
   return a;
 }
 
+// Runs a Python callable as a Triton kernel's launcher, `fn((gx, gy, gz), *buffers, [flag],
+// *sizes)`: the interpreter's kernels of a CUDA artifact loaded with interpret=True.
+class PyLauncher final : public aotc::Launcher {
+ public:
+  explicit PyLauncher(py::object fn)
+      : fn_(new py::object(std::move(fn)), [](py::object* o) {
+          py::gil_scoped_acquire gil;
+          delete o;
+        }) {}
+
+  void launch(const std::array<int64_t, 3>& grid, c10::ArrayRef<at::Tensor> buffers,
+              const at::Tensor& flag, c10::ArrayRef<int64_t> sizes) const override {
+    py::gil_scoped_acquire gil;
+    py::list args;
+    args.append(py::make_tuple(grid[0], grid[1], grid[2]));
+    for (const at::Tensor& b : buffers) args.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(b)));
+    if (flag.defined()) args.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(flag)));
+    for (int64_t z : sizes) args.append(z);
+    (*fn_)(*args);
+  }
+
+ private:
+  std::shared_ptr<py::object> fn_;
+};
+
+// runtime/cuda.py CudaLauncher.runner_spec(): a cubin's function and how to launch it.
+std::shared_ptr<const aotc::Launcher> cuda_launcher(const py::dict& d) {
+  aotc::CudaKernelSpec k;
+  k.name = d["name"].cast<std::string>();
+  k.function = d["function"].cast<intptr_t>();
+  k.shared = d["shared"].cast<int64_t>();
+  k.div16_function = d["div16_function"].cast<intptr_t>();
+  k.div16_shared = d["div16_shared"].cast<int64_t>();
+  k.aligned = d["aligned"].cast<std::vector<int32_t>>();
+  k.threads = d["threads"].cast<int64_t>();
+  k.ctas = d["ctas"].cast<int64_t>();
+  k.pdl = d["pdl"].cast<bool>();
+  k.pointers = d["pointers"].cast<std::vector<bool>>();
+  k.inputs = d["inputs"].cast<std::vector<bool>>();
+  for (const auto& [bytes, align] : d["scratch"].cast<std::vector<std::pair<int64_t, int64_t>>>())
+    k.scratch.push_back({bytes, align});
+  k.context = d["context"].cast<intptr_t>();
+  k.device = d["device"].cast<int32_t>();
+  return aotc::cuda_launcher(std::move(k));
+}
+
+// A Triton kernel's (launcher, grid dims, error code): the launcher a runner_spec dict (a
+// cubin) or a callable.
+void triton_launch(aotc::spec::Step& s, const py::tuple& t) {
+  s.launcher = py::isinstance<py::dict>(t[0]) ? cuda_launcher(t[0].cast<py::dict>())
+                                               : std::make_shared<PyLauncher>(t[0].cast<py::object>());
+  s.grid = dims(t[1]);
+  s.error_code = t[2].cast<int32_t>();
+}
+
 aotc::spec::Step kernel_step(const py::tuple& t) {
   aotc::spec::Step s;
   s.kind = aotc::spec::Step::Kind::Kernel;
@@ -76,6 +131,7 @@ aotc::spec::Step kernel_step(const py::tuple& t) {
                       o[4].cast<bool>(), o[5].cast<int32_t>(), o[6].cast<bool>()});
   }
   s.sizes = t[6].cast<std::vector<int32_t>>();
+  if (t.size() > 7) triton_launch(s, t[7].cast<py::tuple>());
   return s;
 }
 
@@ -182,6 +238,20 @@ py::object run(const aotc::Program& p, const py::handle& inputs, const std::vect
   return results(r);
 }
 
+// `run` inside a CUDA graph capture: (outputs, the error flag or None), the flag not read.
+py::object run_deferred(const aotc::Program& p, const py::tuple& inputs,
+                        const std::vector<int64_t>& syms) {
+  std::vector<c10::IValue> in;
+  for (size_t i = 0; i < inputs.size(); ++i) in.emplace_back(input(inputs[i].ptr(), i));
+  aotc::RunResult r;
+  {
+    py::gil_scoped_release released;
+    r = p.run(std::move(in), syms, false);
+  }
+  py::object flag = r.flag.defined() ? torch::jit::toPyObject(c10::IValue(r.flag)) : py::none();
+  return py::make_tuple(results(r), flag);
+}
+
 // What a user's call runs (CompiledModule.run_flat): the guards, then the plan with grad mode
 // off; None where a guard fails (the caller's Python guards then raise the error).
 py::object call(const aotc::Program& p, const aotc::Guards& g, const py::tuple& args,
@@ -260,6 +330,7 @@ PYBIND11_MODULE(_runner, m) {
       .def(py::init(&make_program))
       .def_property_readonly("entry", &aotc::Program::entry)
       .def("run", &run)
+      .def("run_deferred", &run_deferred)
       .def("call", &call);
   py::class_<aotc::Guards>(m, "Guards").def(py::init(&make_guards));
 }

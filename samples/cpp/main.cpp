@@ -2,8 +2,10 @@
 // or a package from `aotc pack`, read in place) with no Python, run its forward entry on random
 // inputs (or on tensors "0", "1", ... of INPUTS), print the outputs and the load time and
 // per-call latency (median of 100 calls after warm-up); with OUTPUTS, write the outputs there.
+// A CUDA artifact runs on GPU 0: inputs are moved there, outputs back.
 #include <aotc/module.h>
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,13 +20,20 @@ int main(int argc, char** argv) try {
   aotc::Module m(argv[1]);
   double load = us(start);
   std::vector<at::Tensor> x = argc > 2 ? aotc::load_tensors(argv[2]) : m.example_inputs();
+  for (auto& t : x) t = t.to(m.device());   // a CUDA artifact's inputs go to its GPU
+  auto sync = [&] {   // a GPU runs calls asynchronously: wait for them to time them
+    if (!m.device().is_cpu())
+      c10::impl::getDeviceGuardImpl(m.device().type())->synchronizeDevice(m.device().index());
+  };
   auto out = m.forward(x);
   std::vector<double> times;
   for (int i = 0; i < 110; ++i) {
     auto t = Clock::now();
     m.forward(x);
+    sync();
     if (i >= 10) times.push_back(us(t));
   }
+  for (auto& t : out) t = t.defined() ? t.cpu() : t;
   std::nth_element(times.begin(), times.begin() + 50, times.end());
   for (size_t i = 0; i < out.size(); ++i) {
     at::Tensor flat = out[i].flatten().to(at::kDouble);

@@ -27,9 +27,10 @@ namespace aotc::fe {
 
 class Package;
 
-constexpr int kFormatVersion = 13;   // runtime/format.py FORMAT_VERSION this front end reads
+constexpr int kFormatVersion = 14;   // runtime/format.py FORMAT_VERSION this front end reads
 constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args;
                                      // 13: kernel arguments' shapes, required for kernel steps)
+constexpr int kCudaRunnerFormat = 14;   // the first whose CUDA artifacts have runner files
 
 struct FileEntry {
   uint64_t size = 0;

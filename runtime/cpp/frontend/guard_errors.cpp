@@ -78,10 +78,10 @@ void Check::tensor(const at::Tensor& x, size_t i) {
   if (x.scalar_type() != want)
     fail(w + " has dtype " + torch_dtype(x.scalar_type()) + ", expected " + torch_dtype(want), w,
          torch_dtype(want), torch_dtype(x.scalar_type()), "convert it with .to(" + torch_dtype(want) + ")");
-  if (!x.device().is_cpu()) {
+  if (c10::DeviceTypeName(x.device().type(), true) != g.device) {
     std::string dev = x.device().str();
-    fail(w + " is on " + dev + ", expected cpu", w, "cpu", dev,
-         "move it with .to('cpu') or load the artifact with device='" + dev + "'");
+    fail(w + " is on " + dev + ", expected " + g.device, w, g.device, dev,
+         "move it with .to('" + g.device + "') or load the artifact with device='" + dev + "'");
   }
   if (x.layout() != c10::kStrided || x.is_nested())
     fail(w + " has layout " + layout_name(x) + ", expected a dense (strided) tensor", w,

@@ -126,4 +126,13 @@ intptr_t KernelLibrary::kernel(const std::string& name, int nargs, int nsizes,
   return addr;
 }
 
+void KernelLibrary::bind(spec::Step& s, int nargs, int nsizes, const std::string& types,
+                         const std::string& where) const {
+  if (!s.grid.empty())
+    throw ArtifactError("kernel step " + s.name + " carries a launch, which C++ kernels do not take",
+                        where, "[kernel, index, name, signature, args, outs, sizes]",
+                        "a launch (a CUDA artifact's step)", "re-export the model");
+  s.fn = kernel(s.name, nargs, nsizes, types, where);
+}
+
 }  // namespace aotc::fe

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "../expr.h"
 #include "../instr.h"
 #include "guard_errors.h"
+#include "cuda_kernels.h"
 #include "native.h"
 #include "signing.h"
 #include "spec.h"
@@ -26,23 +28,46 @@ struct Entry {
   std::unique_ptr<Guards> guards;
 };
 
-// The CPU target's (level, library) pairs, or a TargetError for what C++ does not run.
-std::vector<std::pair<std::string, std::string>> cpu_levels(const fe::Artifact& art, bool& table) {
+// The artifact's device type ("cpu", "cuda"), or a TargetError for what C++ does not run.
+std::string target_device(const fe::Artifact& art) {
   json::Field target = art.field()["target"];
   const std::string& device = target["device"].string(16);
-  if (device != "cpu")
-    throw TargetError("the C++ front end runs CPU artifacts; this one runs on " + device,
-                      "manifest target.device", "cpu", device, "load it from Python (aotc.load), "
-                      "which runs CUDA artifacts, or export for --target cpu");
+  if (device != "cpu" && device != "cuda")
+    target["device"].fail("cpu or cuda", device);
+  if (device == "cuda" && art.version() < fe::kCudaRunnerFormat)
+    throw TargetError("the C++ front end runs CUDA artifacts of format " +
+                      std::to_string(fe::kCudaRunnerFormat) + " and newer; this one is format " +
+                      std::to_string(art.version()), "manifest format_version",
+                      std::to_string(fe::kCudaRunnerFormat), std::to_string(art.version()),
+                      "re-export the model with this aotc, or load it from Python (aotc.load)");
   if (art.field().has("tensor_parallel") && art.field()["tensor_parallel"].type() != json::Value::Type::Null)
     throw TargetError("the C++ front end does not run tensor-parallel artifacts", "manifest tensor_parallel",
                       "an artifact of one rank", "a tensor-parallel artifact",
                       "load it from Python under torchrun (aotc.load)");
+  return device;
+}
+
+// The device to run on: LoadOptions.device, of the artifact's device type ("" for its own).
+c10::Device run_device(const std::string& wanted, const std::string& type) {
+  std::string name = wanted.empty() ? type : wanted;
+  std::optional<c10::Device> dev;
+  try {
+    dev = c10::Device(name);
+  } catch (const c10::Error&) {
+  }
+  if (!dev || c10::DeviceTypeName(dev->type(), true) != type)
+    throw UsageError("the artifact runs on " + type + ", not on " + name, "LoadOptions.device",
+                     type + (type == "cuda" ? " or cuda:N" : ""), name,
+                     "leave LoadOptions.device empty, or name a " + type + " device");
+  if (dev->is_cuda() && !dev->has_index()) dev = c10::Device(c10::kCUDA, 0);
+  return *dev;
+}
+
+// The CPU target's (level, library) pairs (none: extern-only), or a TargetError.
+std::vector<std::pair<std::string, std::string>> cpu_levels(json::Field native, bool& table) {
   std::vector<std::pair<std::string, std::string>> out;
-  json::Field native = target["native"];
-  if (native.type() == json::Value::Type::Null) return out;
   if (!native.has("libraries"))
-    throw TargetError("the C++ front end runs C++ kernels; this artifact's are not", "manifest target.native",
+    throw TargetError("the C++ front end runs C++ kernels on the CPU; this artifact's are not", native.where(),
                       "C++ kernel libraries", "another kind of kernels", "load it from Python (aotc.load)");
   table = native.has("table") && native["table"].boolean();
   json::Field libs = native["libraries"];
@@ -70,18 +95,21 @@ at::Tensor bound_weight(const fe::ConstantRef& w, const at::Tensor& stored, cons
 
 struct Module::Impl {
   std::unique_ptr<fe::Artifact> art;
-  std::unique_ptr<fe::KernelLibrary> lib;
+  std::unique_ptr<fe::Kernels> lib;
   std::map<std::string, Entry> entries;
   std::map<std::string, std::map<std::string, fe::StoredTensor>> headers;   // per shard
   std::map<std::string, std::shared_ptr<const fe::Bytes>> shards;
   std::map<std::string, at::Tensor> state;
+  std::map<std::string, at::Tensor> on_device;   // weights copied to a GPU, once per name
+  c10::Device device = c10::Device(c10::kCPU);
   std::string level;
   std::string signer;   // the trusted key that signed it ("": none was asked for)
   LoadOptions options;
 
-  at::Tensor weight(const std::string& name);
+  at::Tensor weight(const std::string& name);   // on the module's device
   at::Tensor state_tensor(const fe::ConstantRef& s, const std::string& where);
-  void load_entry(const std::string& name);
+  void read_entry(const std::string& name);    // its runner file, checked
+  void build_entry(Entry& e, const std::string& name);   // its constants bound, its program
 };
 
 at::Tensor Module::Impl::weight(const std::string& name) {
@@ -104,20 +132,22 @@ at::Tensor Module::Impl::weight(const std::string& name) {
   if (it == headers[shard].end())
     throw ArtifactError("weight '" + name + "' is not in " + shard, art->where(shard), name, "no such tensor",
                         "re-export the model (the weights file does not match the plan)");
-  return fe::stored_tensor(shards[shard], it->second);
+  at::Tensor stored = fe::stored_tensor(shards[shard], it->second);
+  if (device.is_cpu()) return stored;
+  return on_device.emplace(name, stored.to(device)).first->second;
 }
 
 at::Tensor Module::Impl::state_tensor(const fe::ConstantRef& s, const std::string& where) {
   auto it = state.find(s.name);
   if (it == state.end())
-    return state[s.name] = at::zeros(s.shape, at::TensorOptions().dtype(s.dtype));
+    return state[s.name] = at::zeros(s.shape, at::TensorOptions().dtype(s.dtype).device(device));
   if (it->second.scalar_type() != s.dtype || it->second.sizes() != c10::IntArrayRef(s.shape))
     throw ArtifactError("state '" + s.name + "' is declared twice, differently", where,
                         "one dtype and shape per state", "two", "re-export the model");
   return it->second;
 }
 
-void Module::Impl::load_entry(const std::string& name) {
+void Module::Impl::read_entry(const std::string& name) {
   std::string rel = "runner/" + name + ".json";
   if (!art->listed(rel))
     throw ArtifactError("entry " + name + " has no runner file, which the C++ front end runs",
@@ -127,7 +157,13 @@ void Module::Impl::load_entry(const std::string& name) {
   json::Value doc = json::parse(std::string_view(reinterpret_cast<const char*>(bytes->data), bytes->size),
                                 rel, 64u << 20);
   Entry e;
-  e.spec = fe::read_runner_file(doc, rel, name, lib.get());
+  e.spec = fe::read_runner_file(doc, rel, name, lib.get(), c10::DeviceTypeName(device.type(), true));
+  e.spec.program.device = device;
+  entries.emplace(name, std::move(e));
+}
+
+void Module::Impl::build_entry(Entry& e, const std::string& name) {
+  std::string rel = "runner/" + name + ".json";
   for (const auto& w : e.spec.weights)
     e.spec.program.constants.emplace_back(w.slot, bound_weight(w, weight(w.name), rel + ", weight " + w.name));
   for (const auto& s : e.spec.state) e.spec.program.constants.emplace_back(s.slot, state_tensor(s, rel));
@@ -145,7 +181,6 @@ void Module::Impl::load_entry(const std::string& name) {
                         std::string(err.what_without_backtrace()).substr(0, 300), "re-export the model");
   }
   e.spec.program.constants.clear();
-  entries.emplace(name, std::move(e));
 }
 
 
@@ -164,14 +199,27 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
                         "which the C++ front end runs", art.where("manifest.json"),
                         "format version " + std::to_string(fe::kRunnerFormat) + " or newer",
                         std::to_string(art.version()), kReexport);
-  bool table = false;
-  auto levels = cpu_levels(art, table);
-  if (!levels.empty()) {
-    impl_->lib = std::make_unique<fe::KernelLibrary>(art, levels, options.isa, table);
-    impl_->level = impl_->lib->level();
+  std::string type = target_device(art);
+  impl_->device = run_device(options.device, type);
+  json::Field native = art.field()["target"]["native"];
+  if (native.type() != json::Value::Type::Null && type == "cpu") {
+    bool table = false;
+    auto levels = cpu_levels(native, table);
+    auto lib = std::make_unique<fe::KernelLibrary>(art, levels, options.isa, table);
+    impl_->level = lib->level();
+    impl_->lib = std::move(lib);
+  } else if (native.type() != json::Value::Type::Null) {
+    impl_->lib = std::make_unique<fe::CudaKernels>(art, native);
   }
   json::Field entries = art.field()["entries"];
-  for (const auto& [name, v] : entries.members(64)) impl_->load_entry(name);
+  for (const auto& [name, v] : entries.members(64)) impl_->read_entry(name);
+  if (auto* cuda = dynamic_cast<fe::CudaKernels*>(impl_->lib.get())) {   // the GPU, at last
+    cuda->load(art, impl_->device.index());
+    impl_->level = cuda->arch();
+  } else if (impl_->device.is_cuda()) {   // extern-only: the driver and device exist
+    cuda_arch(impl_->device.index());
+  }
+  for (auto& [name, e] : impl_->entries) impl_->build_entry(e, name);
   impl_->art->verify_unread();   // the files no entry read, as Python checks every file
 }
 
@@ -226,7 +274,7 @@ std::vector<at::Tensor> Module::example_inputs(const std::string& entry) const {
       shape.push_back(d.kind == spec::GuardDim::Kind::Static ? d.value
                       : d.kind == spec::GuardDim::Kind::Symbol ? syms[d.value]
                                                                : expr::eval(g.exprs[d.value], syms.data()));
-    auto options = at::TensorOptions().dtype(dtype_named(in.dtype, "guards"));
+    auto options = at::TensorOptions().dtype(dtype_named(in.dtype, "guards")).device(impl_->device);
     out.push_back(at::isFloatingType(options.dtype().toScalarType()) ? at::randn(shape, options)
                                                                      : at::zeros(shape, options));
   }
@@ -240,6 +288,7 @@ std::vector<std::string> Module::entries() const {
 }
 
 const std::string& Module::level() const { return impl_->level; }
+c10::Device Module::device() const { return impl_->device; }
 const std::string& Module::signer() const { return impl_->signer; }
 int Module::format_version() const { return impl_->art->version(); }
 

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../program.h"
 #include "files.h"
 
 namespace aotc::fe {
@@ -32,7 +33,19 @@ std::map<std::string, StoredTensor> safetensors_header(const Bytes& b, const std
 at::Tensor stored_tensor(const std::shared_ptr<const Bytes>& b, const StoredTensor& t);
 at::ScalarType dtype_of(const std::string& name, const json::Field& at);   // "float32", ...
 
-class KernelLibrary {
+// What a runner file's kernel steps are bound to: a CPU artifact's kernel library, or a CUDA
+// artifact's cubins (cuda_kernels.h).
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  // Bind step `s` (its name, and for a Triton kernel its grid and error code, read) to its
+  // kernel, whose own record must say these counts and pointer dtypes; an ArtifactError else.
+  virtual void bind(spec::Step& s, int nargs, int nsizes, const std::string& types,
+                    const std::string& where) const = 0;
+  virtual intptr_t set_threads() const { return 0; }
+};
+
+class KernelLibrary final : public Kernels {
  public:
   // `levels`: (level, file), lowest first; `wanted`: a level, or empty for the best one here.
   KernelLibrary(const Artifact& art, const std::vector<std::pair<std::string, std::string>>& levels,
@@ -44,7 +57,9 @@ class KernelLibrary {
   // The address of kernel `name`, whose table entry must say these counts and dtypes.
   intptr_t kernel(const std::string& name, int nargs, int nsizes, const std::string& types,
                   const std::string& where) const;
-  intptr_t set_threads() const { return set_threads_; }
+  void bind(spec::Step& s, int nargs, int nsizes, const std::string& types,
+            const std::string& where) const override;
+  intptr_t set_threads() const override { return set_threads_; }
   const std::string& level() const { return level_; }
 
  private:

@@ -96,16 +96,25 @@ c10::IValue constant(const Field& f) {
   }
 }
 
-spec::Step kernel_step(const Field& f, const KernelLibrary* lib) {
-  if (f.size(7) != 7) f.fail("[kernel, index, name, signature, args, outs, sizes]", "another length");
+spec::Step kernel_step(const Field& f, const Kernels* lib) {
+  size_t n = f.size(8);
+  if (n != 7 && n != 8)
+    f.fail("[kernel, index, name, signature, args, outs, sizes] (and [grid, error code] for a "
+           "CUDA artifact's kernel)", "another length");
   spec::Step s;
   s.kind = spec::Step::Kind::Kernel;
   s.name = f[2].string(128);
   Field sig = f[3];
   if (sig.size(3) != 3) sig.fail("[pointers, sizes, dtypes]", "another length");
   if (!lib) f.fail("no kernel step (the artifact has no kernel library)", "kernel " + s.name);
-  s.fn = lib->kernel(s.name, index(sig[0], 0, 1 << 16), index(sig[1], 0, 1 << 16),
-                     sig[2].string(1 << 16), f.where());
+  if (n == 8) {   // a Triton kernel's launch (format >= 14)
+    if (f[7].size(2) != 2) f[7].fail("[grid, error code]", "another length");
+    s.grid = dims(f[7][0]);
+    if (s.grid.size() != 3) f[7][0].fail("three grid dims", std::to_string(s.grid.size()));
+    s.error_code = index(f[7][1], 0, 1 << 30);
+  }
+  lib->bind(s, index(sig[0], 0, 1 << 16), index(sig[1], 0, 1 << 16), sig[2].string(1 << 16),
+            f.where());
   for (size_t i = 0, n = f[4].size(4096); i < n; ++i) {
     Field a = f[4][i];
     if (a.size(6) != 6)   // formats 10-12 wrote four, without what a read must find
@@ -145,7 +154,7 @@ spec::Step call_step(const Field& f) {
   return s;
 }
 
-spec::Step step(const Field& f, const KernelLibrary* lib) {
+spec::Step step(const Field& f, const Kernels* lib) {
   const std::string& kind = f[0].string(16);
   spec::Step s;
   if (kind == "kernel") {
@@ -210,7 +219,7 @@ void guards(const Field& f, EntrySpec& e) {
   g.exprs = exprs(f["exprs"]);
   g.relations = indices(f["relations"]);
   g.plan_symbols = indices(f["plan_symbols"], 0, 256);
-  if (f["device"].string(16) != "cpu") f["device"].fail("\"cpu\"", f["device"].found());
+  if (f["device"].string(16) != g.device) f["device"].fail("\"" + g.device + "\"", f["device"].found());
   for (size_t i = 0, n = f["inputs"].size(4096); i < n; ++i) {
     Field in = f["inputs"][i];
     if (in.size(2) != 2) in.fail("[dtype, dims]", "another length");
@@ -294,7 +303,7 @@ bool allowed_op(const std::string& qualname) {
 }
 
 EntrySpec read_runner_file(const Value& doc, const std::string& file, const std::string& entry,
-                           const KernelLibrary* lib) {
+                           const Kernels* lib, const std::string& device) {
   Field f(doc, file, "");
   EntrySpec e;
   spec::Program& p = e.program;
@@ -317,6 +326,7 @@ EntrySpec read_runner_file(const Value& doc, const std::string& file, const std:
   e.weights = constants(f["weights"], true);
   e.state = constants(f["state"], false);
   p.set_threads = f["set_threads"].boolean() && lib ? lib->set_threads() : 0;
+  e.guards.device = device;
   guards(f["guards"], e);
   if (e.guards.plan_symbols.size() != e.symbols.size())
     f["guards"]["plan_symbols"].fail("one per plan symbol", std::to_string(e.guards.plan_symbols.size()));

@@ -3,7 +3,8 @@
 // Every field is read through json::Field (typed, bounded, named in errors); every tag, step
 // kind, dtype and op comes from a fixed table (the ops: runtime/schema/extern_ops.txt, built
 // into this library, and aotc's own ops, which the runner refuses unless it implements them);
-// kernels are resolved through the library's table with their signature checked; then Program
+// kernels are resolved through the library's table (a CUDA artifact's: its launch specs) with
+// their signature checked; then Program
 // and Guards check the spec again.
 #pragma once
 
@@ -16,7 +17,7 @@
 
 namespace aotc::fe {
 
-class KernelLibrary;
+class Kernels;
 
 // What guard errors quote (runtime/guards.py's messages).
 struct GuardTexts {
@@ -41,9 +42,10 @@ struct EntrySpec {
   std::vector<std::string> symbols;   // the plan's symbols, in its order
 };
 
-// `lib`: the artifact's kernel library, or null (an extern-only artifact).
+// `lib`: the artifact's kernels, or null (an extern-only artifact); `device`: the artifact's
+// device type ("cpu", "cuda"), which the guards must name.
 EntrySpec read_runner_file(const json::Value& doc, const std::string& file,
-                           const std::string& entry, const KernelLibrary* lib);
+                           const std::string& entry, const Kernels* lib, const std::string& device);
 
 bool allowed_op(const std::string& qualname);   // "aten::mm.default"
 

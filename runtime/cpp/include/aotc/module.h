@@ -7,8 +7,8 @@
 // checked as runtime/package.py checks it, its weights mapped from the package at their
 // offsets, nothing written to disk. Loading checks what the Python runtime checks (README, "A
 // C++ front end"): the manifest's self-hash and format, the size and sha256 of every file it
-// lists (weights hashed from the mapping they are served from), the target (a CPU artifact, a
-// CPU level this host has), the kernel library's own table against every kernel step, a
+// lists (weights hashed from the mapping they are served from), the target (a CPU level this
+// host has, or for a CUDA artifact the cubins of this GPU's arch and their launch specs), the kernel library's own table against every kernel step, a
 // signature by a trusted key where any is trusted (LoadOptions.trusted_keys; signatures.json,
 // a package's member or a directory's file), and each entry's runner file (runner/<entry>.json,
 // format >= 10) field by field, before the plan runner, shared with the Python front end,
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <string>
@@ -31,6 +32,11 @@ struct LoadOptions {
   bool verify_hashes = true;   // false: sizes only (as aotc.load(verify_hashes=False))
   bool check_guards = true;    // false: symbols still bound from the input sizes
   std::string isa;             // the CPU level to load; empty: the best this CPU supports
+  // The device to run on: empty for the artifact's own ("cpu", or GPU 0 for a CUDA artifact),
+  // or "cuda:N". A CUDA artifact (format >= 14) needs an NVIDIA driver and torch built for CUDA;
+  // its cubins for this GPU's arch are loaded into the device's primary context and launched on
+  // torch's current stream.
+  std::string device;
   // Ed25519 public keys, as aotc.load(trusted_keys=...) takes them: paths of key files, PEM
   // text, base64 of the 32 raw bytes, or the 32 bytes. With any key trusted here or in
   // AOTC_TRUSTED_KEYS (key files and directories of *.pub / *.pem, separated by ':'), a valid
@@ -58,7 +64,8 @@ class Module {
   std::vector<at::Tensor> example_inputs(const std::string& entry = "forward") const;
 
   std::vector<std::string> entries() const;
-  const std::string& level() const;     // the CPU level whose kernels run ("" if none)
+  const std::string& level() const;     // the CPU level or GPU arch whose kernels run ("" if none)
+  c10::Device device() const;           // where inputs go and outputs come from
   const std::string& signer() const;    // the key id of the trusted key that signed ("" if none)
   int format_version() const;
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The C++ runtime on a GPU (< 10 minutes): builds aotc's C++ runner against the machine's torch,
+# runs the GPU tests of the C++ runner on CUDA plans and of the C++ front end on CUDA artifacts,
+# then times the per-call cost of both runners on a GPU and a few suite points with the C++
+# runner (aotc:cpp) against the default (aotc, the Python runner on CUDA) in the same run.
+#
+#   COMMIT=<sha> scripts/gpu_cpp.sh OUT
+#
+# Settings: TEST_S (seconds for the tests; 0 skips them), OVERHEAD_S, BENCH_S (0 skips),
+# MODELS (suite models for the benchmark, default mlp,gpt2), DTYPE (default bf16). Run from the
+# repository root.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_cpp.sh OUT}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
+# the runner builds against this torch (16 cores: about a minute); editable, no dependencies
+( time pip install -q --no-build-isolation --no-deps -e . ) > "$OUT/build.txt" 2>&1
+echo "build rc=$?"; tail -n 5 "$OUT/build.txt"
+python3 -c "from aotc.runtime.cpp_runner import runner_status as s; print('runner:', s()[1] or 'cpp')"
+if [[ ${TEST_S:-240} != 0 ]]; then
+    timeout -k 5 "${TEST_S:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/test_cpp_runner_triton.py tests/test_cpp_cuda.py tests/test_triton_e2e.py \
+        > "$OUT/tests.txt" 2>&1
+    echo "tests rc=$?"; tail -n 15 "$OUT/tests.txt"
+fi
+if [[ ${OVERHEAD_S:-120} != 0 ]]; then
+    timeout -k 5 "${OVERHEAD_S:-120}" python3 -m benchmarks.overhead --device cuda \
+        --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1
+    echo "overhead rc=$?"; tail -n 12 "$OUT/overhead.log"
+fi
+[[ ${BENCH_S:-200} == 0 ]] && exit 0
+timeout -k 10 $((${BENCH_S:-200} + 60)) python3 -m benchmarks.run --device cuda --suite full \
+    --dtype "${DTYPE:-bf16}" --models "${MODELS:-mlp,gpt2}" --budget-s "${BENCH_S:-200}" \
+    --systems eager,aotc,aotc:cpp --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+echo "bench rc=$?"
+tail -n 30 "$OUT/bench/results.md" 2>/dev/null || tail -n 30 "$OUT/bench.log"

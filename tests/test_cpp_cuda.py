@@ -1,0 +1,126 @@
+"""The C++ front end on CUDA artifacts (format >= 14: runner files with kernel launches).
+
+Without a GPU: every launch spec and runner file is checked before the driver is touched, so a
+malformed or mismatched one is refused with an ArtifactError on any host (and a sound artifact
+with a TargetError naming the missing driver). On a GPU (marked `gpu`): the sample program runs
+the cubins and matches Python's `aotc.load`.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import aotc
+from aotc.runtime import format as fmt
+from conftest import replace_file, run_cpp
+
+FIXTURE = Path(__file__).parent / "fixtures" / "format_v14_cuda.aotc"
+pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+
+
+def needs_gpu(fn):
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(),
+                                              reason="needs a CUDA GPU")(fn))
+
+
+@pytest.fixture
+def cuda_copy(tmp_path) -> Path:
+    dest = tmp_path / "cuda.aotc"
+    shutil.copytree(FIXTURE, dest)
+    return dest
+
+
+def _edit_json(art: Path, rel: str, edit) -> None:
+    doc = json.loads((art / rel).read_text())
+    edit(doc)
+    replace_file(art, rel, fmt.dumps(doc))
+
+
+def _refused(aotc_run, art: Path, code: int, *needles: str) -> str:
+    done, _ = run_cpp(aotc_run, art)
+    assert done.returncode == code, done.stderr
+    for n in needles:
+        assert n in done.stderr, done.stderr
+    return done.stderr
+
+
+SPEC = "kernels/kernel0.json"
+
+
+@pytest.mark.parametrize("edit,needles", [
+    (lambda d: d.update(extra=1), ["field extra", "no such field"]),
+    (lambda d: d["params"][0].update(type="*fp128"), ["params[0].type", "a pointer"]),
+    (lambda d: d["archs"]["sm_90"].update(cubin="kernels/../manifest.json"),
+     ["archs.sm_90.cubin", "kernels/kernel0.sm_90.cubin"]),
+    (lambda d: d["archs"]["sm_90"]["params"].pop(0), ["archs.sm_90.params", "pointers"]),
+    (lambda d: d["archs"]["sm_90"].update(num_warps=3), ["num_warps", "one of 1, 2, 4"]),
+    (lambda d: d.update(inputs=["nope"]), ["inputs", "names of the kernel's parameters"]),
+    (lambda d: d["archs"].update(sm_x={}), ["archs.sm_x", "arch name"]),
+    (lambda d: d.update(error_code=0), ["error_code"]),
+], ids=["unknown-field", "param-type", "cubin-elsewhere", "param-count", "warps", "inputs",
+        "arch-name", "error-code"])
+def test_malformed_launch_specs_are_refused_before_the_gpu(aotc_run, cuda_copy, edit, needles):
+    _edit_json(cuda_copy, SPEC, edit)
+    _refused(aotc_run, cuda_copy, 5, "ArtifactError", SPEC, *needles)
+
+
+def test_a_step_must_match_its_launch_spec(aotc_run, cuda_copy):
+    """A runner file that passes a kernel other buffers, or another error code, than its
+    launch spec declares never reaches the GPU."""
+    rel = fmt.runner_file("forward")
+
+    def edit(doc):
+        step = next(s for s in doc["steps"] if s[0] == "kernel")
+        step[7][1] = 3   # an error code the kernel does not store
+    _edit_json(cuda_copy, rel, edit)
+    _refused(aotc_run, cuda_copy, 5, "ArtifactError", "arguments its launch spec does not declare",
+             "error code 3")
+
+
+def test_a_kernel_step_needs_its_launch(aotc_run, cuda_copy):
+    rel = fmt.runner_file("forward")
+
+    def edit(doc):
+        step = next(s for s in doc["steps"] if s[0] == "kernel")
+        step[7][0] = [1, 1]
+    _edit_json(cuda_copy, rel, edit)
+    _refused(aotc_run, cuda_copy, 5, "ArtifactError", "three grid dims")
+
+
+def test_a_cpu_artifact_step_with_a_launch_is_refused(aotc_run, mlp_artifact, tmp_path):
+    art = tmp_path / "mlp.aotc"
+    shutil.copytree(mlp_artifact, art)
+    rel = fmt.runner_file("forward")
+
+    def edit(doc):
+        step = next(s for s in doc["steps"] if s[0] == "kernel")
+        step.append([[1, 1, 1], 0])
+    _edit_json(art, rel, edit)
+    _refused(aotc_run, art, 5, "ArtifactError", "carries a launch")
+
+
+def test_the_guards_name_the_artifacts_device(aotc_run, cuda_copy):
+    _edit_json(cuda_copy, fmt.runner_file("forward"), lambda d: d["guards"].update(device="cpu"))
+    _refused(aotc_run, cuda_copy, 5, "ArtifactError", "guards.device", '"cuda"')
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_cuda_artifacts_run_from_cpp(aotc_run, tmp_path, name):
+    from conftest import SAMPLES, eager
+    torch.manual_seed(0)
+    model = SAMPLES[name].build().eval()
+    x = torch.randn(4, 64) if name == "mlp" else torch.randn(1, 16, 128)
+    art = aotc.export(model, (x,), tmp_path / f"{name}.aotc", target="cuda")
+    done, outs = run_cpp(aotc_run, art, (x,), tmp_path)
+    assert done.returncode == 0, done.stderr
+    want = aotc.load(art, cuda_graph=False).run_flat("forward", (x.cuda(),))
+    for got, ref in zip(outs, want, strict=True):
+        torch.testing.assert_close(got, ref.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(outs[0], eager(model, (x,))[0] if isinstance(
+        eager(model, (x,)), tuple) else eager(model, (x,)), rtol=1e-4, atol=1e-4)
+    assert "level sm_" in done.stdout
