@@ -5,10 +5,12 @@ A graph value's slot starts with the strides eager produced at export, where eve
 was contiguous. Codegen changes some layouts (channels-last convolution outputs and the kernels
 that follow them), and ATen ops propagate the layout of their inputs: an adaptive average pool
 over a channels-last tensor answers channels-last, and a `view` of it fails ("view size is not
-compatible with input tensor's size and stride"). So each extern and view step over a
-non-contiguous argument is run once on meta tensors with the arguments' planned strides, and
-its output slots take the strides it returns; kernels then read the tensor as it is, and a
-`view` of a base it cannot view becomes a `reshape`.
+compatible with input tensor's size and stride"). So each extern and view step over an
+argument laid out otherwise than at export (non-contiguous, or contiguous where eager's value
+was not: a kernel output stored contiguously, whose views eager took of a permuted tensor) is
+run once on meta tensors with the arguments' planned strides, and its output slots take the
+strides it returns; kernels then read the tensor as it is, and a `view` of such a base becomes
+a `reshape` (a view where the strides allow one).
 
 ATen's compute kernels take contiguous or channels-last (dense, 4-d) inputs; some (group norm,
 several pooling and upsampling kernels) check that their input is one of the two, so any other
@@ -110,8 +112,9 @@ def lay_out_extern(lowering, step: dict, op) -> None:
     the output slots take the strides the call returns (found on meta tensors)."""
     slots = lowering.out.slots
     tensor_args = _slot_args(step["args"]) + _slot_args(list(step["kwargs"].values()))
-    if all(slots[a["slot"]].get("contiguous", True) for a in tensor_args):
-        return
+    if all(_as_eager(lowering, a["slot"]) or _contiguous_value(lowering, a["slot"])
+           for a in tensor_args):
+        return   # laid out as at export: the outputs' strides are eager's
     if step["kind"] == "view":
         if step["op"] == VIEW:
             step["op"] = RESHAPE
@@ -124,6 +127,22 @@ def lay_out_extern(lowering, step: dict, op) -> None:
     for vid, stride in zip(step["out"], strides or ()):
         if stride is not None and "shape" in slots[vid]:
             declare(slots[vid], stride)
+
+
+def _contiguous_value(lowering, sid: int) -> bool:
+    """Whether slot `sid` is contiguous and so is every value eager gave it (a slot codegen
+    made, whose strides no eager value stands behind, counts when contiguous)."""
+    slot = lowering.out.slots[sid]
+    if not slot.get("contiguous", True):
+        return False
+    values = lowering.values
+    meta = values[sid] if sid < len(values) else None
+    return not meta or "stride" not in meta or _is_dense(meta)
+
+
+def _is_dense(meta: dict) -> bool:
+    shape = [sym(d) for d in meta["shape"]]
+    return same_strides(shape, meta["stride"], contiguous_strides(shape))
 
 
 def _as_eager(lowering, sid: int) -> bool:

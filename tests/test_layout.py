@@ -124,3 +124,21 @@ def test_a_convolution_answering_in_another_layout_is_copied_not_misread(tmp_pat
     ns["aten_convolution_default"] = lambda *a: real(*a).contiguous()
     with torch.no_grad():
         torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+class PermutedKernelOutput(nn.Module):
+    """exp of a permuted input: eager's result keeps the permuted strides, so the unsqueeze,
+    permute and view after it make a contiguous tensor there; aotc's kernel stores that result
+    contiguously, where the same chain cannot `view` (mamba2 and SEW-D hit this)."""
+
+    def forward(self, x):
+        y = torch.exp(x.permute(0, 2, 3, 1))
+        z = y.unsqueeze(4).permute(0, 3, 1, 2, 4).view(8, 8, 8)
+        return z @ z
+
+
+@pytest.mark.parametrize("codegen", [True, False])
+def test_views_of_a_kernel_output_stored_otherwise_than_eager(tmp_path, codegen):
+    model, x = PermutedKernelOutput(), torch.randn(2, 4, 8, 8)
+    path = aotc.export(model, (x,), tmp_path / "m.aotc", codegen=codegen)
+    torch.testing.assert_close(aotc.load(path)(x), model(x))
