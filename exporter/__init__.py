@@ -48,8 +48,9 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
                                   "the model expects") from e
     spec, paths = tree_spec(eager)
     flat_out = tuple(follow(eager, p).detach() for p in paths)
+    notes: list[str] = []
     ep = capture(FlatOutputs(model, paths), args, strict=options.strict, source=src_file,
-                 dynamic_shapes=(dyn,) if dyn is not None else None)
+                 dynamic_shapes=(dyn,) if dyn is not None else None, notes=notes)
     _refuse_mutations(ep)
     flat_args, placeholders, weights = _flatten_inputs(ep, args, names)
     namer, symbols = name_symbols(ep, dyn, args)
@@ -66,7 +67,13 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
     return Program(name=options.name or type(model).__name__, graph=graph,
                    weights={**weights, **unread}, inputs=inputs, output_tree=spec,
                    symbols=symbols, samples=(args, flat_out) if options.record_samples else None,
-                   source=source, options=options.to_json(), state_dict=state)
+                   source=source, options={**options.to_json(), **_captured(notes)},
+                   state_dict=state)
+
+
+def _captured(notes: list[str]) -> dict:
+    """The manifest option saying how the graph was captured, where not as asked."""
+    return {"capture": notes[0]} if notes else {}
 
 
 def normalize_dynamic_shapes(dynamic_shapes, names: list[str], args: tuple):

@@ -98,13 +98,39 @@ def suggest(text: str) -> str:
 
 
 def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path | None,
-            dynamic_shapes=None):
+            dynamic_shapes=None, notes: list | None = None):
+    """The model's ExportedProgram. Strict capture (Dynamo) first; where Dynamo cannot follow
+    a Python construct it does not support (`Unsupported`: an autograd.Function it cannot
+    trace, a `register_buffer` in forward, `requires_grad_()` on an intermediate), the forward
+    is traced with Python instead (torch.export's non-strict mode: the same ATen graph, the
+    Python run once at export), and `notes` gets a line saying so and why. An ExportError
+    names the line where capture failed otherwise (or where both failed)."""
     try:
         return torch.export.export(module, args, strict=strict, dynamic_shapes=dynamic_shapes)
     except Exception as e:   # torch raises many unrelated classes here
         text = str(e)
         why = reason(text, type(e).__name__)
+        if strict and _dynamo_limit(e):
+            try:
+                ep = torch.export.export(module, args, strict=False, dynamic_shapes=dynamic_shapes)
+            except Exception:   # noqa: BLE001 - the strict failure says more: raised below
+                pass
+            else:
+                if notes is not None:
+                    at = cause(e) or locate(e, source) or "model forward"
+                    notes.append(f"traced with Python (non-strict), as Dynamo cannot capture "
+                                 f"it: {why} (at {at})"[:256])
+                return ep
         raise ExportError(f"capturing the model as one graph failed: {why[:400]}",
                           where=cause(e) or locate(e, source) or "model forward",
                           expected="a forward pass torch.export can capture without graph breaks",
                           found=type(e).__name__, fix=suggest(text)) from e
+
+
+def _dynamo_limit(e: BaseException) -> bool:
+    """A construct Dynamo does not follow (not a data-dependent size or a dynamic-shape
+    constraint, which Python tracing cannot get past either)."""
+    unsupported = getattr(getattr(torch, "_dynamo", None), "exc", None)
+    unsupported = getattr(unsupported, "Unsupported", None)
+    return unsupported is not None and isinstance(e, unsupported) and not re.search(
+        r"data.dependent|GuardOnDataDependent|Constraints violated", str(e))

@@ -146,6 +146,7 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             if node.target in DROPPED:
                 continue
+            _refuse_data_dependent(node)
             nodes.append(_node_json(node, ids, new, slot_of))
         elif node.op == "output":
             outs = node.args[0]
@@ -185,12 +186,29 @@ def _node_json(node, ids, new, slot_of) -> dict:
     return out
 
 
-def user_frame(stack_trace: str | None) -> str | None:
+def _refuse_data_dependent(node) -> None:
+    """An ExportError for an op whose output size depends on tensor values (a boolean mask's
+    selection, nonzero, unique): plans size every buffer from the inputs' sizes."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    if not free_unbacked_symbols(node.meta.get("val")):
+        return
+    trace = node.meta.get("stack_trace")
+    at = user_frame(trace) or user_frame(trace, libraries=True)
+    raise ExportError(f"the output size of {node.target} depends on tensor values, which aotc's "
+                      "plans cannot size", where=at or str(node.format_node())[:200],
+                      expected="sizes that follow from the inputs' sizes",
+                      found=f"{node.target} (boolean-mask indexing, nonzero, unique, ...)",
+                      fix="select with torch.where or a fixed-size gather instead, or export the "
+                          "part of the model before this line and run the rest eagerly")
+
+
+def user_frame(stack_trace: str | None, libraries: bool = False) -> str | None:
     """'file.py:line: code' of the innermost frame of the model's own code in an FX node's
-    stack trace (torch's and aotc's frames skipped), or None. The file's name only: artifacts
-    are reproducible byte for byte wherever the model's file lies."""
+    stack trace (torch's and aotc's frames skipped; with `libraries`, any frame), or None. The
+    file's name only: artifacts are reproducible byte for byte wherever the model's file lies."""
     from aotc.exporter.capture import _FRAME, _is_library
-    frames = [(f, int(n)) for f, n in _FRAME.findall(stack_trace or "") if not _is_library(f)]
+    frames = [(f, int(n)) for f, n in _FRAME.findall(stack_trace or "")
+              if libraries or not _is_library(f)]
     if not frames:
         return None
     import linecache

@@ -163,3 +163,37 @@ def test_data_dependent_failure_in_a_library_names_its_line_and_the_callers(tmp_
     assert err.where.startswith(f"{lib / 'detlib.py'}:3: if kept.shape[0] > 2:")
     assert "called from" in err.where and "test_export_errors.py" in err.where
     assert "export the part of the model before it" in err.fix
+
+
+class _GradIntermediate(torch.nn.Module):
+    def forward(self, x):
+        y = (x * 2).requires_grad_()   # Dynamo: "returning intermediate with requires_grad_()"
+        return torch.relu(y + 1)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_what_dynamo_cannot_follow_is_traced_with_python(tmp_path, strict):
+    """A construct Dynamo does not support falls back to torch.export's non-strict tracing,
+    and the manifest's options say so and why (MRA, YOSO and CTRL in the zoo)."""
+    model, x = _GradIntermediate(), torch.randn(3, 5)
+    path = aotc.export(model, (x,), tmp_path / "m.aotc", strict=strict)
+    torch.testing.assert_close(aotc.load(path)(x), model(x))
+    note = aotc.load(path).manifest.options.get("capture")
+    if strict:
+        assert note.startswith("traced with Python (non-strict)") and "requires_grad_" in note
+    else:
+        assert note is None
+
+
+class _MaskedRows(torch.nn.Module):
+    def forward(self, x, keep):
+        return x[keep].sum(0)   # rows chosen by a boolean mask: a size only the values give
+
+
+def test_a_size_that_depends_on_values_is_named(tmp_path):
+    x, keep = torch.randn(4, 3), torch.tensor([True, False, True, True])
+    with pytest.raises(ExportError) as info:
+        aotc.export(_MaskedRows(), (x, keep), tmp_path / "m.aotc")
+    assert "depends on tensor values" in str(info.value)
+    assert "test_export_errors.py" in info.value.where and "x[keep]" in info.value.where
+    assert not (tmp_path / "m.aotc").exists()
