@@ -261,7 +261,7 @@ def made(target, value):
     if isinstance(value, torch.Tensor) and value.is_complex():
         raise ExportError(f"the model makes a complex tensor with {target}, which aotc does "
                           "not compute", where=str(target), expected="complex values made "
-                          "by view_as_complex, polar, complex or a cast",
+                          "by view_as_complex, polar, complex, a cast or an FFT",
                           found=f"{target} -> {value.dtype}", fix="write this step with real "
                           "tensors, or report the op to aotc")
     return value
@@ -274,3 +274,10 @@ def refuse(value, what: str, where: str):
                           where=where, expected="real tensors", found="a complex tensor",
                           fix=f"pass the {what} as torch.view_as_real(...) (its real and "
                               "imaginary parts in a trailing dim of 2)")
+
+
+# Fourier transforms (exporter/fft.py): they make complex values from real ones, as products
+from aotc.exporter import fft as _fft  # noqa: E402 - it builds on the pairs above
+
+HANDLERS.update(_fft.HANDLERS)
+CREATES |= set(_fft.HANDLERS)
