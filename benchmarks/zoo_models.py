@@ -75,6 +75,22 @@ def text_and_image(vocab: int, seq: int, res: int):
     return make
 
 
+def masking_noise(res: int, patches: int):
+    """Pixels and the uniform noise ViTMAE ranks patches by (eager would draw it itself)."""
+    def make(size, batch, gen):
+        return (torch.randn(batch, 3, res, res, generator=gen),
+                torch.rand(batch, patches, generator=gen))
+    return make
+
+
+def xmod(cfg):
+    """X-MOD with its default language set (it refuses to run without one)."""
+    from transformers import XmodConfig, XmodModel
+    model = XmodModel(XmodConfig(**cfg))
+    model.set_default_language("en_XX")
+    return model
+
+
 def spec(name, family, requires, build, small, inputs, full=None) -> ModelSpec:
     return ModelSpec(name=name, family=family, requires=requires, build=build,
                      configs={"small": small, "full": full or {}}, inputs=inputs,
@@ -215,6 +231,142 @@ TRANSFORMERS = (
                                   max_position_embeddings=32),
                  vision_config=dict(VITISH, patch_size=16), projection_dim=32),
             text_and_image(1000, 16, 64), ("input_ids", "pixel_values")),
+    # breadth added 2026-12-05: more encoders, decoders, encoder-decoders, vision and audio
+    hf_spec("xlnet", "XLNetModel", "XLNetConfig",
+            dict(vocab_size=1000, d_model=64, n_layer=2, n_head=4, d_inner=128, use_mems_eval=False)),
+    hf_spec("funnel", "FunnelModel", "FunnelConfig",
+            dict(vocab_size=1000, block_sizes=[1, 1], num_decoder_layers=1, d_model=64, n_head=4,
+                 d_head=16, d_inner=128)),
+    hf_spec("longformer", "LongformerModel", "LongformerConfig",
+            dict(BERTISH, attention_window=[8, 8], pad_token_id=1, max_position_embeddings=130)),
+    hf_spec("big_bird", "BigBirdModel", "BigBirdConfig",
+            dict(BERTISH, attention_type="original_full")),
+    hf_spec("layoutlm", "LayoutLMModel", "LayoutLMConfig", BERTISH),
+    hf_spec("canine", "CanineModel", "CanineConfig",
+            dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                 max_position_embeddings=128, num_hash_buckets=64, local_transformer_stride=4,
+                 downsampling_rate=4), ids(1000)),
+    hf_spec("fnet", "FNetModel", "FNetConfig",
+            dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                 max_position_embeddings=128)),
+    hf_spec("nystromformer", "NystromformerModel", "NystromformerConfig",
+            dict(BERTISH, num_landmarks=8, segment_means_seq_len=32, max_position_embeddings=130)),
+    hf_spec("ibert", "IBertModel", "IBertConfig", dict(BERTISH, max_position_embeddings=130)),
+    hf_spec("megatron_bert", "MegatronBertModel", "MegatronBertConfig", BERTISH),
+    hf_spec("rembert", "RemBertModel", "RemBertConfig",
+            dict(BERTISH, input_embedding_size=32, output_embedding_size=32)),
+    spec("xmod", "transformers", "transformers", xmod, dict(BERTISH, max_position_embeddings=130),
+         ids()),
+    hf_spec("data2vec_text", "Data2VecTextModel", "Data2VecTextConfig",
+            dict(BERTISH, max_position_embeddings=130)),
+    hf_spec("ernie", "ErnieModel", "ErnieConfig", BERTISH),
+    hf_spec("luke", "LukeModel", "LukeConfig", dict(BERTISH, entity_vocab_size=32,
+                                                   entity_emb_size=32)),
+    hf_spec("markuplm", "MarkupLMModel", "MarkupLMConfig", dict(BERTISH, max_position_embeddings=130)),
+    hf_spec("mra", "MraModel", "MraConfig", dict(BERTISH, max_position_embeddings=130)),
+    hf_spec("yoso", "YosoModel", "YosoConfig", dict(BERTISH, max_position_embeddings=130)),
+    # decoders
+    *(hf_spec(n, m, c, dict(LLAMAISH, head_dim=16)) for n, m, c in (
+        ("cohere", "CohereModel", "CohereConfig"), ("cohere2", "Cohere2Model", "Cohere2Config"),
+        ("granite", "GraniteModel", "GraniteConfig"), ("olmo2", "Olmo2Model", "Olmo2Config"),
+        ("glm", "GlmModel", "GlmConfig"), ("glm4", "Glm4Model", "Glm4Config"),
+        ("helium", "HeliumModel", "HeliumConfig"), ("nemotron", "NemotronModel", "NemotronConfig"),
+        ("persimmon", "PersimmonModel", "PersimmonConfig"),
+        ("exaone4", "Exaone4Model", "Exaone4Config"), ("smollm3", "SmolLM3Model", "SmolLM3Config"),
+        ("ministral", "MinistralModel", "MinistralConfig"), ("arcee", "ArceeModel", "ArceeConfig"),
+        ("seed_oss", "SeedOssModel", "SeedOssConfig"), ("hunyuan_v1_dense", "HunYuanDenseV1Model",
+                                                          "HunYuanDenseV1Config"))),
+    hf_spec("gemma3_text", "Gemma3TextModel", "Gemma3TextConfig", dict(LLAMAISH, head_dim=16,
+                                                                     sliding_window=16)),
+    hf_spec("gpt_bigcode", "GPTBigCodeModel", "GPTBigCodeConfig",
+            dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=128, use_cache=False)),
+    hf_spec("mpt", "MptModel", "MptConfig",
+            dict(vocab_size=1000, d_model=64, n_layers=2, n_heads=4, max_seq_len=128, use_cache=False)),
+    hf_spec("biogpt", "BioGptModel", "BioGptConfig", dict(BERTISH, use_cache=False)),
+    hf_spec("ctrl", "CTRLModel", "CTRLConfig",
+            dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, dff=128, n_positions=128, use_cache=False)),
+    hf_spec("xglm", "XGLMModel", "XGLMConfig",
+            dict(vocab_size=1000, d_model=64, num_layers=2, attention_heads=4, ffn_dim=128,
+                 max_position_embeddings=128, use_cache=False)),
+    hf_spec("qwen3_moe", "Qwen3MoeModel", "Qwen3MoeConfig",
+            dict(LLAMAISH, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)),
+    hf_spec("olmoe", "OlmoeModel", "OlmoeConfig", dict(LLAMAISH, num_experts=4, num_experts_per_tok=2)),
+    hf_spec("granitemoe", "GraniteMoeModel", "GraniteMoeConfig",
+            dict(LLAMAISH, num_local_experts=4, num_experts_per_tok=2)),
+    hf_spec("phimoe", "PhimoeModel", "PhimoeConfig", dict(LLAMAISH, num_local_experts=4,
+                                                         num_experts_per_tok=2)),
+    hf_spec("mamba", "MambaModel", "MambaConfig",
+            dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8, use_cache=False)),
+    hf_spec("mamba2", "Mamba2Model", "Mamba2Config",
+            dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, state_size=8, num_heads=4,
+                 head_dim=32, n_groups=1, chunk_size=16, use_cache=False)),
+    hf_spec("rwkv", "RwkvModel", "RwkvConfig",
+            dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
+                 intermediate_size=128, context_length=128, use_cache=False)),
+    hf_spec("recurrent_gemma", "RecurrentGemmaModel", "RecurrentGemmaConfig",
+            dict(vocab_size=1000, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=1, intermediate_size=128, lru_width=64, attention_window_size=16,
+                 head_dim=16, use_cache=False)),
+    # encoder-decoders
+    *(hf_spec(n, m, c, BARTISH, ids(decoder=8), SEQ2SEQ) for n, m, c in (
+        ("m2m_100", "M2M100Model", "M2M100Config"), ("plbart", "PLBartModel", "PLBartConfig"),
+        ("blenderbot", "BlenderbotModel", "BlenderbotConfig"),
+        ("led", "LEDModel", "LEDConfig"))),
+    hf_spec("prophetnet", "ProphetNetModel", "ProphetNetConfig",
+            dict(vocab_size=1000, hidden_size=64, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                 num_encoder_layers=1, num_decoder_layers=1, num_encoder_attention_heads=4,
+                 num_decoder_attention_heads=4, ngram=2, num_buckets=8, relative_max_distance=16,
+                 max_position_embeddings=128, use_cache=False), ids(decoder=8), SEQ2SEQ),
+    hf_spec("longt5", "LongT5Model", "LongT5Config", dict(T5ISH, local_radius=4), ids(decoder=8), SEQ2SEQ),
+    hf_spec("umt5", "UMT5Model", "UMT5Config", T5ISH, ids(decoder=8), SEQ2SEQ),
+    # vision
+    *(hf_spec(n, m, c, VITISH, pixels(), ("pixel_values",)) for n, m, c in (
+        ("vit_msn", "ViTMSNModel", "ViTMSNConfig"),
+        ("data2vec_vision", "Data2VecVisionModel", "Data2VecVisionConfig"),
+        ("ijepa", "IJepaModel", "IJepaConfig"))),
+    hf_spec("vit_mae", "ViTMAEModel", "ViTMAEConfig", VITISH, masking_noise(64, 64),
+            ("pixel_values", "noise")),   # its random masking given as an input
+    hf_spec("siglip_vision", "SiglipVisionModel", "SiglipVisionConfig", VITISH, pixels(),
+            ("pixel_values",)),
+    hf_spec("swinv2", "Swinv2Model", "Swinv2Config",
+            dict(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1, 1, 1],
+                 num_heads=[1, 2, 4, 8], window_size=2), pixels(), ("pixel_values",)),
+    hf_spec("convnextv2", "ConvNextV2Model", "ConvNextV2Config",
+            dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]), pixels(), ("pixel_values",)),
+    hf_spec("pvt_v2", "PvtV2Model", "PvtV2Config",
+            dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 4, 8]),
+            pixels(), ("pixel_values",)),
+    hf_spec("regnet_hf", "RegNetModel", "RegNetConfig",
+            dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8),
+            pixels(), ("pixel_values",)),
+    hf_spec("mobilenet_v2_hf", "MobileNetV2Model", "MobileNetV2Config", dict(image_size=64),
+            pixels(), ("pixel_values",)),
+    hf_spec("efficientnet_hf", "EfficientNetModel", "EfficientNetConfig",
+            dict(image_size=64, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320),
+            pixels(),
+            ("pixel_values",)),
+    hf_spec("levit_hf", "LevitModel", "LevitConfig",
+            dict(image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[1, 2, 4],
+                 depths=[1, 1, 1], key_dim=[8, 8, 8]), pixels(), ("pixel_values",)),
+    hf_spec("poolformer_hf", "PoolFormerModel", "PoolFormerConfig",
+            dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]), pixels(), ("pixel_values",)),
+    hf_spec("hiera", "HieraModel", "HieraConfig",
+            dict(image_size=[64, 64], embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8]),
+            pixels(), ("pixel_values",)),
+    hf_spec("dpt", "DPTModel", "DPTConfig", dict(VITISH, image_size=64), pixels(), ("pixel_values",)),
+    hf_spec("glpn", "GLPNModel", "GLPNConfig",
+            dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], decoder_hidden_size=32,
+                 num_attention_heads=[1, 2, 4, 8]), pixels(), ("pixel_values",)),
+    # audio
+    *(hf_spec(n, m, c, AUDIO, floats(4000)) for n, m, c in (
+        ("sew", "SEWModel", "SEWConfig"), ("unispeech", "UniSpeechModel", "UniSpeechConfig"),
+        ("data2vec_audio", "Data2VecAudioModel", "Data2VecAudioConfig"))),
+    hf_spec("sew_d", "SEWDModel", "SEWDConfig", dict(AUDIO, position_buckets=32, max_position_embeddings=128),
+            floats(4000)),
+    hf_spec("speech_to_text", "Speech2TextModel", "Speech2TextConfig",
+            dict(BARTISH, input_feat_per_channel=16, max_source_positions=64, max_target_positions=64,
+                 conv_channels=32), floats(64, 16, then_ids=(1000, 8)),
+            ("input_features", "decoder_input_ids")),
 )
 
 TORCHVISION = tuple(
