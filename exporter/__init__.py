@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from aotc.errors import ExportError, UsageError
-from aotc.exporter.capture import capture, locate
+from aotc.exporter.capture import capture, captured, locate
 from aotc.exporter.complex import real_view, refuse as refuse_complex
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
@@ -67,13 +68,8 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
     return Program(name=options.name or type(model).__name__, graph=graph,
                    weights={**weights, **unread}, inputs=inputs, output_tree=spec,
                    symbols=symbols, samples=(args, flat_out) if options.record_samples else None,
-                   source=source, options={**options.to_json(), **_captured(notes)},
+                   source=source, options={**options.to_json(), **captured(notes)},
                    state_dict=state)
-
-
-def _captured(notes: list[str]) -> dict:
-    """The manifest option saying how the graph was captured, where not as asked."""
-    return {"capture": notes[0]} if notes else {}
 
 
 def normalize_dynamic_shapes(dynamic_shapes, names: list[str], args: tuple):
@@ -213,9 +209,11 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     args = _check_inputs(example_inputs)
     src_file = Path(source.rpartition(":")[0]) if source else _source_file(model)
     names = _input_names(model, len(args))
+    notes: list[str] = []
     try:
         fw, bw, spec, meta, leaves = capture_training(model, args, strict=options.strict,
-                                                      source=src_file, capture=capture)
+                                                      source=src_file,
+                                                      capture=partial(capture, notes=notes))
     except ExportError:
         raise
     except Exception as e:
@@ -236,7 +234,7 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     return Program(name=options.name or type(model).__name__, graph=fgraph,
                    weights={**weights, **unread}, inputs=finputs, output_tree=spec,
                    backward=bgraph, training=meta, samples=None, source=source,
-                   options=options.to_json(), state_dict=state)
+                   options={**options.to_json(), **captured(notes)}, state_dict=state)
 
 
 def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:

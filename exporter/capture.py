@@ -127,6 +127,11 @@ def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path 
                           found=type(e).__name__, fix=suggest(text)) from e
 
 
+def captured(notes: list[str]) -> dict:
+    """The manifest option saying how the graph was captured, where not as asked."""
+    return {"capture": notes[0]} if notes else {}
+
+
 def _dynamo_limit(e: BaseException) -> bool:
     """A construct Dynamo does not follow (not a data-dependent size or a dynamic-shape
     constraint, which Python tracing cannot get past either)."""

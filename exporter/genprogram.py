@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from aotc.exporter.capture import capture
+from aotc.exporter.capture import capture, captured
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs
 from aotc.exporter.program import Program, graph_to_json
@@ -30,7 +30,7 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
     states = {f"g.{n}": t for n, t in state_buffers(g).items()}
     strip = "g.decoder.model." if isinstance(g.decoder, HFDecoder) else "g.decoder."
     values = (value_ranges or [None])[0]
-    entries, weights = {}, {}
+    entries, weights, notes = {}, {}, []
     batch, max_len = ids.shape[0], g.max_cache_len
     for name, step, example, dyn in (
             ("prefill", PrefillStep(g), ids, {1: torch.export.Dim(PROMPT, min=1,
@@ -38,7 +38,8 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
             ("decode", DecodeStep(g), ids[:, :1], None)):
         set_mode(g, name)
         reset_state(g)
-        entry, w = _capture_entry(step, example, dyn, options, src_file, states, strip, values)
+        entry, w = _capture_entry(step, example, dyn, options, src_file, states, strip, values,
+                                  notes)
         entries[name] = entry
         weights.update(w)
     set_mode(g, "eager")
@@ -54,12 +55,13 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
                    weights={**weights, **unread}, state_dict=state_dict, inputs=first["inputs"], output_tree=first["output_tree"],
                    symbols=first["symbols"], samples=((ids,), (samples,))
                    if options.record_samples else None, source=source,
-                   options=options.to_json(), entries=entries, state=state,
+                   options={**options.to_json(), **captured(notes)}, entries=entries, state=state,
                    generation=generation)
 
 
-def _capture_entry(step, example, dyn, options, src_file, states, strip, values):
-    """One entry: its Program entry dict and the weights it reads (by stored name)."""
+def _capture_entry(step, example, dyn, options, src_file, states, strip, values, notes):
+    """One entry: its Program entry dict and the weights it reads (by stored name); how it was
+    captured, where not as asked, appended to `notes`."""
     from aotc.exporter import _flatten_inputs, name_symbols
     from aotc.exporter.complex import real_view
     with warnings.catch_warnings():
@@ -68,7 +70,8 @@ def _capture_entry(step, example, dyn, options, src_file, states, strip, values)
         warnings.filterwarnings("ignore", message="While compiling, we found certain side "
                                 "effects")
         ep = capture(FlatOutputs(step, [()]), (example,), strict=options.strict,
-                     source=src_file, dynamic_shapes=((dyn,),) if dyn is not None else None)
+                     source=src_file, dynamic_shapes=((dyn,),) if dyn is not None else None,
+                     notes=notes)
     flat, placeholders, weights = _flatten_inputs(ep, (example,), ["input_ids"])
     namer, symbols = name_symbols(ep, (dyn,) if dyn else None, (example,))
     if dyn is not None:
