@@ -124,3 +124,14 @@ def test_cuda_artifacts_run_from_cpp(aotc_run, tmp_path, name):
     torch.testing.assert_close(outs[0], eager(model, (x,))[0] if isinstance(
         eager(model, (x,)), tuple) else eager(model, (x,)), rtol=1e-4, atol=1e-4)
     assert "level sm_" in done.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU host runs it")
+def test_an_extern_only_cuda_artifact_checks_the_driver_too(aotc_run, tmp_path):
+    """No kernels to load, but the weights go to a GPU: a missing driver is a TargetError
+    before any of them is copied."""
+    from conftest import SAMPLES
+    art = aotc.export(SAMPLES["mlp"].build(), (torch.randn(4, 64),), tmp_path / "m.aotc",
+                      target="cuda", codegen=False)
+    assert (art / fmt.runner_file("forward")).is_file()
+    _refused(aotc_run, art, 7, "TargetError", "libcuda.so.1")
