@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from safetensors.torch import save_file
 
 from aotc.errors import ExportError
@@ -189,7 +190,6 @@ def _node_json(node, ids, new, slot_of) -> dict:
 def _refuse_data_dependent(node) -> None:
     """An ExportError for an op whose output size depends on tensor values (a boolean mask's
     selection, nonzero, unique): plans size every buffer from the inputs' sizes."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
     if not free_unbacked_symbols(node.meta.get("val")):
         return
     trace = node.meta.get("stack_trace")

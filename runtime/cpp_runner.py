@@ -15,15 +15,14 @@ the plan instead and `runner_status` / `CompiledModule.runtime` say why.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
 
 from aotc.errors import ArtifactError
 from aotc.runtime.argcheck import check_call
-from aotc.runtime.executor import (bound_tensors, check_flag, foldable, resolve_op,
-                                   symbol_names)
+from aotc.runtime.executor import (FlagDeferral, bound_tensors, check_flag, foldable,
+                                   resolve_op, symbol_names)
 from aotc.runtime.indices import index_error
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
@@ -62,7 +61,7 @@ class CppPlanFunction:
             raise RuntimeError(why)
         self.plan, self.library, self.device = plan, library, device
         self._python_source = (weights, static_weights, state)
-        self._deferred: list | None = None
+        self.deferral = FlagDeferral()
         self._spec = _Spec(plan, weights, device, library, static_weights, state or {})
         self.symbols = self._spec.symbols
         self._build(runner)
@@ -94,10 +93,11 @@ class CppPlanFunction:
 
     def __call__(self, inputs, symbols):
         syms = [symbols[n] for n in self.symbols] if self.symbols else ()
-        if self._deferred is not None:   # a CUDA graph capture: the error flag is read later
+        held = self.deferral.flags
+        if held is not None:   # a CUDA graph capture: the error flag is read later
             out, flag = self.program.run_deferred(inputs, syms)
             if flag is not None:
-                self._deferred.append(flag)
+                held.append(flag)
             return out
         out = self.fn(inputs, syms)
         if out.__class__ is tuple:
@@ -109,15 +109,8 @@ class CppPlanFunction:
         """After a deferred run (a CUDA graph replay): raise if a kernel flagged an index."""
         check_flag(self.plan, flag, inputs, symbols)
 
-    @contextmanager
     def deferred_flags(self, flags: list):
-        """As executor.PlanFunction.deferred_flags (not for concurrent callers: a capture is
-        serialised by its graph's lock)."""
-        self._deferred = flags
-        try:
-            yield
-        finally:
-            self._deferred = None
+        return self.deferral.into(flags)
 
     def guarded(self, guards, device: torch.device):
         """What a user's call runs (CompiledModule.run_flat): `fn(args, check) -> outputs`,

@@ -14,6 +14,7 @@ table, dtypes, strings, weights, kernels) is bound as a global under a name aotc
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -131,6 +132,7 @@ class PlanFunction:
         self.state = state or {}
         self.line_steps: dict[int, int] = {}   # line of the source -> the plan step it runs
         self.device = device
+        self.deferral = FlagDeferral()
         # (global name, how to compute it again) of every tensor derived from weights at
         # load: refreshed in place when weights are swapped (runtime/statedict.py)
         self.derived: list[tuple[str, object]] = []
@@ -138,7 +140,7 @@ class PlanFunction:
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided, "layout": _layout,
                                 "index_failed": self.index_failed, "LIB": library,
-                                "check_error_flag": self.check_flag}
+                                "check_error_flag": self._flag}
         self.source = _Emitter(self, plan, weights).emit()
         code = compile(self.source, f"<aotc plan {plan.entry}>", "exec")
         exec(code, self.namespace)  # noqa: S102 - source printed by _Emitter from parsed nodes
@@ -181,17 +183,38 @@ class PlanFunction:
         """After a plan with index-checking Triton kernels: raise if one flagged an index."""
         check_flag(self.plan, flag, inputs, symbols)
 
-    @contextmanager
+    def _flag(self, flag: torch.Tensor, inputs=None, symbols=None) -> None:
+        """The plan's read of its error flag: checked now, or kept (FlagDeferral)."""
+        held = self.deferral.flags
+        if held is None:
+            check_flag(self.plan, flag, inputs, symbols)
+        else:
+            held.append(flag)
+
     def deferred_flags(self, flags: list):
-        """Inside, the error flags of index-checking Triton kernels are appended to `flags`
-        instead of read: a CUDA graph capture cannot read them (runtime/graphs.py checks
-        them after each replay)."""
-        check = self.namespace["check_error_flag"]
-        self.namespace["check_error_flag"] = lambda flag, *_: flags.append(flag)
+        return self.deferral.into(flags)
+
+
+class FlagDeferral:
+    """Where a plan run on the calling thread puts the error flags of its index-checking Triton
+    kernels instead of reading them: a CUDA graph capture cannot read them (runtime/graphs.py
+    checks them after each replay). Per thread, so a plain call on another thread during a
+    capture still checks its indices."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    @property
+    def flags(self) -> list | None:
+        return getattr(self._local, "flags", None)
+
+    @contextmanager
+    def into(self, flags: list):
+        self._local.flags = flags
         try:
             yield
         finally:
-            self.namespace["check_error_flag"] = check
+            self._local.flags = None
 
 
 def check_flag(plan, flag: torch.Tensor, inputs=None, symbols=None) -> None:

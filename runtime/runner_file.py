@@ -92,11 +92,12 @@ def _step(step: tuple) -> list:
         kind, idx, op, overload, args, kwargs, out, single, fold = step
         return [kind, idx, op, overload, [_tagged(a) for a in args],
                 [[k, _tagged(v)] for k, v in kwargs], out, single, fold]
-    if step[0] == "kernel" and len(step) == 8:   # a Triton kernel: its signature in the
-        (signature, grid, code), rest = step[7], step[:7]   # library's place, then its launch
-        return [*(list(x) if isinstance(x, tuple) else x for x in rest[:3]), signature,
-                *(list(x) for x in rest[4:]), [grid, code]]
-    return [list(x) if isinstance(x, tuple) else x for x in step]
+    out = [list(x) if isinstance(x, tuple) else x for x in step[:7]]
+    if step[0] == "kernel" and len(step) == 8:   # a Triton kernel: its signature where a C++
+        signature, grid, code = step[7]          # kernel's is, then its launch
+        out[3] = signature
+        out.append([grid, code])
+    return out
 
 
 def _tagged(a: tuple) -> list:

@@ -221,7 +221,8 @@ py::object results(aotc::RunResult& r) {
 
 // Run with `inputs` (a tuple, or a list the caller hands over: emptied here, so the plan's
 // free steps release each input after its last use); see `results`.
-py::object run(const aotc::Program& p, const py::handle& inputs, const std::vector<int64_t>& syms) {
+aotc::RunResult run_plan(const aotc::Program& p, const py::handle& inputs,
+                         const std::vector<int64_t>& syms, bool read_flag) {
   std::vector<c10::IValue> in;
   PyObject* seq = inputs.ptr();
   bool handed = PyList_CheckExact(seq);
@@ -230,24 +231,19 @@ py::object run(const aotc::Program& p, const py::handle& inputs, const std::vect
   PyObject** items = PySequence_Fast_ITEMS(seq);
   for (Py_ssize_t i = 0; i < n; ++i) in.emplace_back(input(items[i], size_t(i)));
   if (handed) PyList_SetSlice(seq, 0, n, nullptr);
-  aotc::RunResult r;
-  {
-    py::gil_scoped_release released;
-    r = p.run(std::move(in), syms);
-  }
+  py::gil_scoped_release released;
+  return p.run(std::move(in), syms, read_flag);
+}
+
+py::object run(const aotc::Program& p, const py::handle& inputs, const std::vector<int64_t>& syms) {
+  aotc::RunResult r = run_plan(p, inputs, syms, true);
   return results(r);
 }
 
 // `run` inside a CUDA graph capture: (outputs, the error flag or None), the flag not read.
-py::object run_deferred(const aotc::Program& p, const py::tuple& inputs,
+py::object run_deferred(const aotc::Program& p, const py::handle& inputs,
                         const std::vector<int64_t>& syms) {
-  std::vector<c10::IValue> in;
-  for (size_t i = 0; i < inputs.size(); ++i) in.emplace_back(input(inputs[i].ptr(), i));
-  aotc::RunResult r;
-  {
-    py::gil_scoped_release released;
-    r = p.run(std::move(in), syms, false);
-  }
+  aotc::RunResult r = run_plan(p, inputs, syms, false);
   py::object flag = r.flag.defined() ? torch::jit::toPyObject(c10::IValue(r.flag)) : py::none();
   return py::make_tuple(results(r), flag);
 }

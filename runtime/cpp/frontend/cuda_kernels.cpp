@@ -185,12 +185,12 @@ Spec parse(const Artifact& art, const std::string& name) {
   for (size_t i = 0, n = f["params"].size(4096); i < n; ++i) params.push_back(param(f["params"][i], false));
   Spec s;
   std::set<std::string> io;
-  for (const char* key : {"inputs", "outputs"})
-    for (const auto& n : names(f[key], 4096)) {
+  for (const std::string key : {"inputs", "outputs"})
+    for (const auto& n : names(f[key.c_str()], 4096)) {
       if (std::none_of(params.begin(), params.end(), [&](const Param& p) { return p.name == n; }))
-        f[key].fail("names of the kernel's parameters", n);
+        f[key.c_str()].fail("names of the kernel's parameters", n);
       io.insert(n);
-      if (key[0] == 'i') s.inputs.insert(n);
+      if (key == "inputs") s.inputs.insert(n);
     }
   s.k.nsizes = int(names(f["sizes"], 64).size());
   s.k.error_code = f["error_code"].type() == Value::Type::Null ? 0 : int32_t(f["error_code"].integer(1, 1 << 30));
