@@ -53,6 +53,18 @@ def ids(vocab: int = 1000, seq=SEQ, decoder: int | None = None):
     return make
 
 
+def ids_mask(vocab: int = 1000, seq=SEQ, decoder: int = 8):
+    """Token ids, an attention mask whose second row pads its last quarter, and decoder ids:
+    for models whose traced path builds masks from `attention_mask` (eager makes one itself)."""
+    def make(size, batch, gen):
+        n = seq[size]
+        mask = torch.ones(batch, n, dtype=torch.long)
+        mask[1:, n - n // 4:] = 0
+        return (torch.randint(0, vocab, (batch, n), generator=gen), mask,
+                torch.randint(0, vocab, (batch, decoder), generator=gen))
+    return make
+
+
 def pixels(res: dict | int = 64):
     res = res if isinstance(res, dict) else {"small": res, "full": 224}
     return lambda size, batch, gen: (torch.randn(batch, 3, res[size], res[size], generator=gen),)
@@ -120,6 +132,7 @@ AUDIO = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, interme
              conv_dim=(32, 32), conv_kernel=(10, 3), conv_stride=(5, 2),
              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
 SEQ2SEQ = ("input_ids", "decoder_input_ids")
+SEQ2SEQ_MASK = ("input_ids", "attention_mask", "decoder_input_ids")
 
 TRANSFORMERS = (
     # encoders
@@ -190,7 +203,7 @@ TRANSFORMERS = (
     hf_spec("mt5", "MT5Model", "MT5Config", T5ISH, ids(decoder=8), SEQ2SEQ),
     hf_spec("switch_transformers", "SwitchTransformersModel", "SwitchTransformersConfig",
             dict(T5ISH, num_experts=4, num_sparse_encoder_layers=1,
-                 num_sparse_decoder_layers=1), ids(decoder=8), SEQ2SEQ),
+                 num_sparse_decoder_layers=1), ids_mask(), SEQ2SEQ_MASK),
     *(hf_spec(n, m, c, BARTISH, ids(decoder=8), SEQ2SEQ) for n, m, c in (
         ("bart", "BartModel", "BartConfig"), ("mbart", "MBartModel", "MBartConfig"),
         ("marian", "MarianModel", "MarianConfig"), ("pegasus", "PegasusModel", "PegasusConfig"),
@@ -317,7 +330,8 @@ TRANSFORMERS = (
                  num_encoder_layers=1, num_decoder_layers=1, num_encoder_attention_heads=4,
                  num_decoder_attention_heads=4, ngram=2, num_buckets=8, relative_max_distance=16,
                  max_position_embeddings=128, use_cache=False), ids(decoder=8), SEQ2SEQ),
-    hf_spec("longt5", "LongT5Model", "LongT5Config", dict(T5ISH, local_radius=4), ids(decoder=8), SEQ2SEQ),
+    hf_spec("longt5", "LongT5Model", "LongT5Config", dict(T5ISH, local_radius=4), ids_mask(),
+            SEQ2SEQ_MASK),
     hf_spec("umt5", "UMT5Model", "UMT5Config", T5ISH, ids(decoder=8), SEQ2SEQ),
     # vision
     *(hf_spec(n, m, c, VITISH, pixels(), ("pixel_values",)) for n, m, c in (

@@ -13,17 +13,19 @@ import torch
 
 from aotc.errors import ExportError
 
-# (pattern in the failure text, suggested fix), first match wins.
+# (pattern in the failure text, suggested fix), first match wins: a data-dependent size
+# ("Could not extract specialized integer from data-dependent expression u0") is not a
+# dynamic dim narrowed by the code.
 _FIXES = (
-    (r"Constraints violated|specializ|not in range|ConstraintViolation",
-     "the model's code fixes or narrows a dynamic dim (see the line above); widen the code "
-     "path, narrow the declared range to what the error suggests, or make the dim static"),
     (r"data.dependent|GuardOnDataDependent|generic_jump|Dynamic control flow",
      "a size or branch there depends on tensor values (NMS, nonzero, boolean indexing): "
      "export the part of the model before it (a detector's backbone and head) and run that "
      "post-processing eagerly on its outputs; or state the size's bounds with "
      "torch._check(...) before that line; for a branch on values use torch.where, or "
      "torch.cond for real branches"),
+    (r"Constraints violated|specializ|not in range|ConstraintViolation",
+     "the model's code fixes or narrows a dynamic dim (see the line above); widen the code "
+     "path, narrow the declared range to what the error suggests, or make the dim static"),
     (r"\.item\(\)|Tensor\.item|tolist|_local_scalar_dense",
      "keep values as tensors instead of turning them into Python numbers"),
     (r"\bprint\b|logging|logger", "remove print and logging calls from forward"),

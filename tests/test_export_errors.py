@@ -197,3 +197,28 @@ def test_a_size_that_depends_on_values_is_named(tmp_path):
     assert "depends on tensor values" in str(info.value)
     assert "test_export_errors.py" in info.value.where and "x[keep]" in info.value.where
     assert not (tmp_path / "m.aotc").exists()
+
+
+class _ExpertLoop(torch.nn.Module):
+    """Switch-Transformer routing: a loop over the experts that received tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x, route):
+        out = torch.zeros_like(x)
+        for e in torch.bincount(route, minlength=3).nonzero():   # EXPERT-LOOP
+            out = out + self.experts[int(e)](x)
+        return out
+
+
+def test_loop_over_nonzero_gets_the_data_dependent_fix(tmp_path):
+    # "Could not extract specialized integer from data-dependent expression": a size that
+    # depends on values, not a dynamic dim the code narrows
+    with pytest.raises(ExportError) as info:
+        aotc.export(_ExpertLoop(), (torch.randn(5, 4), torch.tensor([0, 2, 2, 0, 1])),
+                    tmp_path / "m.aotc")
+    assert "depends on tensor values" in info.value.fix, info.value
+    assert "EXPERT-LOOP" in info.value.where
+    assert not (tmp_path / "m.aotc").exists()
