@@ -21,8 +21,9 @@ import torch
 
 from aotc.errors import ArtifactError
 from aotc.runtime.argcheck import check_call
-from aotc.runtime.executor import (FlagDeferral, bound_tensors, check_flag, foldable,
-                                   resolve_op, symbol_names)
+from aotc.runtime.executor import (FlagDeferral, bound_tensors, check_flag, resolve_op,
+                                   symbol_names)
+from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
@@ -157,6 +158,8 @@ class _Spec:
         self.bind(weights, state)
         self.folded = {i for i, s in enumerate(plan.slots)
                        if s.kind is SlotKind.WEIGHT and static_weights}
+        self.varying = [i for i, s in enumerate(plan.slots) if s.kind is SlotKind.STATE
+                        or (s.kind is SlotKind.WEIGHT and not static_weights)]
         self.checked: set[int] = set()
         self.steps = [self._step(i, s) for i, s in enumerate(plan.steps)]
 
@@ -174,7 +177,8 @@ class _Spec:
         lib = self.library
         return {"entry": self.plan.entry, "slots": len(self.plan.slots),
                 "symbols": len(self.symbols), "exprs": [c for _, c in self.exprs.values()],
-                "constants": self.constants, "inputs": list(self.plan.inputs),
+                "constants": self.constants, "varying": self.varying,
+                "inputs": list(self.plan.inputs),
                 "steps": self.steps, "outputs": outputs, "device": str(self.device),
                 "set_threads": getattr(lib, "set_threads_address", 0) if lib else 0}
 
@@ -185,7 +189,7 @@ class _Spec:
         if step.kind is StepKind.KERNEL:
             return self._kernel(idx, step)
         check_call(resolve_op(step.op), step, self.plan.slots)
-        fold = foldable(step, self.folded)
+        fold = foldable(step, self.folded, self.plan.slots, resolve_op)
         if fold:
             self.folded.add(step.out[0])
             self.derives = True
@@ -214,6 +218,9 @@ class _Spec:
             outs.append((o, s.dtype, self._dims(s.shape), self._dims(s.stride), s.contiguous,
                          donor, view))
         sizes = [self.symbols.index(n) for n in step.sizes]
+        if not triton and kernel_foldable(step, self.folded, slots):   # run at load by the
+            self.folded |= set(step.out)                               # runner (program.cpp)
+            self.derives = True
         if not triton:
             return ("kernel", idx, step.name, fn, args, outs, sizes)
         if step.launch is None:

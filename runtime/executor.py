@@ -22,6 +22,7 @@ import torch
 from aotc.errors import ArtifactError
 from aotc.runtime.argcheck import check_call
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
 from aotc.runtime.schema import expr as ex
@@ -141,10 +142,13 @@ class PlanFunction:
                                 "empty_strided": torch.empty_strided, "layout": _layout,
                                 "index_failed": self.index_failed, "LIB": library,
                                 "check_error_flag": self._flag}
-        self.source = _Emitter(self, plan, weights).emit()
+        emitter = _Emitter(self, plan, weights)
+        self.source = emitter.emit()
         code = compile(self.source, f"<aotc plan {plan.entry}>", "exec")
         exec(code, self.namespace)  # noqa: S102 - source printed by _Emitter from parsed nodes
         self.fn = self.namespace[f"plan_{plan.entry}"]
+        if emitter.folds:   # shown after the plan (its line numbers unchanged); run at load
+            self.source += "\n# run once, at load (runtime/folding.py)\n" + "\n".join(emitter.folds)
 
     def bind(self, value, base: str) -> str:
         """Bind `value` as a global of the plan function; its name (aotc's own)."""
@@ -243,7 +247,9 @@ class _Emitter:
     def __init__(self, fn: PlanFunction, plan, weights: dict):
         self.fn, self.plan, self.weights = fn, plan, weights
         self.names: dict[int, str] = {}
-        self.folded: set[int] = set()     # weights and views of weights, bound at load
+        self.folded: set[int] = set()     # fixed at load: weights, and what folds compute
+        self.computed: set[int] = set()   # folded results that are new tensors (not views)
+        self.folds: list[str] = []        # sources of the kernels run at load
         self.checked: set[int] = set()    # slots already laid out for a kernel
 
     def emit(self) -> str:
@@ -277,8 +283,8 @@ class _Emitter:
             lines += body
         if flagged:
             lines.append("    check_error_flag(ERR, ARGS, symbols)")
-        rets = [self.names[o.slot] if o.slot is not None else self._const(o.const)
-                for o in plan.outputs]
+        rets = [self._const(o.const) if o.slot is None else f"{self.names[o.slot]}.clone()"
+                if o.slot in self.computed else self.names[o.slot] for o in plan.outputs]
         lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(lines) + "\n"
 
@@ -287,17 +293,21 @@ class _Emitter:
             dead = [self.names[i] for i in step.slots if i not in self.folded]
             return [f"    del {', '.join(dead)}"] if dead else []
         if step.kind is StepKind.KERNEL:
+            if kernel_foldable(step, self.folded, self.plan.slots):
+                return self._fold_kernel(idx, step)
             return self._kernel(idx, step)
         op = resolve_op(step.op)
         check_call(op, step, self.plan.slots)
         args = [self._arg(a) for a in step.args]
         args += [f"{k}={self._arg(v)}" for k, v in step.kwargs]
         call = self._call(step, op, args)
-        if foldable(step, self.folded):
-            out = step.out[0]   # a view of weights: taken once, here
+        if foldable(step, self.folded, self.plan.slots, resolve_op):
+            out = step.out[0]   # of fixed values only: taken once, here (runtime/folding.py)
             self.names[out] = self.fn.bind_derived(   # (reshape may copy: then refreshed)
                 lambda: eval(call, self.fn.namespace), "c")  # noqa: S307 - source printed above
             self.folded.add(out)
+            if step.kind is StepKind.EXTERN:
+                self.computed.add(out)
             return []
         outs = [self.names[o] if o is not None else "_" for o in step.out]
         target = outs[0] if step.single else ", ".join(outs) + ","
@@ -332,7 +342,31 @@ class _Emitter:
             return repr(value)
         return self.fn.bind(value, "k")    # floats and strings: never printed into source
 
-    def _kernel(self, idx: int, step) -> list[str]:
+    def _fold_kernel(self, idx: int, step) -> list[str]:
+        """Run a kernel of fixed inputs once, now, as a function of its own kept for
+        `refresh`; its outputs become globals. The plan drops the dead buffer the kernel
+        would have reused instead."""
+        lines = self._kernel(idx, step, reuse={})
+        flag = step.launch is not None and step.launch.error_code
+        body = ["    symbols, inputs = {}, ()", *(["    ERR = LIB.new_error_flag()"] * bool(flag)),
+                *lines, *(["    check_error_flag(ERR, inputs, symbols)"] * bool(flag)),
+                f"    return ({', '.join(self.names[o] for o in step.out)},)"]
+        source = f"def fold_{idx}():\n" + "\n".join(body) + "\n"
+        self.folds.append(source)
+        exec(compile(source, f"<aotc fold {self.plan.entry} step {idx}>", "exec"),  # noqa: S102
+             self.fn.namespace)   # printed from parsed nodes, as the plan function is
+        run = self.fn.namespace[f"fold_{idx}"]
+        slots = self.plan.slots   # a source-only plan (aotc inspect --code) runs no kernel
+        first = run() if getattr(self.fn.library, "runs", True) else tuple(
+            torch.empty_strided(slots[o].shape, slots[o].stride, dtype=DTYPES[slots[o].dtype])
+            for o in step.out)
+        for j, o in enumerate(step.out):
+            self.names[o] = self.fn.bind_derived(lambda j=j: run()[j], "f", value=first[j])
+            self.folded.add(o)
+            self.computed.add(o)
+        return [f"    del {self.names[d]}" for _, d in step.reuse if d not in self.folded]
+
+    def _kernel(self, idx: int, step, reuse: dict | None = None) -> list[str]:
         """Lines that allocate a kernel's outputs and call it with data pointers."""
         lib = self.fn.library
         if lib is None:
@@ -348,7 +382,8 @@ class _Emitter:
         lines, ptrs = [], []
         for i in step.args:
             ptrs.append(self._kernel_arg(i, triton, lines, ptr))
-        reuse = dict(step.reuse)
+        if reuse is None:   # a folded buffer is never taken over: it lives on
+            reuse = {o: d for o, d in step.reuse if d not in self.folded}
         for o in step.out:
             lines.append(self._alloc(o, reuse.get(o)))
             if o in reuse:
@@ -439,12 +474,3 @@ def bound_tensors(plan, weights: dict, state: dict) -> dict[int, torch.Tensor]:
                                     found="nothing", fix="re-export the model")
             out[i] = state[s.state]
     return out
-
-
-def foldable(step, folded: set) -> bool:
-    """A view of values fixed at load (weights, views of them) with no size argument: taken
-    once, at load, not on every call."""
-    reads = step.reads()
-    return (step.kind is StepKind.VIEW and len(step.out) == 1 and step.out[0] is not None
-            and bool(reads) and all(r in folded for r in reads)
-            and not _arg_names((*step.args, *(v for _, v in step.kwargs))))

@@ -354,6 +354,7 @@ class _SourceOnly:
     inspect --code`): no library is loaded and no kernel source is run."""
 
     set_threads = None
+    runs = False   # kernels folded at load are not run either (runtime/folding.py)
 
     def kernel(self, name: str, *args):
         def unavailable(*a):

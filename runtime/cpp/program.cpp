@@ -128,6 +128,20 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   return k;
 }
 
+constexpr int64_t kFoldBytes = int64_t(16) << 20;   // runtime/folding.py FOLD_BYTES
+
+// An argument of a call built only from constants that never change (no register, no size).
+bool fixed_only(const Program::Filler& f, const std::vector<c10::IValue>& fixed,
+                const std::vector<char>& varying) {
+  if (f.kind == Program::Filler::Kind::Slot) return !fixed[f.index].isNone() && !varying[f.index];
+  if (f.kind == Program::Filler::Kind::Sym) return false;
+  return std::all_of(f.items.begin(), f.items.end(),
+                     [&](const Program::Filler& x) { return fixed_only(x, fixed, varying); });
+}
+
+bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const int64_t* ev,
+                const int64_t* syms, const at::Tensor& flag);
+
 }  // namespace
 
 void bind_results(const Program::Call& c, torch::jit::Stack& st, std::vector<c10::IValue>& regs,
@@ -151,8 +165,10 @@ Program::Program(spec::Program p)
     if (o.slot >= 0) check_slot(o.slot, slots_, where);
   inputs_ = std::move(p.inputs);
   outputs_ = std::move(p.outputs);
-  std::vector<c10::IValue> fixed(slots_);   // the constants, and views of them folded here
+  std::vector<c10::IValue> fixed(slots_);   // the constants, and what is folded here
   for (auto& [slot, value] : p.constants) fixed[slot] = value;
+  std::vector<char> varying(slots_, 0), computed(slots_, 0);
+  for (int32_t slot : p.varying) check_slot(slot, slots_, where), varying[slot] = 1;
   for (const spec::Step& s : p.steps) {
     Instr in;
     in.kind = s.kind;
@@ -162,13 +178,16 @@ Program::Program(spec::Program p)
       in.kernel = compile_kernel(s, device_, slots_, symbols_, exprs_.size());
       if (s.error_code) codes_.emplace_back(s.error_code, s.index);
       lay_out_constants(in.kernel, fixed, at_step(s));
+      if (fold_kernel(in.kernel, fixed, varying, computed, at_step(s))) continue;
     } else if (s.kind == spec::Step::Kind::Call) {
       for (int32_t o : s.out)
         if (o != -1) check_slot(o, slots_, at_step(s));
       in.call = resolve_call(s, device_, slots_, exprs_.size());
+      bool constant = s.fold && std::all_of(in.call.stack.begin(), in.call.stack.end(),
+                                            [&](const Filler& f) { return fixed_only(f, fixed, varying); });
       for (Filler& f : in.call.stack) bind_constants(f, fixed);
-      if (s.fold) {
-        fold(in.call, fixed, at_step(s));
+      if (constant) {   // `fold` is the plan's hint; a call of other values runs per call
+        fold(in.call, fixed, computed);
         continue;
       }
     } else {
@@ -178,7 +197,8 @@ Program::Program(spec::Program p)
     code_.push_back(std::move(in));
   }
   for (auto& o : outputs_)
-    if (o.slot >= 0 && !fixed[o.slot].isNone()) o.constant = fixed[o.slot], o.slot = -1;
+    if (o.slot >= 0 && !fixed[o.slot].isNone())
+      o.constant = fixed[o.slot], o.copy = computed[o.slot], o.slot = -1;
 }
 
 // Constants (weights, state, folded views) are bound into the fillers that read them, once:
@@ -191,22 +211,65 @@ void Program::bind_constants(Filler& f, const std::vector<c10::IValue>& fixed) {
   for (Filler& item : f.items) bind_constants(item, fixed);
 }
 
-// Run a view of constants now and keep its results as constants (runtime/executor.py folds
-// the same steps).
-void Program::fold(const Call& c, std::vector<c10::IValue>& fixed, const std::string& where) {
-  std::function<bool(const Filler&)> constant = [&](const Filler& f) {
-    if (f.kind == Filler::Kind::Slot || f.kind == Filler::Kind::Sym) return false;
-    return std::all_of(f.items.begin(), f.items.end(), constant);
-  };
-  if (!std::all_of(c.stack.begin(), c.stack.end(), constant))
-    throw SpecError("a folded view reading only constants", where);
+// Run a call of constants now and keep its results as constants (runtime/executor.py folds
+// the same steps); a result that is no view of what it read is returned as a copy.
+void Program::fold(const Call& c, std::vector<c10::IValue>& fixed, std::vector<char>& computed) {
   torch::jit::Stack st;
   for (const Filler& f : c.stack) st.push_back(f.make(fixed, nullptr));
+  std::vector<at::Tensor> read;
+  for (const c10::IValue& v : st)
+    if (v.isTensor()) read.push_back(v.toTensor());
   c.op ? c.op->callBoxed(st) : c.native(st);
   std::vector<c10::IValue> regs(slots_);
   bind_results(c, st, regs, 0);
-  for (int32_t o : c.out)
-    if (o >= 0) fixed[o] = regs[o];
+  for (int32_t o : c.out) {
+    if (o < 0) continue;
+    fixed[o] = regs[o];
+    if (regs[o].isTensor())
+      computed[o] = std::none_of(read.begin(), read.end(), [&](const at::Tensor& t) {
+        return regs[o].toTensor().is_alias_of(t);
+      });
+  }
+}
+
+// A C++ kernel that reads only constants that never change, with no size argument and
+// outputs of static shapes no larger than kFoldBytes or than what it reads: run once, here,
+// its outputs kept as constants (runtime/folding.py states the rule both runners follow).
+// Triton kernels are left to run per call (their modules load after the plan is built).
+bool Program::fold_kernel(Kernel& k, std::vector<c10::IValue>& fixed,
+                          const std::vector<char>& varying, std::vector<char>& computed,
+                          const std::string& where) {
+  for (auto& o : k.outs)   // a folded buffer lives on: no later kernel takes it over
+    if (o.donor >= 0 && !fixed[o.donor].isNone()) o.donor = -1, o.donor_view = false;
+  if (!k.fn || !k.sizes.empty()) return false;
+  int64_t read = 0, wrote = 0;
+  std::vector<int32_t> seen;
+  for (size_t i = 0; i < k.args.size(); ++i) {
+    int32_t slot = k.args[i].slot;
+    if (!k.fixed[i].defined() || varying[slot]) return false;
+    if (std::find(seen.begin(), seen.end(), slot) != seen.end()) continue;
+    seen.push_back(slot);
+    read += k.fixed[i].numel() * int64_t(k.fixed[i].element_size());
+  }
+  for (size_t i = 0; i < k.outs.size(); ++i) {
+    int64_t n = int64_t(c10::elementSize(k.options[i].dtype().toScalarType()));
+    for (const auto& d : k.outs[i].shape) {
+      if (d.expr >= 0 || d.value < 0 || d.value > (int64_t(1) << 40)) return false;
+      n *= d.value;
+      if (n > (int64_t(1) << 40)) return false;
+    }
+    for (const auto& d : k.outs[i].stride)
+      if (d.expr >= 0) return false;
+    wrote += n;
+  }
+  if (wrote > std::max<int64_t>(kFoldBytes, read)) return false;
+  Kernel once = k;
+  for (auto& o : once.outs) o.donor = -1;
+  std::vector<c10::IValue> regs(slots_);
+  if (!run_kernel(once, regs, nullptr, nullptr, at::Tensor()))
+    throw SpecError("a kernel of constants whose indices stay in range", where);
+  for (const auto& o : k.outs) fixed[o.slot] = regs[o.slot], computed[o.slot] = 1;
+  return true;
 }
 
 // A kernel argument that is a constant is bound here, laid out once if it needs other strides.
@@ -370,7 +433,9 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
         break;
     }
   }
-  for (const auto& o : outputs_) r.outputs.push_back(o.slot >= 0 ? regs[o.slot] : o.constant);
+  for (const auto& o : outputs_)
+    r.outputs.push_back(o.slot >= 0 ? regs[o.slot]
+                        : o.copy ? c10::IValue(o.constant.toTensor().clone()) : o.constant);
   if (flag.defined() && !read_flag) {
     r.flag = flag;
   } else if (flag.defined()) {

@@ -104,7 +104,7 @@ struct Step {
   std::vector<std::pair<std::string, Arg>> kwargs;
   std::vector<int32_t> out;     // -1: result dropped
   bool single = true;
-  bool fold = false;            // a view of constants: taken once, at load
+  bool fold = false;            // of constants only: called once, at load (runtime/folding.py)
   // Free
   std::vector<int32_t> slots;
 };
@@ -112,6 +112,7 @@ struct Step {
 struct Output {
   int32_t slot = -1;
   c10::IValue constant;
+  bool copy = false;   // a constant computed at load: each call returns a copy of its own
 };
 
 struct Program {
@@ -120,6 +121,8 @@ struct Program {
   int32_t symbols = 0;
   std::vector<std::vector<int64_t>> exprs;   // expression bytecode (expr.h)
   std::vector<std::pair<int32_t, c10::IValue>> constants;   // weights, state, folded views
+  std::vector<int32_t> varying;   // constants whose values change between calls (state, a
+                                  // training step's weights): nothing reading them is folded
   std::vector<int32_t> inputs;
   std::vector<Step> steps;
   std::vector<Output> outputs;
@@ -158,7 +161,9 @@ class Program {
   struct Instr;
 
  private:
-  void fold(const Call& c, std::vector<c10::IValue>& fixed, const std::string& where);
+  void fold(const Call& c, std::vector<c10::IValue>& fixed, std::vector<char>& computed);
+  bool fold_kernel(Kernel& k, std::vector<c10::IValue>& fixed, const std::vector<char>& varying,
+                   std::vector<char>& computed, const std::string& where);
   void lay_out_constants(Kernel& k, const std::vector<c10::IValue>& fixed,
                          const std::string& where);
   static void bind_constants(Filler& f, const std::vector<c10::IValue>& fixed);

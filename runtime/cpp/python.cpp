@@ -184,6 +184,7 @@ std::unique_ptr<aotc::Program> make_program(const py::dict& d) {
     auto c = h.cast<py::tuple>();
     p.constants.emplace_back(c[0].cast<int32_t>(), constant(c[1]));
   }
+  if (d.contains("varying")) p.varying = d["varying"].cast<std::vector<int32_t>>();
   p.inputs = d["inputs"].cast<std::vector<int32_t>>();
   for (const py::handle& h : d["steps"]) p.steps.push_back(step(h));
   for (const py::handle& h : d["outputs"]) {

@@ -166,7 +166,10 @@ void Module::Impl::build_entry(Entry& e, const std::string& name) {
   std::string rel = "runner/" + name + ".json";
   for (const auto& w : e.spec.weights)
     e.spec.program.constants.emplace_back(w.slot, bound_weight(w, weight(w.name), rel + ", weight " + w.name));
-  for (const auto& s : e.spec.state) e.spec.program.constants.emplace_back(s.slot, state_tensor(s, rel));
+  for (const auto& s : e.spec.state) {   // a generator's cache: updated by every call
+    e.spec.program.constants.emplace_back(s.slot, state_tensor(s, rel));
+    e.spec.program.varying.push_back(s.slot);
+  }
   try {
     e.program = std::make_unique<Program>(e.spec.program);
     e.guards = std::make_unique<Guards>(e.spec.guards);
