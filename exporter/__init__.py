@@ -144,9 +144,11 @@ def _check_inputs(example_inputs) -> tuple:
 
 
 def _source_file(model) -> Path | None:
+    """The file defining the model's class; None for one defined where no file holds it (a
+    notebook, `python -c`, a REPL) or built in."""
     try:
         return Path(inspect.getsourcefile(type(model)))
-    except TypeError:
+    except (TypeError, OSError):
         return None
 
 

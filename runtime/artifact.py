@@ -75,9 +75,10 @@ class Artifact:
     def where(self, rel: str) -> str:
         return self.package.where(rel) if self.package is not None else str(self.root / rel)
 
-    def close(self) -> None:
+    def close(self, _close=os.close) -> None:
+        # (`_close` bound here: at interpreter exit `__del__` may run after `os` is gone)
         if getattr(self, "dirfd", -1) >= 0:
-            os.close(self.dirfd)
+            _close(self.dirfd)
             self.dirfd = -1
         if getattr(self, "package", None) is not None:
             self.package.close()
