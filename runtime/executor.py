@@ -22,7 +22,7 @@ import torch
 from aotc.errors import ArtifactError
 from aotc.runtime.argcheck import check_call
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
-from aotc.runtime.folding import foldable, kernel_foldable
+from aotc.runtime.folding import arg_names, foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
 from aotc.runtime.schema import expr as ex
@@ -435,16 +435,6 @@ class _Emitter:
                 f"dtype={dtype}, device=DEVICE)")
 
 
-def _arg_names(args) -> set[str]:
-    out: set[str] = set()
-    for a in args:
-        if isinstance(a, tuple):
-            out |= _arg_names(a)
-        elif isinstance(a, SymArg):
-            out |= ex.names(a.expr)
-    return out
-
-
 def symbol_names(plan) -> list[str]:
     """Every size symbol the plan's slots, kernels and calls use, sorted."""
     out = set(plan.symbols)
@@ -457,7 +447,7 @@ def symbol_names(plan) -> list[str]:
             for c in s.checks:
                 out |= set() if isinstance(c.size, int) else ex.names(c.size)
         elif s.kind is not StepKind.FREE:
-            out |= _arg_names((*s.args, *(v for _, v in s.kwargs)))
+            out |= arg_names((*s.args, *(v for _, v in s.kwargs)))
     return sorted(out)
 
 

@@ -63,14 +63,15 @@ def kernel_foldable(step, folded: set, slots) -> bool:
 
 
 def _symbolic(step) -> bool:
-    return bool(_names((*step.args, *(v for _, v in step.kwargs))))
+    return bool(arg_names((*step.args, *(v for _, v in step.kwargs))))
 
 
-def _names(args) -> set[str]:
+def arg_names(args) -> set[str]:
+    """The size symbols a call's arguments name."""
     out: set[str] = set()
     for a in args:
         if isinstance(a, tuple):
-            out |= _names(a)
+            out |= arg_names(a)
         elif isinstance(a, SymArg):
             out |= ex.names(a.expr)
     return out
