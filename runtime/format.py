@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 14
+FORMAT_VERSION = 15
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -132,6 +132,12 @@ CHANGELOG = {
                        "A reader of version 13 would refuse the longer kernel step; versions "
                        "1-13 load in Python as they are (the C++ front end refuses CUDA "
                        "artifacts before 14)"),
+    15: ("2026-12-05", "plans may call aotc::fft.default(x, dims, mode): torch.fft over the "
+                       "dims set in the bitmask `dims`, of x real or complex as pairs, the result "
+                       "as pairs (runtime/aotc_ops.py: mode's bits say inverse, one-sided and "
+                       "its dim, pairs, the norm); exports before it wrote Fourier transforms as "
+                       "matrix products. A reader of version 14 refuses the op; versions 1-14 "
+                       "load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -4,6 +4,7 @@
     python scripts/make_fixtures.py tp         # format_v<N>_tp.aotc only
     python scripts/make_fixtures.py cuda       # format_v<N>_cuda.aotc only
     python scripts/make_fixtures.py generator  # format_v<N>_generator.aotc only
+    python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -15,7 +16,9 @@ all-reduce per call. `cuda` (format >= 11) holds Triton kernels cross-compiled f
 sm_90 (the sm_90 cubins built for programmatic dependent launch); it runs here through Triton's
 interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a sliding window,
 soft-capped scores and attention sinks, exported for decoding, extern-only (its decode attention
-calls aotc's op with all three extra arguments). Fixtures of earlier versions are never
+calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds an rfft
+between two
+linear layers (aotc::fft) and C++ kernels like `kernels`. Fixtures of earlier versions are never
 rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
 """
 from __future__ import annotations
@@ -54,6 +57,17 @@ class TinyMLP(torch.nn.Module):
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
+class Fourier(torch.nn.Module):
+    """A real FFT between two products (aotc::fft, format >= 15)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(5, 4)
+
+    def forward(self, x):
+        return self.b(torch.fft.rfft(self.a(x)).abs())
+
+
 def tiny_generator():
     from importlib.util import module_from_spec, spec_from_file_location
     spec = spec_from_file_location("aotc_sample_llama", FIXTURES.parent.parent / "samples" /
@@ -68,7 +82,8 @@ def tiny_generator():
 KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2}),
          "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
-         "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False})}
+         "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
+         "kernels_fft": (Fourier, {"isa": "auto"})}
 
 
 def main(kinds=("tiny", "kernels")) -> int:

@@ -1,7 +1,8 @@
-"""Fourier transforms (exporter/fft.py) as products with cos and sin matrices: torch.fft's
-transforms and ATen's against eager, in float64 (where the products must agree to rounding)
-and float32 at FNet's shape (a real input, fftn over sequence and hidden, the real part kept);
-a signal size that pads or trims the input is refused with an ExportError."""
+"""Fourier transforms (exporter/fft.py) as calls of aotc::fft, which both runners run with
+torch.fft: torch.fft's transforms and ATen's against eager in float64 and at FNet's shape in
+float32, 16-bit inputs computed in float32, the same results from both runners, a plan whose
+aotc::fft names dims its input lacks refused with an ArtifactError; a signal size that pads or
+trims the input is refused with an ExportError."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 from torch import nn
 
 import aotc
-from aotc.errors import ExportError
+from aotc.errors import ArtifactError, ExportError
+from aotc.runtime.aotc_ops import fft, fft_mode
 
 
 class Transform(nn.Module):
@@ -51,3 +53,43 @@ def test_a_signal_size_other_than_the_inputs_is_refused(tmp_path):
     model = Transform(lambda x: torch.fft.rfft(x, n=16).abs())
     with pytest.raises(ExportError, match="signal size other than the input's"):
         aotc.export(model, (torch.randn(3, 10),), tmp_path / "f.aotc")
+
+
+@pytest.mark.parametrize("runner", ["python", "cpp"])
+def test_both_runners_call_torch_fft(tmp_path, runner):
+    model, x = Transform(CASES["fnet"]), torch.randn(2, 64, 96)
+    path = aotc.export(model, (x,), tmp_path / "f.aotc")
+    m = aotc.load(path, runner=runner)
+    assert runner in m.runtime
+    assert "aotc::fft" in str(aotc.load(path).artifact.plan("forward").to_json())
+    torch.testing.assert_close(m(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_16_bit_inputs_are_transformed_in_float32():
+    x = torch.randn(3, 16).to(torch.bfloat16)   # (eager has no CPU FFT for bfloat16)
+    got = fft(x, 1 << 1, fft_mode(inverse=False, onesided=True, pairs=False, norm="backward",
+                                   last=1))
+    assert got.dtype == torch.bfloat16 and got.shape == (3, 9, 2)
+    torch.testing.assert_close(got, torch.view_as_real(torch.fft.rfft(x.float())).to(x.dtype))
+
+
+@pytest.mark.parametrize("dims,mode", [(1 << 5, 0), (0, 0), (1, 3 << 3), (1, 2 | 1 << 5 + 3)])
+def test_a_plan_asking_for_dims_or_modes_its_input_lacks_is_refused(dims, mode):
+    with pytest.raises(ArtifactError, match="aotc::fft"):
+        fft(torch.randn(4, 6), dims, mode)
+
+
+@pytest.mark.parametrize("runner", ["python", "cpp"])
+def test_a_hostile_plan_naming_dims_beyond_its_input_gets_a_typed_error(tmp_path, runner):
+    from hostile import edit_json
+
+    x = torch.randn(2, 8, 6)
+    path = aotc.export(Transform(CASES["fnet"]), (x,), tmp_path / "f.aotc")
+
+    def widen(doc):
+        for step in doc["steps"]:
+            if isinstance(step, dict) and step.get("op") == "aotc::fft.default":
+                step["args"][1] = 1 << 9
+    edit_json(path, "plans/forward.json", widen)
+    with pytest.raises(ArtifactError, match="aotc::fft"):
+        aotc.load(path, runner=runner)(x)

@@ -104,6 +104,40 @@ void decode_attention_write(torch::jit::Stack& st) {
   decode_attention(st);
 }
 
+// fft(x, dims, mode): torch.fft over the dims set in `dims` of x, real or (mode & 4) complex
+// as pairs, the result as pairs; 16-bit floats computed in float32 (runtime/aotc_ops.py says
+// how `mode` encodes the inverse, the one-sided dim and the norm, and checks the same).
+void fft(torch::jit::Stack& st) {
+  const at::Tensor& x = st[0].toTensor();
+  int64_t dims = st[1].toInt(), mode = st[2].toInt();
+  bool pairs = mode >> 2 & 1, onesided = mode >> 1 & 1;
+  int64_t norm = mode >> 3 & 3, last = mode >> 5, nd = x.dim() - int64_t(pairs);
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < std::min<int64_t>(nd, 62); ++d)
+    if ((dims >> d & 1) && d != last) order.push_back(d);
+  bool has_last = last < 62 && last < nd && (dims >> last & 1);
+  if (has_last) order.push_back(last);
+  if (dims <= 0 || mode < 0 || nd < 1 || (nd < 62 && (dims >> nd)) || norm > 2 ||
+      (pairs && (x.size(-1) != 2 || !x.is_floating_point())) ||
+      (onesided && ((mode & 5) || !has_last)) || (!onesided && last))
+    throw ArtifactError("the plan calls aotc::fft with dims or a mode its input cannot take",
+                        "aotc::fft", "dims among the " + std::to_string(nd) +
+                        " of the input and a mode fft_mode makes",
+                        "dims " + std::to_string(dims) + ", mode " + std::to_string(mode),
+                        "re-export the model");
+  static const char* kNorms[] = {"backward", "forward", "ortho"};
+  bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  at::Tensor work = half ? x.to(at::kFloat) : x;
+  at::Tensor z = pairs ? at::view_as_complex(work.contiguous()) : work;
+  std::string_view n = kNorms[norm];
+  at::Tensor out = onesided ? at::fft_rfftn(z, std::nullopt, order, n)
+                   : (mode & 1) ? at::fft_ifftn(z, std::nullopt, order, n)
+                                : at::fft_fftn(z, std::nullopt, order, n);
+  out = at::view_as_real(out);
+  st.clear();
+  st.emplace_back(half ? out.to(x.scalar_type()) : out);
+}
+
 }  // namespace
 
 // The aotc op of that name, its arguments' kinds (as runtime/aotc_ops.py's OPS: 'T' a tensor
@@ -113,6 +147,10 @@ NativeOp native_op(const std::string& op, const std::string& overload, std::stri
   if (op == "aotc::decode_attention" && overload == "default") {
     kinds = "TTTTfifT", least = 5;
     return &decode_attention;
+  }
+  if (op == "aotc::fft" && overload == "default") {
+    kinds = "Tii", least = 3;
+    return &fft;
   }
   if (op == "aotc::decode_attention_write" && overload == "default") {
     kinds = "TTTTTTfifT", least = 7;

@@ -19,7 +19,8 @@ def extern_ops() -> frozenset[str]:
 
 AOTC_OPS = frozenset({"aotc::decode_attention.default",       # runtime/aotc_ops.py
                       "aotc::decode_attention_write.default",
-                      "aotc::all_reduce.default", "aotc::all_gather.default"})
+                      "aotc::all_reduce.default", "aotc::all_gather.default",
+                      "aotc::fft.default"})
 
 
 def is_extern_op(name: str) -> bool:
