@@ -83,23 +83,19 @@ def _decode_attention_write_fake(query, key_cache, value_cache, position, key, v
 
 
 @torch.library.custom_op("aotc::fft", mutates_args=())
-def fft(x: torch.Tensor, dims: int, mode: int) -> torch.Tensor:
-    """torch.fft over the dims set in the bitmask `dims`, on real or complex-as-pairs values,
-    the result as pairs (runtime/aotc_ops.py says how `mode` encodes the transform): what the
-    exporter writes for torch.fft's transforms (exporter/fft.py), run by torch at call time."""
-    from aotc.runtime.aotc_ops import fft as run
-    return run(x, dims, mode)
+def fft(x: torch.Tensor, dims: int, mode: int, size: int = 0) -> torch.Tensor:
+    """torch.fft over the dims set in the bitmask `dims`, on real or complex-as-pairs values
+    (runtime/fourier.py says how `mode` encodes the transform): what the exporter writes for
+    torch.fft's transforms (exporter/fft.py), run by torch at call time."""
+    from aotc.runtime.fourier import fft as run
+    return run(x, dims, mode, size)
 
 
 @fft.register_fake
-def _fft_fake(x, dims, mode):
-    from aotc.runtime.aotc_ops import fft_dims
-    order = fft_dims(x, dims, mode)
-    shape = list(x.shape[:-1] if mode & 4 else x.shape)
-    if mode & 2:
-        shape[order[-1]] = shape[order[-1]] // 2 + 1
-    dtype = x.dtype if x.is_floating_point() else torch.float32
-    return x.new_empty(shape + [2], dtype=dtype)
+def _fft_fake(x, dims, mode, size=0):
+    from aotc.runtime.fourier import fft_shape
+    shape, dtype = fft_shape(x, dims, mode, size)
+    return x.new_empty(shape, dtype=dtype)
 
 
 @torch.library.custom_op("aotc::all_reduce", mutates_args=())

@@ -9,8 +9,10 @@ them). FNet mixes tokens this way: a real input, `fftn` over the sequence and hi
 the real part kept.
 
 Handled: torch.fft's fft, ifft, fftn, ifftn, fft2, ifft2, rfft, rfftn, rfft2 (without a signal
-size `s`/`n` other than the input's) and ATen's _fft_r2c and _fft_c2c; others are refused with
-an ExportError naming them (exporter/complex.py `call`).
+size `s`/`n` other than the input's), irfft, irfftn, irfft2 (a real output of any length up to
+twice the bins along the halved dim, the others as the input's: GFNet's and FNO's spectral
+filters) and ATen's _fft_r2c, _fft_c2c and _fft_c2r; others are refused with an ExportError
+naming them (exporter/complex.py `call`).
 """
 from __future__ import annotations
 
@@ -18,18 +20,15 @@ import torch
 
 import aotc.nn  # noqa: F401 - registers aotc::fft
 from aotc.errors import ExportError
-from aotc.exporter.complex import Pairs
-from aotc.runtime.aotc_ops import fft_mode
+from aotc.exporter.complex import Pairs, pair
+from aotc.runtime.fourier import fft_mode
 
 aten = torch.ops.aten
 _NORMS = {None: "backward", "backward": "backward", "forward": "forward", "ortho": "ortho"}
 
 
 def dft(x, dims, *, inverse: bool, norm: str | None, onesided: bool = False) -> Pairs:
-    if norm not in _NORMS:
-        raise ExportError(f"an FFT with norm={norm!r}", where="torch.fft",
-                          expected="None, 'backward', 'forward' or 'ortho'", found=repr(norm),
-                          fix="use one of torch.fft's norms")
+    _norm(norm)
     pairs = isinstance(x, Pairs)
     t = x.t if pairs else x
     ndim = t.dim() - pairs
@@ -37,6 +36,30 @@ def dft(x, dims, *, inverse: bool, norm: str | None, onesided: bool = False) -> 
     mode = fft_mode(inverse=inverse, onesided=onesided, pairs=pairs, norm=_NORMS[norm],
                     last=dims[-1] if onesided else 0)
     return Pairs(torch.ops.aotc.fft(t, sum(1 << d for d in set(dims)), mode))
+
+
+def inverse_real(x, dims, *, norm: str | None, size: int | None = None) -> torch.Tensor:
+    """irfftn: pairs (a real input: its imaginary part 0) to a real tensor whose last
+    transformed dim is `size` long (2 (m - 1) for None, m its bins)."""
+    if not isinstance(x, Pairs):
+        x = pair(x, 0.0)
+    _norm(norm)
+    ndim = x.t.dim() - 1
+    dims = [d % ndim for d in dims]
+    bins = x.re.shape[dims[-1]]
+    if size is not None and not 1 <= size <= 2 * bins:
+        raise ExportError("an inverse real FFT longer than twice its bins", where="torch.fft",
+                          expected=f"n between 1 and {2 * bins}", found=size,
+                          fix="pad the spectrum before the transform")
+    mode = fft_mode(inverse=True, onesided=True, pairs=True, norm=_NORMS[norm], last=dims[-1])
+    return torch.ops.aotc.fft(x.t, sum(1 << d for d in set(dims)), mode, size or 0)
+
+
+def _norm(norm) -> None:
+    if norm not in _NORMS:
+        raise ExportError(f"an FFT with norm={norm!r}", where="torch.fft",
+                          expected="None, 'backward', 'forward' or 'ortho'", found=repr(norm),
+                          fix="use one of torch.fft's norms")
 
 
 def _whole(x, sizes, dims, op: str) -> None:
@@ -82,6 +105,26 @@ def _c2c(x, dim, normalization, forward):
     return dft(x, list(dim), inverse=not forward, norm=norm)
 
 
+def _irfft(x, n=None, dim=-1, norm=None):
+    return inverse_real(x, [dim], norm=norm, size=n)
+
+
+def _irfftn(default):
+    def call(x, s=None, dim=default, norm=None):
+        nd = (x.re if isinstance(x, Pairs) else x).dim()
+        dims = list(range(nd - len(s), nd)) if dim is None and s is not None else \
+            _dims_of(x, dim, default)
+        if s is not None:
+            _whole(x, list(s)[:-1], dims[:-1], "irfftn")
+        return inverse_real(x, dims, norm=norm, size=None if s is None else list(s)[-1])
+    return call
+
+
+def _c2r(x, dim, normalization, last_dim_size):
+    norm = ("forward", "ortho", None)[normalization]
+    return inverse_real(x, list(dim), norm=norm, size=last_dim_size)
+
+
 HANDLERS = {
     aten.fft_fft.default: _one(False), aten.fft_ifft.default: _one(True, op="ifft"),
     aten.fft_rfft.default: _one(False, True, "rfft"),
@@ -90,5 +133,7 @@ HANDLERS = {
     aten.fft_fft2.default: _many(False, (-2, -1), op="fft2"),
     aten.fft_ifft2.default: _many(True, (-2, -1), op="ifft2"),
     aten.fft_rfft2.default: _many(False, (-2, -1), True, "rfft2"),
-    aten._fft_r2c.default: _r2c, aten._fft_c2c.default: _c2c,
+    aten._fft_r2c.default: _r2c, aten._fft_c2c.default: _c2c, aten._fft_c2r.default: _c2r,
+    aten.fft_irfft.default: _irfft, aten.fft_irfftn.default: _irfftn(None),
+    aten.fft_irfft2.default: _irfftn((-2, -1)),
 }

@@ -9,10 +9,8 @@ it reads the position (no device to wait for) and attends the valid keys only; e
 masks the rest of the cache, so no value is read back from the device (CUDA artifacts launch
 a flash-decoding kernel instead, codegen/triton/decode_attention.py).
 
-`aotc::fft.default(x, dims, mode)`: torch.fft over the dims whose bits are set in `dims`, of x
-real or, with mode bit 4, complex as pairs (a trailing dim of 2, exporter/complex.py); the result
-as pairs in x's floating dtype (16-bit floats computed in float32). Mode: bit 1 the inverse,
-bit 2 one-sided (rfftn, halving dim `mode >> 5`), bits 8 and 16 the norm (`fft_mode`).
+`aotc::fft.default(x, dims, mode[, size])`: torch.fft over the dims set in the bitmask `dims`
+(runtime/fourier.py).
 
 `aotc::all_reduce.default(x)`: the sum of `x` over the ranks of the default process group of
 torch.distributed, as a new tensor (tensor-parallel artifacts, after each row-parallel
@@ -25,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from aotc.runtime.attention import attention, window_mask
+from aotc.runtime.fourier import fft
 from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
@@ -73,45 +72,6 @@ def decode_attention_write(query, key_cache, value_cache, position, key, value, 
                             sinks)
 
 
-_NORMS = ("backward", "forward", "ortho")
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def fft_mode(*, inverse: bool, onesided: bool, pairs: bool, norm: str, last: int = 0) -> int:
-    """The `mode` argument of aotc::fft (see the module doc)."""
-    return (int(inverse) | int(onesided) << 1 | int(pairs) << 2 | _NORMS.index(norm) << 3
-            | last << 5)
-
-
-def fft_dims(x, dims: int, mode: int) -> list[int]:
-    """The transformed dims of aotc::fft in the order torch.fft takes them (the one-sided dim
-    last), after checking the arguments against x: an ArtifactError for a plan that names
-    dims x lacks or a mode with bits no transform has."""
-    pairs, norm, last = mode >> 2 & 1, mode >> 3 & 3, mode >> 5
-    nd = x.dim() - pairs
-    out = [d for d in range(max(nd, 0)) if dims >> d & 1]
-    onesided = mode & 2
-    bad = (dims <= 0 or mode < 0 or nd < 1 or dims >> nd or norm > 2
-           or (pairs and (x.shape[-1] != 2 or not x.is_floating_point())) or (onesided and (mode & 5 or last not in out))
-           or (not onesided and last))
-    if bad:
-        from aotc.errors import ArtifactError
-        raise ArtifactError("the plan calls aotc::fft with dims or a mode its input cannot take",
-                            where="aotc::fft", expected=f"dims among the {nd} of the input and a "
-                            "mode fft_mode makes", found=f"dims {dims}, mode {mode}",
-                            fix="re-export the model")
-    return [d for d in out if d != last] + [last] if onesided else out
-
-
-def fft(x, dims, mode):
-    order = fft_dims(x, dims, mode)
-    work = x.float() if x.dtype in _HALF else x
-    z = torch.view_as_complex(work.contiguous()) if mode & 4 else work
-    f = torch.fft.rfftn if mode & 2 else torch.fft.ifftn if mode & 1 else torch.fft.fftn
-    out = torch.view_as_real(f(z, dim=order, norm=_NORMS[mode >> 3 & 3]))
-    return out.to(x.dtype) if x.dtype in _HALF else out
-
-
 def all_reduce(x):
     import torch.distributed as dist
     out = x.clone(memory_format=torch.contiguous_format)
@@ -134,7 +94,7 @@ def all_gather(x, dim, world):
 # name: (function, its arguments' kinds, how many are required). Kinds: "T" a tensor slot,
 # "i" an int, "f" a number; the ones after the required count may be left out.
 OPS = {"aotc::all_reduce.default": (all_reduce, "T", 1),
-       "aotc::fft.default": (fft, "Tii", 3),
+       "aotc::fft.default": (fft, "Tiii", 3),
        "aotc::all_gather.default": (all_gather, "Tii", 3),
        "aotc::decode_attention.default": (decode_attention, "TTTTfifT", 5),
        "aotc::decode_attention_write.default": (decode_attention_write, "TTTTTTfifT", 7)}

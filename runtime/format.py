@@ -132,12 +132,13 @@ CHANGELOG = {
                        "A reader of version 13 would refuse the longer kernel step; versions "
                        "1-13 load in Python as they are (the C++ front end refuses CUDA "
                        "artifacts before 14)"),
-    15: ("2026-12-05", "plans may call aotc::fft.default(x, dims, mode): torch.fft over the "
-                       "dims set in the bitmask `dims`, of x real or complex as pairs, the result "
-                       "as pairs (runtime/aotc_ops.py: mode's bits say inverse, one-sided and "
-                       "its dim, pairs, the norm); exports before it wrote Fourier transforms as "
-                       "matrix products. A reader of version 14 refuses the op; versions 1-14 "
-                       "load as they are"),
+    15: ("2026-12-05", "plans may call aotc::fft.default(x, dims, mode[, size]): torch.fft "
+                       "over the dims set in the bitmask `dims`, of x real or complex as pairs "
+                       "(fftn, ifftn, rfftn: pairs out; irfftn: real out, `size` long along its "
+                       "one-sided dim; runtime/fourier.py: mode's bits say which, pairs, the "
+                       "norm and the one-sided dim); exports before it wrote Fourier transforms "
+                       "as matrix products. A reader of version 14 refuses the op; versions "
+                       "1-14 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -16,10 +16,10 @@ all-reduce per call. `cuda` (format >= 11) holds Triton kernels cross-compiled f
 sm_90 (the sm_90 cubins built for programmatic dependent launch); it runs here through Triton's
 interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a sliding window,
 soft-capped scores and attention sinks, exported for decoding, extern-only (its decode attention
-calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds an rfft
-between two
-linear layers (aotc::fft) and C++ kernels like `kernels`. Fixtures of earlier versions are never
-rewritten: tests/test_format_fixtures.py loads every one of them with the current reader.
+calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds a spectral
+filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like `kernels`.
+Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
+of them with the current reader.
 """
 from __future__ import annotations
 
@@ -58,14 +58,16 @@ class TinyMLP(torch.nn.Module):
 
 
 class Fourier(torch.nn.Module):
-    """A real FFT between two products (aotc::fft, format >= 15)."""
+    """A spectral filter between two products: rfft, a complex product, irfft (aotc::fft,
+    format >= 15)."""
 
     def __init__(self):
         super().__init__()
-        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(5, 4)
+        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 4)
 
     def forward(self, x):
-        return self.b(torch.fft.rfft(self.a(x)).abs())
+        spectrum = torch.fft.rfft(self.a(x))
+        return self.b(torch.fft.irfft(spectrum * spectrum.abs(), n=8))
 
 
 def tiny_generator():

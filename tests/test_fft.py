@@ -1,4 +1,4 @@
-"""Fourier transforms (exporter/fft.py) as calls of aotc::fft, which both runners run with
+"""Fourier transforms (exporter/fft.py) as calls of aotc::fft (runtime/fourier.py), which both runners run with
 torch.fft: torch.fft's transforms and ATen's against eager in float64 and at FNet's shape in
 float32, 16-bit inputs computed in float32, the same results from both runners, a plan whose
 aotc::fft names dims its input lacks refused with an ArtifactError; a signal size that pads or
@@ -11,7 +11,7 @@ from torch import nn
 
 import aotc
 from aotc.errors import ArtifactError, ExportError
-from aotc.runtime.aotc_ops import fft, fft_mode
+from aotc.runtime.fourier import fft, fft_mode
 
 
 class Transform(nn.Module):
@@ -32,6 +32,11 @@ CASES = {
     "ifftn-of-pairs": lambda x: torch.view_as_real(torch.fft.ifftn(x * (1 + 2j), dim=(0, 2))),
     "rfftn-abs": lambda x: torch.fft.rfftn(x).abs(),
     "rfft-real-bins": lambda x: torch.fft.rfft(x)[..., [0, -1]].imag,   # exactly 0
+    "irfft-roundtrip": lambda x: torch.fft.irfft(torch.fft.rfft(x), n=x.shape[-1]),
+    "irfft-odd": lambda x: torch.fft.irfft(torch.fft.rfft(x, norm="ortho"), n=9, norm="ortho"),
+    "irfft2-filter": lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * (0.5 + 0.25j),
+                                                s=x.shape[-2:]),     # GFNet's global filter
+    "irfftn-of-real": lambda x: torch.fft.irfftn(x, dim=(0, 2), norm="forward"),
 }
 
 
@@ -93,3 +98,14 @@ def test_a_hostile_plan_naming_dims_beyond_its_input_gets_a_typed_error(tmp_path
     edit_json(path, "plans/forward.json", widen)
     with pytest.raises(ArtifactError, match="aotc::fft"):
         aotc.load(path, runner=runner)(x)
+
+
+def test_an_inverse_real_transform_longer_than_twice_its_bins_is_refused():
+    mode = fft_mode(inverse=True, onesided=True, pairs=True, norm="backward", last=1)
+    spectrum = torch.randn(4, 6, 2)
+    assert fft(spectrum, 1 << 1, mode, 11).shape == (4, 11)
+    with pytest.raises(ArtifactError, match="aotc::fft"):
+        fft(spectrum, 1 << 1, mode, 13)     # zeros a plan could make any length
+    with pytest.raises(ExportError, match="longer than twice its bins"):
+        aotc.export(Transform(lambda x: torch.fft.irfft(torch.fft.rfft(x), n=40)),
+                    (torch.randn(3, 10),), "/nonexistent/never-written.aotc")

@@ -104,36 +104,48 @@ void decode_attention_write(torch::jit::Stack& st) {
   decode_attention(st);
 }
 
-// fft(x, dims, mode): torch.fft over the dims set in `dims` of x, real or (mode & 4) complex
-// as pairs, the result as pairs; 16-bit floats computed in float32 (runtime/aotc_ops.py says
-// how `mode` encodes the inverse, the one-sided dim and the norm, and checks the same).
+// fft(x, dims, mode[, size]): torch.fft over the dims set in `dims` of x, real or (mode & 4)
+// complex as pairs; fftn, ifftn, rfftn (pairs out) or irfftn (real out, the one-sided dim
+// `size` long); 16-bit floats computed in float32 (runtime/fourier.py says how `mode`
+// encodes the transform, and checks the same).
 void fft(torch::jit::Stack& st) {
   const at::Tensor& x = st[0].toTensor();
-  int64_t dims = st[1].toInt(), mode = st[2].toInt();
-  bool pairs = mode >> 2 & 1, onesided = mode >> 1 & 1;
-  int64_t norm = mode >> 3 & 3, last = mode >> 5, nd = x.dim() - int64_t(pairs);
+  int64_t dims = st[1].toInt(), mode = st[2].toInt(), size = st.size() > 3 ? st[3].toInt() : 0;
+  bool pairs = mode >> 2 & 1;
+  int64_t kind = mode & 3, norm = mode >> 3 & 3, last = mode >> 5, nd = x.dim() - int64_t(pairs);
   std::vector<int64_t> order;
   for (int64_t d = 0; d < std::min<int64_t>(nd, 62); ++d)
-    if ((dims >> d & 1) && d != last) order.push_back(d);
-  bool has_last = last < 62 && last < nd && (dims >> last & 1);
-  if (has_last) order.push_back(last);
-  if (dims <= 0 || mode < 0 || nd < 1 || (nd < 62 && (dims >> nd)) || norm > 2 ||
+    if ((dims >> d & 1) && !(kind >= 2 && d == last)) order.push_back(d);
+  bool has_last = last >= 0 && last < 62 && last < nd && (dims >> last & 1);
+  if (kind >= 2 && has_last) order.push_back(last);
+  int64_t bins = kind == 3 && has_last ? x.size(last) : 0;
+  int64_t n = kind == 3 ? (size ? size : 2 * (bins - 1)) : size;
+  if (dims <= 0 || mode < 0 || size < 0 || nd < 1 || (nd < 62 && (dims >> nd)) || norm > 2 ||
       (pairs && (x.size(-1) != 2 || !x.is_floating_point())) ||
-      (onesided && ((mode & 5) || !has_last)) || (!onesided && last))
+      (kind >= 2 && !has_last) || (kind < 2 && last) || (kind == 2 && pairs) ||
+      (kind == 3 && (!pairs || n < 1 || n > 2 * bins)) || (kind != 3 && size))
     throw ArtifactError("the plan calls aotc::fft with dims or a mode its input cannot take",
                         "aotc::fft", "dims among the " + std::to_string(nd) +
-                        " of the input and a mode fft_mode makes",
-                        "dims " + std::to_string(dims) + ", mode " + std::to_string(mode),
-                        "re-export the model");
+                        " of the input, a mode fft_mode makes and a size only for irfftn "
+                        "(1 to 2x its bins)",
+                        "dims " + std::to_string(dims) + ", mode " + std::to_string(mode) +
+                        ", size " + std::to_string(size), "re-export the model");
   static const char* kNorms[] = {"backward", "forward", "ortho"};
   bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
   at::Tensor work = half ? x.to(at::kFloat) : x;
   at::Tensor z = pairs ? at::view_as_complex(work.contiguous()) : work;
-  std::string_view n = kNorms[norm];
-  at::Tensor out = onesided ? at::fft_rfftn(z, std::nullopt, order, n)
-                   : (mode & 1) ? at::fft_ifftn(z, std::nullopt, order, n)
-                                : at::fft_fftn(z, std::nullopt, order, n);
-  out = at::view_as_real(out);
+  std::string_view nm = kNorms[norm];
+  at::Tensor out;
+  if (kind == 3) {
+    std::vector<int64_t> s;
+    for (size_t i = 0; i + 1 < order.size(); ++i) s.push_back(z.size(order[i]));
+    s.push_back(n);
+    out = at::fft_irfftn(z, s, order, nm);
+  } else {
+    out = at::view_as_real(kind == 2   ? at::fft_rfftn(z, std::nullopt, order, nm)
+                           : kind == 1 ? at::fft_ifftn(z, std::nullopt, order, nm)
+                                       : at::fft_fftn(z, std::nullopt, order, nm));
+  }
   st.clear();
   st.emplace_back(half ? out.to(x.scalar_type()) : out);
 }
@@ -149,7 +161,7 @@ NativeOp native_op(const std::string& op, const std::string& overload, std::stri
     return &decode_attention;
   }
   if (op == "aotc::fft" && overload == "default") {
-    kinds = "Tii", least = 3;
+    kinds = "Tiii", least = 3;
     return &fft;
   }
   if (op == "aotc::decode_attention_write" && overload == "default") {
