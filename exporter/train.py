@@ -22,7 +22,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from aotc.errors import ExportError
 from aotc.exporter.decomp import decomposition_table
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
-from aotc.exporter.program import graph_to_json
+from aotc.exporter.program import graph_to_json, user_frame
 from aotc.runtime.dtypes import dtype_name
 
 
@@ -164,6 +164,8 @@ def training_graphs(fw, bw, meta: dict, args: tuple) -> tuple[dict, dict, list, 
         raise ExportError("the training forward graph has an unexpected signature",
                           where="AOTAutograd forward", expected=f"{len(names)} inputs",
                           found=f"{len(fw_ph)} placeholders", fix="report this as an aotc bug")
+    for gm, which in ((fw, "forward"), (bw, "backward")):
+        _refuse_complex(gm, which)
     fgraph = graph_to_json(fw, names)
     bw_ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
     bnames = [{"kind": "input", "name": n.name} for n in bw_ph]
@@ -174,3 +176,21 @@ def training_graphs(fw, bw, meta: dict, args: tuple) -> tuple[dict, dict, list, 
     finputs = [{"name": f"input{i}", "dtype": dtype_name(a.dtype), "shape": list(a.shape),
                 "values": None} for i, a in enumerate(args)]
     return fgraph, bgraph, finputs, binputs
+
+
+def _refuse_complex(gm, which: str) -> None:
+    """An ExportError for a complex value in a training step's graph: inference artifacts
+    carry complex values as real pairs (exporter/complex.py), training ones not yet (a
+    complex value saved for backward would cross the step's boundary)."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.is_complex():
+            trace = n.meta.get("stack_trace")
+            raise ExportError(f"the training step's {which} computes with complex numbers "
+                              f"({n.target})", where=user_frame(trace) or user_frame(
+                                  trace, libraries=True) or f"{which} graph node {n.name}",
+                              expected="real values in a training step (complex numbers and "
+                                       "FFTs are computed as real pairs in inference exports)",
+                              found=f"{n.target} -> {str(v.dtype).removeprefix('torch.')}",
+                              fix="export for inference, or write this step with real "
+                                  "tensors (rotary embeddings with cos and sin)")

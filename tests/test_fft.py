@@ -109,3 +109,17 @@ def test_an_inverse_real_transform_longer_than_twice_its_bins_is_refused():
     with pytest.raises(ExportError, match="longer than twice its bins"):
         aotc.export(Transform(lambda x: torch.fft.irfft(torch.fft.rfft(x), n=40)),
                     (torch.randn(3, 10),), "/nonexistent/never-written.aotc")
+
+
+def test_a_training_step_with_a_transform_is_refused_by_name(tmp_path):
+    class Mixer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return torch.fft.fftn(self.a(x), dim=(1, 2)).real
+
+    with pytest.raises(ExportError, match="training step's forward computes with complex"):
+        aotc.export(Mixer(), (torch.randn(2, 8, 6),), tmp_path / "t.aotc", train=True)
+    assert not (tmp_path / "t.aotc").exists()
