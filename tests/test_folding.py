@@ -126,3 +126,11 @@ def test_random_draws_are_not_folded(tmp_path):
     for runner in RUNNERS:
         m = aotc.load(path, runner=runner)
         assert not torch.equal(m(x), m(x)), runner
+
+
+def test_a_cuda_artifact_folds_its_triton_kernels_through_the_interpreter(tmp_path):
+    x = torch.randn(3, 16)
+    path = aotc.export(Dft(), (x,), tmp_path / "dft_cuda.aotc", target="cuda:sm_90")
+    m = aotc.load(path, device="cpu", interpret=True, runner="python")
+    assert "run once, at load" in m.code
+    assert_matches(m(x), eager(Dft(), (x,)))
