@@ -8,11 +8,10 @@ GPU, O(n log n) per dim, 16-bit floats computed in float32 (eager torch has no C
 them). FNet mixes tokens this way: a real input, `fftn` over the sequence and hidden dims,
 the real part kept.
 
-Handled: torch.fft's fft, ifft, fftn, ifftn, fft2, ifft2, rfft, rfftn, rfft2 (without a signal
-size `s`/`n` other than the input's), irfft, irfftn, irfft2 (a real output of any length up to
-twice the bins along the halved dim, the others as the input's: GFNet's and FNO's spectral
-filters) and ATen's _fft_r2c, _fft_c2c and _fft_c2r; others are refused with an ExportError
-naming them (exporter/complex.py `call`).
+Handled: torch.fft's fft, ifft, fftn, ifftn, fft2, ifft2, rfft, rfftn, rfft2, irfft, irfftn,
+irfft2 (GFNet's and FNO's spectral filters), with signal sizes `s`/`n` (the input trimmed or
+zero-padded first, as torch does), and ATen's _fft_r2c, _fft_c2c and _fft_c2r; others are
+refused with an ExportError naming them (exporter/complex.py `call`).
 """
 from __future__ import annotations
 
@@ -38,21 +37,21 @@ def dft(x, dims, *, inverse: bool, norm: str | None, onesided: bool = False) -> 
     return Pairs(torch.ops.aotc.fft(t, sum(1 << d for d in set(dims)), mode))
 
 
-def inverse_real(x, dims, *, norm: str | None, size: int | None = None) -> torch.Tensor:
-    """irfftn: pairs (a real input: its imaginary part 0) to a real tensor whose last
-    transformed dim is `size` long (2 (m - 1) for None, m its bins)."""
+def inverse_real(x, dims, *, norm: str | None, sizes=None) -> torch.Tensor:
+    """irfftn: pairs (a real input: its imaginary part 0) to a real tensor; `sizes` the output
+    lengths of `dims` (torch's `s`; the last, one-sided one 2 (m - 1) for m bins by default).
+    As torch does, the input is trimmed or zero-padded first: the other dims to their
+    lengths, the one-sided dim to n // 2 + 1 bins."""
     if not isinstance(x, Pairs):
         x = pair(x, 0.0)
     _norm(norm)
     ndim = x.t.dim() - 1
     dims = [d % ndim for d in dims]
-    bins = x.re.shape[dims[-1]]
-    if size is not None and not 1 <= size <= 2 * bins:
-        raise ExportError("an inverse real FFT longer than twice its bins", where="torch.fft",
-                          expected=f"n between 1 and {2 * bins}", found=size,
-                          fix="pad the spectrum before the transform")
+    sizes = [None] * len(dims) if sizes is None else list(sizes)
+    n = sizes[-1] if sizes[-1] not in (None, -1) else 2 * (x.re.shape[dims[-1]] - 1)
+    x = _sized(x, dims, [*sizes[:-1], n // 2 + 1])
     mode = fft_mode(inverse=True, onesided=True, pairs=True, norm=_NORMS[norm], last=dims[-1])
-    return torch.ops.aotc.fft(x.t, sum(1 << d for d in set(dims)), mode, size or 0)
+    return torch.ops.aotc.fft(x.t, sum(1 << d for d in set(dims)), mode, n)
 
 
 def _norm(norm) -> None:
@@ -62,35 +61,50 @@ def _norm(norm) -> None:
                           fix="use one of torch.fft's norms")
 
 
-def _whole(x, sizes, dims, op: str) -> None:
-    """Refuse a signal size that pads or trims the input (not computed here)."""
+def _sized(x, dims, sizes):
+    """x trimmed or zero-padded along `dims` to `sizes` (torch.fft's signal size `s` or `n`;
+    None or -1 keeps a dim), as torch.fft does before a transform."""
     if sizes is None:
-        return
-    have = [(x.re if isinstance(x, Pairs) else x).shape[d] for d in dims]
-    if list(sizes) != have:
-        raise ExportError(f"torch.fft.{op} with a signal size other than the input's",
-                          where=f"aten.fft_{op}", expected=f"s or n = {have} (or None)",
-                          found=list(sizes), fix="pad or slice the input before the transform")
+        return x
+    pairs = isinstance(x, Pairs)
+    t = x.t if pairs else x
+    nd = t.dim() - pairs
+    for d, n in zip(dims, sizes):
+        if n is None or n == -1:
+            continue
+        if n < 1:
+            raise ExportError("an FFT of a signal size below 1", where="torch.fft",
+                              expected="s or n of at least 1", found=n, fix="pass a positive size")
+        d %= nd
+        if n < t.shape[d]:
+            t = t.narrow(d, 0, n)
+        elif n > t.shape[d]:
+            t = torch.nn.functional.pad(t, [0, 0] * (t.dim() - 1 - d) + [0, n - t.shape[d]])
+    return Pairs(t) if pairs else t
 
 
-def _dims_of(x, dim, default):
+def _dims_of(x, dim, default, s=None):
+    """The transformed dims: `dim`, else the last len(s) dims where a size is given, else the
+    default (all dims for None)."""
     nd = (x.re if isinstance(x, Pairs) else x).dim()
+    if dim is None and s is not None:
+        return list(range(nd - len(s), nd))
     if dim is None:
         return list(range(nd)) if default is None else list(default)
     return [dim] if isinstance(dim, int) else list(dim)
 
 
-def _one(inverse: bool, onesided: bool = False, op: str = "fft"):
+def _one(inverse: bool, onesided: bool = False):
     def call(x, n=None, dim=-1, norm=None):
-        _whole(x, None if n is None else [n], [dim], op)
+        x = _sized(x, [dim], [n])
         return dft(x, [dim], inverse=inverse, norm=norm, onesided=onesided)
     return call
 
 
-def _many(inverse: bool, default, onesided: bool = False, op: str = "fftn"):
+def _many(inverse: bool, default, onesided: bool = False):
     def call(x, s=None, dim=default, norm=None):
-        dims = _dims_of(x, dim, None if default is None else default)
-        _whole(x, s, dims, op)
+        dims = _dims_of(x, dim, default, s)
+        x = _sized(x, dims, s)
         return dft(x, dims, inverse=inverse, norm=norm, onesided=onesided)
     return call
 
@@ -106,33 +120,27 @@ def _c2c(x, dim, normalization, forward):
 
 
 def _irfft(x, n=None, dim=-1, norm=None):
-    return inverse_real(x, [dim], norm=norm, size=n)
+    return inverse_real(x, [dim], norm=norm, sizes=[n])
 
 
 def _irfftn(default):
     def call(x, s=None, dim=default, norm=None):
-        nd = (x.re if isinstance(x, Pairs) else x).dim()
-        dims = list(range(nd - len(s), nd)) if dim is None and s is not None else \
-            _dims_of(x, dim, default)
-        if s is not None:
-            _whole(x, list(s)[:-1], dims[:-1], "irfftn")
-        return inverse_real(x, dims, norm=norm, size=None if s is None else list(s)[-1])
+        return inverse_real(x, _dims_of(x, dim, default, s), norm=norm, sizes=s)
     return call
 
 
 def _c2r(x, dim, normalization, last_dim_size):
     norm = ("forward", "ortho", None)[normalization]
-    return inverse_real(x, list(dim), norm=norm, size=last_dim_size)
+    return inverse_real(x, list(dim), norm=norm, sizes=[None] * (len(dim) - 1) + [last_dim_size])
 
 
 HANDLERS = {
-    aten.fft_fft.default: _one(False), aten.fft_ifft.default: _one(True, op="ifft"),
-    aten.fft_rfft.default: _one(False, True, "rfft"),
-    aten.fft_fftn.default: _many(False, None), aten.fft_ifftn.default: _many(True, None, op="ifftn"),
-    aten.fft_rfftn.default: _many(False, None, True, "rfftn"),
-    aten.fft_fft2.default: _many(False, (-2, -1), op="fft2"),
-    aten.fft_ifft2.default: _many(True, (-2, -1), op="ifft2"),
-    aten.fft_rfft2.default: _many(False, (-2, -1), True, "rfft2"),
+    aten.fft_fft.default: _one(False), aten.fft_ifft.default: _one(True),
+    aten.fft_rfft.default: _one(False, True),
+    aten.fft_fftn.default: _many(False, None), aten.fft_ifftn.default: _many(True, None),
+    aten.fft_rfftn.default: _many(False, None, True),
+    aten.fft_fft2.default: _many(False, (-2, -1)), aten.fft_ifft2.default: _many(True, (-2, -1)),
+    aten.fft_rfft2.default: _many(False, (-2, -1), True),
     aten._fft_r2c.default: _r2c, aten._fft_c2c.default: _c2c, aten._fft_c2r.default: _c2r,
     aten.fft_irfft.default: _irfft, aten.fft_irfftn.default: _irfftn(None),
     aten.fft_irfft2.default: _irfftn((-2, -1)),
