@@ -9,7 +9,8 @@ them). FNet mixes tokens this way: a real input, `fftn` over the sequence and hi
 the real part kept.
 
 Handled: torch.fft's fft, ifft, fftn, ifftn, fft2, ifft2, rfft, rfftn, rfft2, irfft, irfftn,
-irfft2 (GFNet's and FNO's spectral filters), with signal sizes `s`/`n` (the input trimmed or
+irfft2 (GFNet's and FNO's spectral filters), ihfft, ihfft2, ihfftn (hfft's are ATen
+compositions of these), with signal sizes `s`/`n` (the input trimmed or
 zero-padded first, as torch does), and ATen's _fft_r2c, _fft_c2c and _fft_c2r; others are
 refused with an ExportError naming them (exporter/complex.py `call`).
 """
@@ -109,6 +110,20 @@ def _many(inverse: bool, default, onesided: bool = False):
     return call
 
 
+_SWAPPED = {None: "forward", "backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _ihfft(default, one: bool = False):
+    """ihfft, ihfft2, ihfftn of a real signal: the conjugate of rfftn with the norm's scaling
+    moved to the other direction."""
+    def call(x, s=None, dim=default, norm=None):
+        dims = [dim] if one else _dims_of(x, dim, default, s)
+        x = _sized(x, dims, [s] if one else s)
+        out = dft(x, dims, inverse=False, norm=_SWAPPED.get(norm, norm), onesided=True)
+        return Pairs(torch.stack([out.re, -out.im], -1))
+    return call
+
+
 def _r2c(x, dim, normalization, onesided):
     norm = (None, "ortho", "forward")[normalization]
     return dft(x, list(dim), inverse=False, norm=norm, onesided=onesided)
@@ -144,4 +159,6 @@ HANDLERS = {
     aten._fft_r2c.default: _r2c, aten._fft_c2c.default: _c2c, aten._fft_c2r.default: _c2r,
     aten.fft_irfft.default: _irfft, aten.fft_irfftn.default: _irfftn(None),
     aten.fft_irfft2.default: _irfftn((-2, -1)),
+    aten.fft_ihfft.default: _ihfft(-1, one=True), aten.fft_ihfftn.default: _ihfft(None),
+    aten.fft_ihfft2.default: _ihfft((-2, -1)),
 }

@@ -127,3 +127,27 @@ def test_a_training_step_with_a_transform_is_refused_by_name(tmp_path):
     with pytest.raises(ExportError, match="training step's forward computes with complex"):
         aotc.export(Mixer(), (torch.randn(2, 8, 6),), tmp_path / "t.aotc", train=True)
     assert not (tmp_path / "t.aotc").exists()
+
+
+FFT_OPINFOS = ("fft.fft", "fft.fft2", "fft.fftn", "fft.hfft", "fft.hfft2", "fft.hfftn",
+               "fft.rfft", "fft.rfft2", "fft.rfftn", "fft.ifft", "fft.ifft2", "fft.ifftn",
+               "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft", "fft.irfft2", "fft.irfftn",
+               "fft.fftshift", "fft.ifftshift")
+
+
+@pytest.mark.parametrize("name", FFT_OPINFOS)
+def test_opinfo_samples_of_real_signals_match_eager_in_float64(tmp_path, name):
+    """Every sample of the OpInfo with a real input (sizes, dims, norms), the complex result
+    compared as pairs."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    op = next(o for o in op_db if o.name == name)
+    samples = [s for s in op.sample_inputs("cpu", torch.float64)
+               if isinstance(s.input, torch.Tensor) and not s.input.is_complex()]
+    assert samples
+    for i, s in enumerate(samples):
+        def fn(x, s=s):
+            y = op.op(x, *s.args, **s.kwargs)
+            return torch.view_as_real(y.resolve_conj()) if y.is_complex() else y
+        path = aotc.export(Transform(fn), (s.input,), tmp_path / f"{i}.aotc", codegen=False)
+        torch.testing.assert_close(aotc.load(path)(s.input), fn(s.input), rtol=1e-9, atol=1e-9,
+                                   msg=lambda m, s=s: f"{name} {s.kwargs}: {m}")
