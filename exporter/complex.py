@@ -276,8 +276,9 @@ def refuse(value, what: str, where: str):
                               "imaginary parts in a trailing dim of 2)")
 
 
-# Fourier transforms (exporter/fft.py): they make complex values from real ones, as products
-from aotc.exporter import fft as _fft  # noqa: E402 - it builds on the pairs above
+# Fourier transforms (exporter/fft.py, exporter/stft.py): they make complex values from real ones
+from aotc.exporter import fft as _fft, stft as _stft  # noqa: E402 - they build on the pairs above
 
 HANDLERS.update(_fft.HANDLERS)
-CREATES |= set(_fft.HANDLERS)
+HANDLERS.update(_stft.HANDLERS)
+CREATES |= set(_fft.HANDLERS) | {aten.stft.default, aten.stft.center}
