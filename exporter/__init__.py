@@ -64,6 +64,7 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
                "shape": graph["values"][ph["value"]]["shape"],
                "values": _value_range(a, (value_ranges or [None] * len(args))[i])}
               for i, (ph, a) in enumerate(zip(user, args))]
+    _refuse_specialized(dyn, inputs)
     state, unread = state_keys(model, weights)
     return Program(name=options.name or type(model).__name__, graph=graph,
                    weights={**weights, **unread}, inputs=inputs, output_tree=spec,
@@ -100,6 +101,23 @@ def normalize_dynamic_shapes(dynamic_shapes, names: list[str], args: tuple):
                                  fix="export with an example size of 2 or more; torch.export "
                                      "specializes sizes 0 and 1 (the range may include 1)")
     return dyn
+
+
+def _refuse_specialized(dyn, inputs: list[dict]) -> None:
+    """An ExportError for a dim declared dynamic that the traced code fixed to one size (the
+    graph's input shape holds a number there): the artifact would refuse every other size."""
+    for spec, inp in zip(dyn or (), inputs):
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        for d, dim in items:
+            if hasattr(dim, "__name__") and isinstance(inp["shape"][d], int):
+                raise ExportError(f"input {inp['name']!r} dim {d} was declared dynamic "
+                                  f"({dim.__name__}) but the traced code fixed it to "
+                                  f"{inp['shape'][d]}", where=f"input {inp['name']!r}, dim {d}",
+                                  expected=f"a size that stays symbolic ({dim.__name__})",
+                                  found=inp["shape"][d], fix="find the computation that turns "
+                                  "this size into a Python number (float math on x.shape, "
+                                  "int(...)) and keep it in integer size arithmetic, or export "
+                                  "the dim static")
 
 
 def _placeholders(ep):
@@ -232,6 +250,7 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     weights = {n: t.detach().contiguous() for n, t in
                list(model.named_parameters()) + list(model.named_buffers())}
     meta["backward_inputs"] = binputs
+    _refuse_specialized(dyn, inputs)
     state, unread = state_keys(model, weights)
     return Program(name=options.name or type(model).__name__, graph=fgraph,
                    weights={**weights, **unread}, inputs=finputs, output_tree=spec,

@@ -132,11 +132,27 @@ OWN = {aten.linear.default: _linear, aten.matmul.default: _matmul,
 OWN_BY_NAME = {"transformers.grouped_mm_fallback.default": _grouped_mm}
 
 
+def _upsampling() -> dict:
+    """Upsampling by output size or scale (`F.interpolate`): their `.vec` composites read an
+    output size as plain ints, which fails on a dynamic dim; torch's Python decompositions
+    keep it symbolic."""
+    from torch._decomp import decomposition_table as torch_decompositions
+    names = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+             "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+             "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
+             "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
+    ops = [getattr(getattr(aten, n), "vec", None) for n in names if hasattr(aten, n)]
+    return {op: torch_decompositions[op] for op in ops if op in torch_decompositions}
+
+
+OWN.update(_upsampling())
+
+
 class _Replay(torch.fx.Interpreter):
     """Replays an exported graph: views become reshapes, kept composites become mirrors,
-    linear and matmul run aotc's own decompositions (their C++ composites read sizes as plain
-    ints, which would freeze dynamic dims), and complex values are carried as real pairs
-    (exporter/complex.py)."""
+    linear, matmul and upsampling run Python decompositions (their C++ composites read sizes
+    as plain ints, which would freeze dynamic dims), and complex values are carried as real
+    pairs (exporter/complex.py)."""
 
     def __init__(self, gm):
         super().__init__(gm)

@@ -14,6 +14,7 @@ import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sympy
 import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
@@ -112,6 +113,26 @@ def _dim(d, namer: SymbolNamer):
     return int(expr) if expr.is_number else namer.expr(expr)
 
 
+def constant_float(node) -> float:
+    """The value of a float computed from sizes (`F.interpolate` by size divides the input's
+    size by the output's) when it is the same for every size, as `2*H / H`; otherwise an
+    ExportError: plans compute sizes in integers."""
+    from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat
+    expr = node.meta["val"].node.expr
+    plain = expr.replace(ToFloat, lambda x: x).replace(FloatTrueDiv, lambda a, b: a / b) \
+        .replace(IntTrueDiv, lambda a, b: a / b)
+    value = sympy.simplify(plain)
+    if value.is_number:
+        return float(value)
+    trace = node.meta.get("stack_trace")
+    raise ExportError("the model computes a float from a dynamic size, which plans cannot "
+                      "hold", where=user_frame(trace) or user_frame(trace, libraries=True)
+                      or str(node.format_node())[:200], expected="integer arithmetic on sizes "
+                      "(or a float that is the same for every size)", found=f"{expr}",
+                      fix="compute with the size as a tensor (torch.tensor(x.shape[-1])) or in "
+                          "integers, or export this dim static")
+
+
 def _is_symint_node(node) -> bool:
     return isinstance(node.meta.get("val"), (torch.SymInt, int)) and not isinstance(
         node.meta.get("val"), bool) and node.op == "call_function"
@@ -130,7 +151,7 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
 
     def slot_of(node):
         if node in syms:
-            return {"sym": syms[node]}
+            return syms[node] if isinstance(syms[node], float) else {"sym": syms[node]}
         return {"slot": ids[node]}
     phs = iter(placeholders)
     for node in gm.graph.nodes:
@@ -138,6 +159,9 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
                 node.target is torch.ops.aten.sym_size.int
                 or not isinstance(node.target, torch._ops.OpOverload)):
             syms[node] = _dim(node.meta["val"], namer)   # size arithmetic: an expression
+            continue
+        if node.op == "call_function" and isinstance(node.meta.get("val"), torch.SymFloat):
+            syms[node] = constant_float(node)   # a ratio of sizes that is the same for all
             continue
         if node.op == "placeholder":
             ids[node] = new(node.meta.get("val"))

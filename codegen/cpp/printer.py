@@ -58,6 +58,9 @@ def cexpr(e) -> str:
         return "(" + " * ".join([cexpr(e.args[0])] * int(e.args[1])) + ")"
     if isinstance(e, sympy.floor) or isinstance(e, sympy.Mod):
         a, b = (e.args[0].as_numer_denom() if isinstance(e, sympy.floor) else e.args)
+        if not (a.is_nonnegative and b.is_positive):   # Python's floor semantics, not C's
+            fn = "aotc_floordiv" if isinstance(e, sympy.floor) else "aotc_remainder"
+            return f"{fn}<int64_t>({cexpr(a)}, {cexpr(b)})"
         op = "/" if isinstance(e, sympy.floor) else "%"
         return f"({cexpr(a)} {op} ({cexpr(b)}))"
     raise NotImplementedError(f"cannot print index expression {e!r}")

@@ -8,6 +8,7 @@ combination it does not handle). Registering an op twice is an error.
 """
 from __future__ import annotations
 
+import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
@@ -56,18 +57,27 @@ def broadcast(tv, shape):
     return lambda h, idx: load(h, tuple(idx[k] if k is not None else sym(0) for k in keep))
 
 
+def is_size(x) -> bool:
+    """A scalar argument that is a symbolic size (`x / x.shape[-1]` at a dynamic dim)."""
+    return isinstance(x, sympy.Expr) and not x.is_number
+
+
 def compute_dtypes(kind, args) -> tuple[torch.dtype, torch.dtype]:
-    """(computation dtype, result dtype) by torch's elementwise type promotion."""
-    fake = [torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta") if is_tensor(a) else a
-            for a in args]
+    """(computation dtype, result dtype) by torch's elementwise type promotion (a symbolic
+    size promotes as the int it is)."""
+    fake = [torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta") if is_tensor(a)
+            else 2 if is_size(a) else a for a in args]
     return elementwise_dtypes(*fake, type_promotion_kind=kind)
 
 
 def operand(a, shape, dtype):
-    """Loader for a tensor or Python scalar argument, cast to `dtype`."""
+    """Loader for a tensor or scalar argument, cast to `dtype`; a symbolic size is read from
+    the kernel's size arguments at run time."""
     if is_tensor(a):
         load = broadcast(a, shape)
         return lambda h, idx: h.to_dtype(load(h, idx), dtype)
+    if is_size(a):
+        return lambda h, idx: h.index_expr(a, dtype)
     return lambda h, idx: h.constant(a, dtype)
 
 

@@ -11,8 +11,8 @@ import math
 import torch
 
 from aotc.codegen.ir import Op, index_vars, sym
-from aotc.codegen.lowering import (Promotion, compute_dtypes, is_tensor, operand, out_dtype,
-                                   out_shape, register)
+from aotc.codegen.lowering import (Promotion, compute_dtypes, is_size, is_tensor, operand,
+                                   out_dtype, out_shape, register)
 
 aten = torch.ops.aten
 P = Promotion
@@ -268,17 +268,18 @@ def fill(g, metas, x, value):
 
 @register(aten.arange.start_step, aten.arange.default, aten.arange.start)
 def arange(g, metas, *args, **kwargs):
-    nums = [a for a in args if isinstance(a, (int, float))]
-    start, step = (0, 1) if len(nums) == 1 else (nums[0], nums[2] if len(nums) > 2 else 1)
+    """arange(end), arange(start, end), arange(start, end, step): by position, since the end
+    (and the start) may be a symbolic size (`arange(-1, W + 2)` pads a dynamic dim)."""
+    start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
     shape, dtype = out_shape(metas), out_dtype(metas)
     if not dtype.is_floating_point:   # torch casts start and step to the integer type first
-        start, step = int(start), int(step)
-    compute = torch.int64 if isinstance(start, int) and isinstance(step, int) else torch.float64
+        start, step = (v if is_size(v) else int(v) for v in (start, step))
+    compute = torch.float64 if any(isinstance(v, float) for v in (start, step)) else torch.int64
+    first, stride = operand(start, shape, compute), operand(step, shape, compute)
 
     def fn(h, i):
         v = h.index_expr(i[0], torch.int64)
-        v = h.op(Op.ADD, h.op(Op.MUL, h.to_dtype(v, compute), h.constant(step, compute)),
-                 h.constant(start, compute))
+        v = h.op(Op.ADD, h.op(Op.MUL, h.to_dtype(v, compute), stride(h, i)), first(h, i))
         return h.to_dtype(v, dtype)
     return g.pointwise(shape, dtype, fn, "arange")
 

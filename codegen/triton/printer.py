@@ -77,6 +77,9 @@ def texpr(e) -> str:
         return "(" + " * ".join([texpr(e.args[0])] * int(e.args[1])) + ")"
     if isinstance(e, (sympy.floor, sympy.Mod)):
         a, b = (e.args[0].as_numer_denom() if isinstance(e, sympy.floor) else e.args)
+        if not (a.is_nonnegative and b.is_positive):   # Python's floor semantics, not C's
+            fn = "aotc_floordiv_int" if isinstance(e, sympy.floor) else "aotc_remainder"
+            return f"{fn}({texpr(a)}, {texpr(b)})"
         op = "//" if isinstance(e, sympy.floor) else "%"
         return f"({texpr(a)} {op} {_operand(b)})"
     raise NotImplementedError(f"cannot print index expression {e!r}")
