@@ -22,6 +22,7 @@ from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
 from aotc.codegen.extern_layout import channels_last_conv, lay_out_extern
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view, torch_op
+from aotc.errors import ExportError
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
 from aotc.runtime.plan import SlotKind, StepKind
 
@@ -451,6 +452,12 @@ class GraphLowering:
             return [self._rewrite(x) for x in a]
         if isinstance(a, dict) and "slot" in a:
             return {"slot": self.materialize(self.env[a["slot"]])}
+        if isinstance(a, dict) and "sym" in a and not sym(a["sym"]).is_integer:
+            raise ExportError("an ATen call that aotc does not compile takes a float computed "
+                              "from dynamic sizes", where=str(self.current_node.get("source")
+                              or self.current_node["op"]), expected="integer sizes in plan "
+                              "steps", found=a["sym"], fix="export the dim static, or compute "
+                              "the value in integers")
         return a
 
 

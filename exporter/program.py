@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from aotc.errors import ExportError
 from aotc.exporter.decomp import UNMIRROR
-from aotc.exporter.symbols import SymbolNamer
+from aotc.exporter.symbols import SymbolNamer, exact_rational
 from aotc.runtime.dtypes import dtype_name
 from aotc.runtime.plan import encode_arg
 from safetensors.torch import load_file as load_safetensors
@@ -113,22 +113,26 @@ def _dim(d, namer: SymbolNamer):
     return int(expr) if expr.is_number else namer.expr(expr)
 
 
-def constant_float(node) -> float:
-    """The value of a float computed from sizes (`F.interpolate` by size divides the input's
-    size by the output's) when it is the same for every size, as `2*H / H`; otherwise an
-    ExportError: plans compute sizes in integers."""
-    from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat
+def size_float(node, namer: SymbolNamer) -> float | str:
+    """A float computed from sizes (`F.interpolate` divides input sizes by output sizes): its
+    value where it is the same for every size (`2*H / H`), else the ratio of two integer size
+    expressions as text ("(H - 1) / (2*H - 1)"), which kernels evaluate in float64. Anything
+    else (a root, a float power) is an ExportError: plans compute sizes in integers."""
     expr = node.meta["val"].node.expr
-    plain = expr.replace(ToFloat, lambda x: x).replace(FloatTrueDiv, lambda a, b: a / b) \
-        .replace(IntTrueDiv, lambda a, b: a / b)
-    value = sympy.simplify(plain)
-    if value.is_number:
+    try:
+        value = sympy.simplify(exact_rational(expr))
+    except ExportError:
+        value = sympy.nan
+    if value.is_number and value.is_finite:
         return float(value)
+    num, den = sympy.fraction(sympy.together(value))
+    if value.is_finite is not False and num.is_integer and den.is_integer:
+        return f"({namer.expr(sympy.expand(num))}) / ({namer.expr(sympy.expand(den))})"
     trace = node.meta.get("stack_trace")
-    raise ExportError("the model computes a float from a dynamic size, which plans cannot "
-                      "hold", where=user_frame(trace) or user_frame(trace, libraries=True)
-                      or str(node.format_node())[:200], expected="integer arithmetic on sizes "
-                      "(or a float that is the same for every size)", found=f"{expr}",
+    raise ExportError("the model computes a float from a dynamic size that kernels cannot "
+                      "compute", where=user_frame(trace) or user_frame(trace, libraries=True)
+                      or str(node.format_node())[:200], expected="integer arithmetic on sizes, "
+                      "or a ratio of two", found=f"{expr}",
                       fix="compute with the size as a tensor (torch.tensor(x.shape[-1])) or in "
                           "integers, or export this dim static")
 
@@ -161,7 +165,7 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
             syms[node] = _dim(node.meta["val"], namer)   # size arithmetic: an expression
             continue
         if node.op == "call_function" and isinstance(node.meta.get("val"), torch.SymFloat):
-            syms[node] = constant_float(node)   # a ratio of sizes that is the same for all
+            syms[node] = size_float(node, namer)   # a ratio of sizes
             continue
         if node.op == "placeholder":
             ids[node] = new(node.meta.get("val"))

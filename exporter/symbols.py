@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sympy
 
+from aotc.errors import ExportError
+
 
 class SymbolNamer:
     def __init__(self, names: dict | None = None):
@@ -13,11 +15,13 @@ class SymbolNamer:
         """Python source for a sympy (or torch SymInt) integer expression."""
         if hasattr(e, "node"):                # torch.SymInt
             e = e.node.expr
-        return self._print(sympy.sympify(e))
+        return self._print(exact_rational(sympy.sympify(e)))
 
     def _print(self, e) -> str:
         if e.is_Integer:
             return str(int(e))
+        if e.is_Rational:
+            return f"({e.p} / {e.q})"
         if e.is_Symbol:
             return self.names.get(e, e.name)
         name = type(e).__name__
@@ -41,4 +45,33 @@ class SymbolNamer:
         if name == "CeilToInt":
             num, den = e.args[0].as_numer_denom()
             return f"(-((-{self._print(num)}) // {self._print(den)}))"
-        raise NotImplementedError(f"cannot print symbolic size {e!r}")
+        raise _unprintable(e)
+
+
+def exact_rational(e):
+    """`e` in plain sympy: torch's float casts and true divisions of sizes (`ToFloat`,
+    `FloatTrueDiv`, `IntTrueDiv`) as sympy's, and each float constant as the exact rational it
+    holds (a scale factor of 1.5 in `floor(1.5*W)` becomes 3/2, so the size is computed in
+    integers, as torch's double product is for such factors). A float whose exact fraction
+    has a denominator above 2**20 cannot be computed in 64-bit sizes: NotImplementedError."""
+    from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat, TruncToInt
+    e = e.replace(ToFloat, lambda x: x).replace(FloatTrueDiv, lambda a, b: a / b) \
+        .replace(IntTrueDiv, lambda a, b: a / b)
+    e = e.replace(TruncToInt, lambda x: sympy.floor(x) if x.is_nonnegative else TruncToInt(x))
+    floats = e.atoms(sympy.Float)
+    if not floats:
+        return e
+    exact = {}
+    for f in floats:
+        p, q = float(f).as_integer_ratio()
+        if q > 1 << 20:
+            raise _unprintable(f)
+        exact[f] = sympy.Rational(p, q)
+    return e.xreplace(exact)
+
+
+def _unprintable(e) -> ExportError:
+    return ExportError("a size computed in a way plans cannot express", where=str(e)[:200],
+                       expected="integer arithmetic on sizes (+, -, *, //, %, min, max) and "
+                       "exact scale factors", found=str(e)[:200],
+                       fix="compute the size in integers, or export the dim static")

@@ -1,9 +1,10 @@
 """Ops whose arguments are computed from a dynamic size: size-valued scalars in pointwise
 math, `arange` with a symbolic end or start, floor-division and modulo of values that may be
 negative (`roll`), padding by index arithmetic (reflect, replicate, circular), upsampling by
-size or scale; each checked against eager at sizes other than the example's, on the C++
-backend and through Triton's interpreter. A float computed from a size that differs between
-sizes is refused by name, and so is a declared dynamic dim that the traced code fixed."""
+size or scale (scales that are ratios of sizes included); each checked against eager at sizes
+other than the example's, on the C++ backend and through Triton's interpreter. A float of sizes
+that kernels cannot compute (a root) is refused by name, and so is a declared dynamic dim that
+the traced code fixed."""
 from __future__ import annotations
 
 import pytest
@@ -29,6 +30,13 @@ CASES = {
     "pad-circular": lambda x: F.pad(x, (1, 2, 1, 2), mode="circular"),
     "upsample-by-size": lambda x: F.interpolate(x, size=(x.shape[2] * 2, x.shape[3] * 2)),
     "upsample-bilinear-x2": lambda x: F.interpolate(x, scale_factor=2.0, mode="bilinear"),
+    "upsample-bicubic-x2": lambda x: F.interpolate(x, scale_factor=2.0, mode="bicubic"),
+    # scales that vary with the size: a ratio of two size expressions, computed in float64
+    "bilinear-to-fixed-size": lambda x: F.interpolate(x, size=(7, 9), mode="bilinear"),
+    "bilinear-align-corners": lambda x: F.interpolate(
+        x, size=(x.shape[2] * 2, x.shape[3] * 2), mode="bilinear", align_corners=True),
+    "nearest-exact-to-size": lambda x: F.interpolate(
+        x, size=(x.shape[2] + 1, 2 * x.shape[3] - 1), mode="nearest-exact"),
 }
 
 
@@ -56,7 +64,7 @@ def test_matches_eager_at_other_sizes(tmp_path, name, target):
 
 def test_a_float_that_varies_with_a_size_is_refused_by_name(tmp_path):
     fn = Fn(lambda x: x * (1.0 / x.shape[-1]) ** 0.5)
-    with pytest.raises(ExportError, match="float from a dynamic size"):
+    with pytest.raises(ExportError, match="float from a dynamic size that kernels cannot"):
         aotc.export(fn, (torch.randn(2, 4, 6, 6),), tmp_path / "f.aotc", dynamic_shapes=({3: W},))
     assert not (tmp_path / "f.aotc").exists()
 

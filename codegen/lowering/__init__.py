@@ -12,7 +12,7 @@ import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from aotc.codegen.ir import sym
+from aotc.codegen.ir import Op, sym
 
 LOWERINGS: dict = {}
 Promotion = ELEMENTWISE_TYPE_PROMOTION_KIND
@@ -66,7 +66,7 @@ def compute_dtypes(kind, args) -> tuple[torch.dtype, torch.dtype]:
     """(computation dtype, result dtype) by torch's elementwise type promotion (a symbolic
     size promotes as the int it is)."""
     fake = [torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta") if is_tensor(a)
-            else 2 if is_size(a) else a for a in args]
+            else (2 if a.is_integer else 2.0) if is_size(a) else a for a in args]
     return elementwise_dtypes(*fake, type_promotion_kind=kind)
 
 
@@ -77,7 +77,12 @@ def operand(a, shape, dtype):
         load = broadcast(a, shape)
         return lambda h, idx: h.to_dtype(load(h, idx), dtype)
     if is_size(a):
-        return lambda h, idx: h.index_expr(a, dtype)
+        num, den = sympy.fraction(sympy.together(a))
+        if den == 1:
+            return lambda h, idx: h.index_expr(a, dtype)
+        f64 = torch.float64    # a ratio of sizes (F.interpolate's scale), as torch's double
+        return lambda h, idx: h.to_dtype(h.op(Op.TRUEDIV, h.index_expr(num, f64),
+                                              h.index_expr(den, f64)), dtype)
     return lambda h, idx: h.constant(a, dtype)
 
 
