@@ -250,7 +250,6 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     weights = {n: t.detach().contiguous() for n, t in
                list(model.named_parameters()) + list(model.named_buffers())}
     meta["backward_inputs"] = binputs
-    _refuse_specialized(dyn, inputs)
     state, unread = state_keys(model, weights)
     return Program(name=options.name or type(model).__name__, graph=fgraph,
                    weights={**weights, **unread}, inputs=finputs, output_tree=spec,
