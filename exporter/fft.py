@@ -35,7 +35,7 @@ def dft(x, dims, *, inverse: bool, norm: str | None, onesided: bool = False) -> 
     dims = [d % ndim for d in dims]
     mode = fft_mode(inverse=inverse, onesided=onesided, pairs=pairs, norm=_NORMS[norm],
                     last=dims[-1] if onesided else 0)
-    return Pairs(torch.ops.aotc.fft(t, sum(1 << d for d in set(dims)), mode))
+    return Pairs(torch.ops.aotc.fft(t, _bits(dims), mode))
 
 
 def inverse_real(x, dims, *, norm: str | None, sizes=None) -> torch.Tensor:
@@ -52,7 +52,12 @@ def inverse_real(x, dims, *, norm: str | None, sizes=None) -> torch.Tensor:
     n = sizes[-1] if sizes[-1] not in (None, -1) else 2 * (x.re.shape[dims[-1]] - 1)
     x = _sized(x, dims, [*sizes[:-1], n // 2 + 1])
     mode = fft_mode(inverse=True, onesided=True, pairs=True, norm=_NORMS[norm], last=dims[-1])
-    return torch.ops.aotc.fft(x.t, sum(1 << d for d in set(dims)), mode, n)
+    return torch.ops.aotc.fft(x.t, _bits(dims), mode, n)
+
+
+def _bits(dims) -> int:
+    """aotc::fft's `dims`: a bit per transformed dim."""
+    return sum(1 << d for d in set(dims))
 
 
 def _norm(norm) -> None:
@@ -95,31 +100,29 @@ def _dims_of(x, dim, default, s=None):
     return [dim] if isinstance(dim, int) else list(dim)
 
 
-def _one(inverse: bool, onesided: bool = False):
-    def call(x, n=None, dim=-1, norm=None):
-        x = _sized(x, [dim], [n])
-        return dft(x, [dim], inverse=inverse, norm=norm, onesided=onesided)
-    return call
-
-
 def _many(inverse: bool, default, onesided: bool = False):
+    """An n-d transform (s, dim, norm): the input sized to `s`, then one aotc::fft."""
     def call(x, s=None, dim=default, norm=None):
         dims = _dims_of(x, dim, default, s)
-        x = _sized(x, dims, s)
-        return dft(x, dims, inverse=inverse, norm=norm, onesided=onesided)
+        return dft(_sized(x, dims, s), dims, inverse=inverse, norm=norm, onesided=onesided)
     return call
+
+
+def _one(transform):
+    """The 1-d form (n, dim) of an n-d transform (s, dim)."""
+    return lambda x, n=None, dim=-1, norm=None: transform(x, [n], [dim], norm)
 
 
 _SWAPPED = {None: "forward", "backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
-def _ihfft(default, one: bool = False):
-    """ihfft, ihfft2, ihfftn of a real signal: the conjugate of rfftn with the norm's scaling
-    moved to the other direction."""
+def _ihfftn(default):
+    """ihfftn, ihfft2 of a real signal: the conjugate of rfftn with the norm's scaling moved
+    to the other direction."""
+    rfftn = _many(False, default, onesided=True)
+
     def call(x, s=None, dim=default, norm=None):
-        dims = [dim] if one else _dims_of(x, dim, default, s)
-        x = _sized(x, dims, [s] if one else s)
-        out = dft(x, dims, inverse=False, norm=_SWAPPED.get(norm, norm), onesided=True)
+        out = rfftn(x, s, dim, _SWAPPED.get(norm, norm))
         return Pairs(torch.stack([out.re, -out.im], -1))
     return call
 
@@ -134,10 +137,6 @@ def _c2c(x, dim, normalization, forward):
     return dft(x, list(dim), inverse=not forward, norm=norm)
 
 
-def _irfft(x, n=None, dim=-1, norm=None):
-    return inverse_real(x, [dim], norm=norm, sizes=[n])
-
-
 def _irfftn(default):
     def call(x, s=None, dim=default, norm=None):
         return inverse_real(x, _dims_of(x, dim, default, s), norm=norm, sizes=s)
@@ -150,15 +149,15 @@ def _c2r(x, dim, normalization, last_dim_size):
 
 
 HANDLERS = {
-    aten.fft_fft.default: _one(False), aten.fft_ifft.default: _one(True),
-    aten.fft_rfft.default: _one(False, True),
+    aten.fft_fft.default: _one(_many(False, None)), aten.fft_ifft.default: _one(_many(True, None)),
+    aten.fft_rfft.default: _one(_many(False, None, True)),
     aten.fft_fftn.default: _many(False, None), aten.fft_ifftn.default: _many(True, None),
     aten.fft_rfftn.default: _many(False, None, True),
     aten.fft_fft2.default: _many(False, (-2, -1)), aten.fft_ifft2.default: _many(True, (-2, -1)),
     aten.fft_rfft2.default: _many(False, (-2, -1), True),
     aten._fft_r2c.default: _r2c, aten._fft_c2c.default: _c2c, aten._fft_c2r.default: _c2r,
-    aten.fft_irfft.default: _irfft, aten.fft_irfftn.default: _irfftn(None),
+    aten.fft_irfft.default: _one(_irfftn(None)), aten.fft_irfftn.default: _irfftn(None),
     aten.fft_irfft2.default: _irfftn((-2, -1)),
-    aten.fft_ihfft.default: _ihfft(-1, one=True), aten.fft_ihfftn.default: _ihfft(None),
-    aten.fft_ihfft2.default: _ihfft((-2, -1)),
+    aten.fft_ihfft.default: _one(_ihfftn(None)), aten.fft_ihfftn.default: _ihfftn(None),
+    aten.fft_ihfft2.default: _ihfftn((-2, -1)),
 }
