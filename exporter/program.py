@@ -121,12 +121,12 @@ def size_float(node, namer: SymbolNamer) -> float | str:
     expr = node.meta["val"].node.expr
     try:
         value = sympy.simplify(exact_rational(expr))
-    except ExportError:
+    except ExportError:   # a factor with no exact small fraction: refused below
         value = sympy.nan
+    num, den = sympy.fraction(sympy.together(value))
     if value.is_number and value.is_finite:
         return float(value)
-    num, den = sympy.fraction(sympy.together(value))
-    if value.is_finite is not False and num.is_integer and den.is_integer:
+    if num.is_integer and den.is_integer:
         return f"({namer.expr(sympy.expand(num))}) / ({namer.expr(sympy.expand(den))})"
     trace = node.meta.get("stack_trace")
     raise ExportError("the model computes a float from a dynamic size that kernels cannot "

@@ -20,8 +20,6 @@ class SymbolNamer:
     def _print(self, e) -> str:
         if e.is_Integer:
             return str(int(e))
-        if e.is_Rational:
-            return f"({e.p} / {e.q})"
         if e.is_Symbol:
             return self.names.get(e, e.name)
         name = type(e).__name__
@@ -53,7 +51,7 @@ def exact_rational(e):
     `FloatTrueDiv`, `IntTrueDiv`) as sympy's, and each float constant as the exact rational it
     holds (a scale factor of 1.5 in `floor(1.5*W)` becomes 3/2, so the size is computed in
     integers, as torch's double product is for such factors). A float whose exact fraction
-    has a denominator above 2**20 cannot be computed in 64-bit sizes: NotImplementedError."""
+    has a denominator above 2**20 cannot be computed in 64-bit sizes: an ExportError."""
     from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat, TruncToInt
     e = e.replace(ToFloat, lambda x: x).replace(FloatTrueDiv, lambda a, b: a / b) \
         .replace(IntTrueDiv, lambda a, b: a / b)

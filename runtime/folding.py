@@ -10,7 +10,9 @@ bias, FNet's DFT matrices, rotary tables at a static length. Both runners take t
 - an ATen call reading only fixed values, with no size symbol in its arguments, neither
   mutating nor random: called at load (both runners; the runner file marks it `fold`);
 - a generated kernel reading only fixed values, with no size argument and a constant grid:
-  run at load by the Python runner (runtime/executor.py); the C++ runner runs it per call.
+  run at load by the Python runner (runtime/executor.py), and by the C++ runner for C++
+  kernels (runtime/cpp/program.cpp; it runs Triton kernels per call). Constants that change
+  between calls (a generator's state, a training step's weights) are never fixed.
 
 What is folded stays allocated for the module's life, so a result is folded only where it
 is no larger than `FOLD_BYTES` or than the fixed values it reads (a broadcast of a small
@@ -30,14 +32,14 @@ from aotc.runtime.schema.types import StepKind
 FOLD_BYTES = 16 << 20
 
 
-def foldable(step, folded: set, slots, resolve=None) -> bool:
+def foldable(step, folded: set, slots, resolve) -> bool:
     """A call step (view or ATen op) that can run once, at load: see the module doc.
-    `resolve(qualname)` gives the op, for its schema and tags (extern steps only)."""
+    `resolve(qualname)` gives the op, for its schema and tags (extern steps)."""
     if step.kind is StepKind.VIEW:
         reads = step.reads()
         return (len(step.out) == 1 and step.out[0] is not None and bool(reads)
                 and all(r in folded for r in reads) and not _symbolic(step))
-    if step.kind is not StepKind.EXTERN or resolve is None:
+    if step.kind is not StepKind.EXTERN:
         return False
     if not (step.single and len(step.out) == 1 and step.out[0] is not None) or _symbolic(step):
         return False
