@@ -436,6 +436,8 @@ class GraphLowering:
                 "out": list(node["out"]), "single": node["single"]}
         if node.get("source"):   # the model's line, for errors that name a failing step
             step["source"] = node["source"]
+        if node.get("binds"):    # value-dependent sizes its result defines
+            step["binds"] = node["binds"]
         if op not in (aten.convolution.default, aten.scaled_dot_product_attention.default):
             lay_out_extern(self, step, op)   # their layouts are planned where they are made
         self.out.steps.append(step)

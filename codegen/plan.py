@@ -38,6 +38,8 @@ def finalize(slots: list, steps: list, inputs: list, outputs: list, entry: str,
     outs = {o["slot"] for o in outputs if "slot" in o}
     last_use = {}
     for idx, step in enumerate(steps):
+        for pos, _ in step.get("binds", {}).values():   # a result read for its size: kept
+            last_use[step["out"][pos]] = idx
         for s in step_uses(step):
             last_use[s] = idx
     for step in steps:   # views keep their base alive as long as they live

@@ -58,7 +58,8 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
     if dyn is not None:   # trace with export's symbolic inputs, so sizes stay symbolic
         flat_args = [real_view(n.meta["val"]) for n in _placeholders(ep)]
     graph = graph_to_json(decompose(ep.graph_module, flat_args, symbolic=dyn is not None),
-                          placeholders, namer)
+                          placeholders, namer, value_sizes=True)
+    symbols.update(graph.pop("bound", {}))   # value-dependent sizes, bound by plan steps
     user = [i for i in graph["inputs"] if i["kind"] == "input"]
     inputs = [{"name": ph["name"], "dtype": dtype_name(a.dtype),
                "shape": graph["values"][ph["value"]]["shape"],
@@ -237,11 +238,16 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     except ExportError:
         raise
     except Exception as e:
+        sized = type(e).__name__ in ("DynamicOutputShapeException", "DataDependentOutputException")
         raise ExportError(f"capturing the training step failed: {type(e).__name__}: "
                           f"{str(e).splitlines()[0][:300] if str(e) else ''}",
                           where=locate(e, src_file) or "model forward/backward",
                           expected="a forward AOTAutograd can differentiate",
-                          found=type(e).__name__, fix="check the model trains eagerly") from e
+                          found=type(e).__name__,
+                          fix="training steps need sizes that follow from the inputs' sizes "
+                              "(value-dependent sizes, x[mask] or nonzero, export for "
+                              "inference only): select with torch.where instead" if sized
+                          else "check the model trains eagerly") from e
     fgraph, bgraph, finputs, binputs = training_graphs(fw, bw, meta, args)
     for spec_in, name, a, rng in zip(finputs, names, args, value_ranges or [None] * len(args)):
         spec_in.update(name=name, values=_value_range(a, rng))

@@ -17,10 +17,10 @@ from pathlib import Path
 import sympy
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from safetensors.torch import save_file
 
 from aotc.errors import ExportError
+from aotc.exporter.bindings import bindings, check_assertion
 from aotc.exporter.decomp import UNMIRROR
 from aotc.exporter.symbols import SymbolNamer, exact_rational
 from aotc.runtime.dtypes import dtype_name
@@ -143,11 +143,13 @@ def _is_symint_node(node) -> bool:
 
 
 def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
-                  namer: SymbolNamer | None = None) -> dict:
+                  namer: SymbolNamer | None = None, *, value_sizes: bool = False) -> dict:
     """Convert a traced ATen graph. `placeholders` describes each placeholder in order;
-    `namer` names the symbolic sizes of a dynamic-shape graph."""
+    `namer` names the symbolic sizes of a dynamic-shape graph. `value_sizes`: sizes that
+    depend on tensor values are bound by the call that makes them (exporter/bindings.py);
+    without, they are an ExportError. The graph's "bound" maps each such symbol to its range."""
     namer = namer or SymbolNamer()
-    values, ids, nodes, inputs, syms = [], {}, [], [], {}
+    values, ids, nodes, inputs, syms, bound = [], {}, [], [], {}, {}
 
     def new(val) -> int:
         values.append(value_meta(val, namer))
@@ -167,6 +169,8 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
         if node.op == "call_function" and isinstance(node.meta.get("val"), torch.SymFloat):
             syms[node] = size_float(node, namer)   # a ratio of sizes
             continue
+        if _asserted_only(node):   # a comparison that an assertion checks (below)
+            continue
         if node.op == "placeholder":
             ids[node] = new(node.meta.get("val"))
             inputs.append(dict(next(phs), value=ids[node]))
@@ -174,9 +178,13 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
             ids[node] = ids[(node.args[0], node.args[1])]
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             if node.target in DROPPED:
+                if node.target is torch.ops.aten._assert_scalar.default:
+                    check_assertion(node)
                 continue
-            _refuse_data_dependent(node)
+            binds = bindings(node, namer, bound, value_sizes)
             nodes.append(_node_json(node, ids, new, slot_of))
+            if binds:
+                nodes[-1]["binds"] = binds
         elif node.op == "output":
             outs = node.args[0]
             outputs = [slot_of(o) if isinstance(o, torch.fx.Node) else {"const": o}
@@ -187,7 +195,15 @@ def graph_to_json(gm: torch.fx.GraphModule, placeholders: list[dict],
                               expected="ATen operator calls", found=str(node.target),
                               fix="remove the construct from forward (control-flow operators and "
                                   "Python callables are not supported yet)")
-    return {"values": values, "inputs": inputs, "nodes": nodes, "outputs": outputs}
+    out = {"values": values, "inputs": inputs, "nodes": nodes, "outputs": outputs}
+    return dict(out, bound=bound) if bound else out
+
+
+def _asserted_only(node) -> bool:
+    """A comparison of sizes (`u0 <= 16`) read only by assertions."""
+    return (node.op == "call_function" and isinstance(node.meta.get("val"), torch.SymBool)
+            and bool(node.users) and all(u.target is torch.ops.aten._assert_scalar.default
+                                         for u in node.users))
 
 
 def _node_json(node, ids, new, slot_of) -> dict:
@@ -213,21 +229,6 @@ def _node_json(node, ids, new, slot_of) -> dict:
     if source:
         out["source"] = source
     return out
-
-
-def _refuse_data_dependent(node) -> None:
-    """An ExportError for an op whose output size depends on tensor values (a boolean mask's
-    selection, nonzero, unique): plans size every buffer from the inputs' sizes."""
-    if not free_unbacked_symbols(node.meta.get("val")):
-        return
-    trace = node.meta.get("stack_trace")
-    at = user_frame(trace) or user_frame(trace, libraries=True)
-    raise ExportError(f"the output size of {node.target} depends on tensor values, which aotc's "
-                      "plans cannot size", where=at or str(node.format_node())[:200],
-                      expected="sizes that follow from the inputs' sizes",
-                      found=f"{node.target} (boolean-mask indexing, nonzero, unique, ...)",
-                      fix="select with torch.where or a fixed-size gather instead, or export the "
-                          "part of the model before this line and run the rest eagerly")
 
 
 def user_frame(stack_trace: str | None, libraries: bool = False) -> str | None:

@@ -22,7 +22,7 @@ import torch
 from aotc.errors import ArtifactError
 from aotc.runtime.argcheck import check_call
 from aotc.runtime.executor import (FlagDeferral, bound_tensors, check_flag, resolve_op,
-                                   symbol_names)
+                                   size_error, symbol_names)
 from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.schema import expr as ex
@@ -64,7 +64,7 @@ class CppPlanFunction:
         self._python_source = (weights, static_weights, state)
         self.deferral = FlagDeferral()
         self._spec = _Spec(plan, weights, device, library, static_weights, state or {})
-        self.symbols = self._spec.symbols
+        self.symbols = self._spec.given
         self._build(runner)
 
     def _build(self, runner) -> None:
@@ -103,8 +103,15 @@ class CppPlanFunction:
         out = self.fn(inputs, syms)
         if out.__class__ is tuple:
             return out
+        raise self._failed(out, inputs, symbols)
+
+    def _failed(self, out: list, inputs, symbols) -> Exception:
+        """The GuardError of a failed run: [step, kernel arguments...] for an index out of
+        range, [step, "size", symbol, value] for a value-dependent size out of its range."""
         step = self.plan.steps[out[0]]
-        raise index_error(self.plan, step, dict(enumerate(out[1:])), inputs, symbols)
+        if len(out) == 4 and out[1] == "size":
+            return size_error(step, self._spec.symbols[out[2]], out[3])
+        return index_error(self.plan, step, dict(enumerate(out[1:])), inputs, symbols)
 
     def check_flag(self, flag: torch.Tensor, inputs=None, symbols=None) -> None:
         """After a deferred run (a CUDA graph replay): raise if a kernel flagged an index."""
@@ -132,8 +139,7 @@ class CppPlanFunction:
             if out is None:   # a guard failed in C++: the Python guards raise its error
                 with torch.no_grad():
                     return self(args, symbols)
-            raise index_error(self.plan, self.plan.steps[out[0]], dict(enumerate(out[1:])),
-                              args, symbols)
+            raise self._failed(out, args, symbols)
         return run
 
     @property
@@ -152,7 +158,8 @@ class _Spec:
 
     def __init__(self, plan, weights, device, library, static_weights: bool, state: dict):
         self.plan, self.library, self.device = plan, library, device
-        self.symbols = symbol_names(plan)
+        self.given = symbol_names(plan)   # read from the inputs, then those calls bind
+        self.symbols = self.given + [b.name for s in plan.steps for b in getattr(s, "binds", ())]
         self.exprs: dict = {}
         self.derives = False   # tensors computed from weights: copies bound, folds, layouts
         self.bind(weights, state)
@@ -194,9 +201,12 @@ class _Spec:
             self.folded.add(step.out[0])
             self.derives = True
         op, overload = step.op.rsplit(".", 1)
+        binds = [(self.symbols.index(b.name), b.out, -1 if b.dim is None else b.dim, b.lo, b.hi)
+                 for b in step.binds]
         return ("call", idx, op, overload, [self._arg(a) for a in step.args],
                 [(k, self._arg(v)) for k, v in step.kwargs],
-                [o if o is not None else -1 for o in step.out], step.single, fold)
+                [o if o is not None else -1 for o in step.out], step.single, fold,
+                *([binds] if binds else []))
 
     def _kernel(self, idx: int, step) -> tuple:
         lib = self.library

@@ -19,13 +19,14 @@ from contextlib import contextmanager
 
 import torch
 
-from aotc.errors import ArtifactError
+from aotc.errors import ArtifactError, GuardError
 from aotc.runtime.argcheck import check_call
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
-from aotc.runtime.folding import arg_names, foldable, kernel_foldable
+from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
 from aotc.runtime.schema import expr as ex
+from aotc.runtime.schema.flow import step_symbols
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
 from aotc.runtime.schema.types import SlotKind, StepKind
 
@@ -141,6 +142,7 @@ class PlanFunction:
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided, "layout": _layout,
                                 "index_failed": self.index_failed, "LIB": library,
+                                "size_failed": self.size_failed,
                                 "check_error_flag": self._flag}
         emitter = _Emitter(self, plan, weights)
         self.source = emitter.emit()
@@ -183,6 +185,10 @@ class PlanFunction:
         step = self.plan.steps[step_index]
         raise index_error(self.plan, step, dict(enumerate(tensors)), inputs, symbols)
 
+    def size_failed(self, step_index: int, name: str, value: int):
+        """A value-dependent size outside the range export proved for it."""
+        raise size_error(self.plan.steps[step_index], name, value)
+
     def check_flag(self, flag: torch.Tensor, inputs=None, symbols=None) -> None:
         """After a plan with index-checking Triton kernels: raise if one flagged an index."""
         check_flag(self.plan, flag, inputs, symbols)
@@ -197,6 +203,15 @@ class PlanFunction:
 
     def deferred_flags(self, flags: list):
         return self.deferral.into(flags)
+
+
+def size_error(step, name: str, value: int) -> GuardError:
+    b = next(b for b in step.binds if b.name == name)
+    where = f"the result of {step.op}" + (f" ({step.source})" if step.source else "")
+    return GuardError(f"{where} has {name}={value}, outside the range [{b.lo}, {b.hi}] export "
+                      "proved for it", where=where, expected=f"{b.lo} <= {name} <= {b.hi}",
+                      found=value, fix="these inputs' values select more than the model's "
+                      "code allows at export; check the inputs, or re-export the model")
 
 
 class FlagDeferral:
@@ -311,7 +326,18 @@ class _Emitter:
             return []
         outs = [self.names[o] if o is not None else "_" for o in step.out]
         target = outs[0] if step.single else ", ".join(outs) + ","
-        return [f"    {target} = {call}"]
+        return [f"    {target} = {call}", *self._binds(idx, step)]
+
+    def _binds(self, idx: int, step) -> list[str]:
+        """Lines that read the sizes a call's result defines and check their ranges."""
+        lines = []
+        for b in step.binds:
+            value = self.names[step.out[b.out]]
+            lines += [f"    S_{b.name} = symbols[{b.name!r}] = "
+                      f"{value if b.dim is None else f'{value}.shape[{b.dim}]'}",
+                      f"    if not {b.lo} <= S_{b.name} <= {b.hi}: "
+                      f"size_failed({idx}, {b.name!r}, S_{b.name})"]
+        return lines
 
     def _call(self, step, op, args: list[str]) -> str:
         """Source of one ATen call: common views and matmuls through torch's Python bindings
@@ -436,19 +462,17 @@ class _Emitter:
 
 
 def symbol_names(plan) -> list[str]:
-    """Every size symbol the plan's slots, kernels and calls use, sorted."""
+    """Every size symbol the plan uses that its inputs bind, sorted (those its calls bind,
+    value-dependent sizes, are read from their results)."""
     out = set(plan.symbols)
     for s in plan.steps:
-        if s.kind is StepKind.KERNEL:
-            out |= set(s.sizes)
-            if s.launch is not None:
-                for g in s.launch.grid:
-                    out |= ex.names(g)
-            for c in s.checks:
-                out |= set() if isinstance(c.size, int) else ex.names(c.size)
-        elif s.kind is not StepKind.FREE:
-            out |= arg_names((*s.args, *(v for _, v in s.kwargs)))
-    return sorted(out)
+        out |= step_symbols(s, plan.slots)
+    return sorted(out - step_bound(plan))
+
+
+def step_bound(plan) -> set[str]:
+    """The size symbols the plan's calls bind."""
+    return {b.name for s in plan.steps for b in getattr(s, "binds", ())}
 
 
 def bound_tensors(plan, weights: dict, state: dict) -> dict[int, torch.Tensor]:

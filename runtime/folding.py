@@ -26,7 +26,7 @@ import torch
 
 from aotc.runtime.dtypes import DTYPES
 from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.plan import SymArg
+from aotc.runtime.schema.plan import arg_names
 from aotc.runtime.schema.types import StepKind
 
 FOLD_BYTES = 16 << 20
@@ -39,7 +39,7 @@ def foldable(step, folded: set, slots, resolve) -> bool:
         reads = step.reads()
         return (len(step.out) == 1 and step.out[0] is not None and bool(reads)
                 and all(r in folded for r in reads) and not _symbolic(step))
-    if step.kind is not StepKind.EXTERN:
+    if step.kind is not StepKind.EXTERN or step.binds:   # a value-dependent size: per call
         return False
     if not (step.single and len(step.out) == 1 and step.out[0] is not None) or _symbolic(step):
         return False
@@ -66,17 +66,6 @@ def kernel_foldable(step, folded: set, slots) -> bool:
 
 def _symbolic(step) -> bool:
     return bool(arg_names((*step.args, *(v for _, v in step.kwargs))))
-
-
-def arg_names(args) -> set[str]:
-    """The size symbols a call's arguments name."""
-    out: set[str] = set()
-    for a in args:
-        if isinstance(a, tuple):
-            out |= arg_names(a)
-        elif isinstance(a, SymArg):
-            out |= ex.names(a.expr)
-    return out
 
 
 def static_bytes(slot) -> int | None:

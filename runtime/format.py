@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 15
+FORMAT_VERSION = 16
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -139,6 +139,14 @@ CHANGELOG = {
                        "norm and the one-sided dim); exports before it wrote Fourier transforms "
                        "as matrix products. A reader of version 14 refuses the op; versions "
                        "1-14 load as they are"),
+    16: ("2026-12-05", "value-dependent sizes: a call step may say \"binds\": {symbol: "
+                       "[result, dim or null]}, a size its result defines (x[mask]'s rows, "
+                       "nonzero's count, .item()), declared with its range in the entry's "
+                       "symbols; later steps size buffers with it, and both runners check it "
+                       "against its range before they run. Runner files: such a call step "
+                       "ends with [[symbol, result, dim or -1, lo, hi], ...] and `symbols` "
+                       "lists the inputs' symbols first. A reader of version 15 refuses "
+                       "\"binds\"; versions 1-15 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

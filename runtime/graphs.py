@@ -71,6 +71,10 @@ class GraphedEntry:
         self.full: str | None = None       # why new sizes are no longer captured, if they are not
         self.pool = None
         self.lock = threading.Lock()
+        bound = sorted({b.name for st in entry.plan.steps for b in getattr(st, "binds", ())})
+        if bound:   # reading such a size waits for the GPU, which a capture cannot
+            self.reason = (f"its sizes {', '.join(bound)} depend on tensor values "
+                           "(read from results, which a CUDA graph cannot replay)")
 
     def status(self) -> str:
         """'graph' (some size replays one), 'pending' (none captured yet), or why graphs are

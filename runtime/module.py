@@ -12,7 +12,7 @@ import torch
 from aotc.errors import AotcError, ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
 from aotc.runtime.cpp_runner import plan_function
-from aotc.runtime.executor import PlanFunction
+from aotc.runtime.executor import PlanFunction, step_bound
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
 from aotc.runtime.native import NativeLibrary, select_level
@@ -57,7 +57,7 @@ class Entry:
         self.name, self.spec = name, spec
         self.guards = Guards(spec.inputs, spec.symbols, spec.relations)
         self.plan = plan
-        unbound = sorted(plan.symbols - self.guards.bound_symbols)
+        unbound = sorted(plan.symbols - self.guards.bound_symbols - step_bound(plan))
         if unbound:
             raise ArtifactError(f"plan {spec.plan} sizes buffers with {unbound[0]}, which no "
                                 "input dim binds", where=spec.plan,

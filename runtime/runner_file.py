@@ -10,7 +10,10 @@ manifest like every file:
     count, pointer dtypes) instead of an address: the loader finds each in the library's own
     table and checks the signature there; a CUDA artifact's kernel step (format >= 14) adds
     [grid, error code]: its grid's three dims and the code it flags an index out of range with
-    (0: none), checked against the kernel's launch spec, whose cubin the loader loads;
+    (0: none), checked against the kernel's launch spec, whose cubin the loader loads; a
+    call that binds value-dependent sizes (format >= 16) adds [[symbol, result, dim or -1,
+    lo, hi], ...]; `symbols` lists the inputs' symbols, then those the calls bind, in plan
+    order (the guards' `plan_symbols` give the former);
   - the constants by name: a weight slot names its stored tensor (tied names resolved), its
     stored dtype and shape and the load-time transform (`transpose`, `channels_last`); a state
     slot names its state, allocated with zeros;
@@ -24,6 +27,7 @@ Python's loader only checks the file's hash; `aotc inspect` lists it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -32,6 +36,7 @@ from aotc.runtime import format as fmt
 from aotc.runtime.cpp_runner import _collectives, _Spec, guard_spec
 from aotc.runtime.executor import load_transform
 from aotc.runtime.guards import Guards
+from aotc.runtime.schema.plan import with_ranges
 from aotc.runtime.schema.types import SlotKind
 
 
@@ -75,10 +80,12 @@ def runner_files(manifest, plans: dict) -> dict[str, bytes]:
 
 def document(plan, entry, library, aliases: dict, device: torch.device) -> dict:
     """The runner file of one entry (see the module doc)."""
+    plan = dataclasses.replace(plan, steps=tuple(with_ranges(s, entry.symbols)
+                                                 for s in plan.steps))
     spec = _NamedSpec(plan, {}, device, library, True, {})
     doc = spec.as_dict()
     guards = Guards(entry.inputs, entry.symbols, entry.relations)
-    gspec = guard_spec(guards, spec.symbols, device)
+    gspec = guard_spec(guards, spec.given, device)
     steps = [_step(s) for s in doc["steps"]]
     return {"entry": plan.entry, "slots": doc["slots"], "symbols": spec.symbols,
             "exprs": doc["exprs"], "inputs": doc["inputs"], "steps": steps,
@@ -88,10 +95,11 @@ def document(plan, entry, library, aliases: dict, device: torch.device) -> dict:
 
 
 def _step(step: tuple) -> list:
-    if step[0] == "call":
-        kind, idx, op, overload, args, kwargs, out, single, fold = step
+    if step[0] == "call":   # format 16: [symbol, result, dim or -1, lo, hi] per bound size
+        kind, idx, op, overload, args, kwargs, out, single, fold, *binds = step
         return [kind, idx, op, overload, [_tagged(a) for a in args],
-                [[k, _tagged(v)] for k, v in kwargs], out, single, fold]
+                [[k, _tagged(v)] for k, v in kwargs], out, single, fold,
+                *([[list(b) for b in binds[0]]] if binds else [])]
     out = [list(x) if isinstance(x, tuple) else x for x in step[:7]]
     if step[0] == "kernel" and len(step) == 8:   # a Triton kernel: its signature where a C++
         signature, grid, code = step[7]          # kernel's is, then its launch

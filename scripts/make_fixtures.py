@@ -5,6 +5,7 @@
     python scripts/make_fixtures.py cuda       # format_v<N>_cuda.aotc only
     python scripts/make_fixtures.py generator  # format_v<N>_generator.aotc only
     python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
+    python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -18,6 +19,8 @@ interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a slidin
 soft-capped scores and attention sinks, exported for decoding, extern-only (its decode attention
 calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds a spectral
 filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like `kernels`.
+`kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
+count) through a linear layer and scatters them back.
 Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
 of them with the current reader.
 """
@@ -70,6 +73,20 @@ class Fourier(torch.nn.Module):
         return self.b(torch.fft.irfft(spectrum * spectrum.abs(), n=8))
 
 
+class Select(torch.nn.Module):
+    """Rows chosen by their values through a linear layer and scattered back: x[keep] has a
+    value-dependent row count, bound by the call that selects them (format >= 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        keep = x.sum(-1) > 0
+        rows = torch.relu(self.a(x[keep]))
+        return torch.zeros_like(x).index_put((keep,), rows), rows
+
+
 def tiny_generator():
     from importlib.util import module_from_spec, spec_from_file_location
     spec = spec_from_file_location("aotc_sample_llama", FIXTURES.parent.parent / "samples" /
@@ -85,7 +102,8 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2}),
          "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
          "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
-         "kernels_fft": (Fourier, {"isa": "auto"})}
+         "kernels_fft": (Fourier, {"isa": "auto"}),
+         "kernels_select": (Select, {"isa": "auto"})}
 
 
 def main(kinds=("tiny", "kernels")) -> int:

@@ -94,7 +94,8 @@ def test_sample_matches_python(aotc_run, exported, tmp_path, name):
     assert "call_us" in done.stdout and "load_ms" in done.stdout
 
 
-@pytest.mark.parametrize("version,kind", [(10, "tiny"), (13, "tiny"), (13, "kernels")])
+@pytest.mark.parametrize("version,kind", [(10, "tiny"), (13, "tiny"), (13, "kernels"),
+                                          (16, "kernels_select")])
 def test_format_fixtures_run(aotc_run, tmp_path, version, kind):
     """Tied weights over three shards, a non-persistent buffer; extern-only and with kernels."""
     art = FIXTURES / f"format_v{version}_{kind}.aotc"

@@ -41,6 +41,7 @@ struct Program::Call {
   std::vector<Filler> stack;
   std::vector<int32_t> out;
   bool single = true;
+  std::vector<spec::Bind> binds;           // sizes its results define, checked and then bound
 };
 
 struct Program::Instr {
@@ -51,6 +52,11 @@ struct Program::Instr {
   Call call;
   std::vector<int32_t> free;
 };
+
+// binds.cpp
+bool bind_sizes(const Program::Call& c, const std::vector<c10::IValue>& regs,
+                std::vector<int64_t>& syms, const std::vector<std::vector<int64_t>>& exprs,
+                const std::vector<int32_t>& stage, int32_t& done, int64_t* ev, RunResult& r);
 
 // call.cpp
 Program::Call resolve_call(const spec::Step& s, const c10::Device& device, int32_t slots,

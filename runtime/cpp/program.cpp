@@ -159,6 +159,7 @@ Program::Program(spec::Program p)
     std::string problem = expr::check(e, symbols_);
     if (!problem.empty()) throw SpecError("expression: expected " + problem, where);
   }
+  order_binds(p.steps, where);
   for (auto& [slot, value] : p.constants) check_slot(slot, slots_, where);
   for (int32_t slot : p.inputs) check_slot(slot, slots_, where);
   for (const auto& o : p.outputs)
@@ -169,7 +170,10 @@ Program::Program(spec::Program p)
   for (auto& [slot, value] : p.constants) fixed[slot] = value;
   std::vector<char> varying(slots_, 0), computed(slots_, 0);
   for (int32_t slot : p.varying) check_slot(slot, slots_, where), varying[slot] = 1;
+  int32_t done = 0;   // binds of the steps so far
   for (const spec::Step& s : p.steps) {
+    check_stages(s, done);
+    done += int32_t(s.binds.size());
     Instr in;
     in.kind = s.kind;
     in.index = s.index;
@@ -183,7 +187,8 @@ Program::Program(spec::Program p)
       for (int32_t o : s.out)
         if (o != -1) check_slot(o, slots_, at_step(s));
       in.call = resolve_call(s, device_, slots_, exprs_.size());
-      bool constant = s.fold && std::all_of(in.call.stack.begin(), in.call.stack.end(),
+      in.call.binds = s.binds;
+      bool constant = s.fold && s.binds.empty() && std::all_of(in.call.stack.begin(), in.call.stack.end(),
                                             [&](const Filler& f) { return fixed_only(f, fixed, varying); });
       for (Filler& f : in.call.stack) bind_constants(f, fixed);
       if (constant) {   // `fold` is the plan's hint; a call of other values runs per call
@@ -399,17 +404,21 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
 
 RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> symbols,
                        bool read_flag) const {
-  if (inputs.size() != inputs_.size() || symbols.size() != size_t(symbols_))
+  if (inputs.size() != inputs_.size() || symbols.size() != size_t(symbols_ - bound_))
     throw std::invalid_argument("plan " + entry_ + " takes " + std::to_string(inputs_.size()) +
-                                " inputs and " + std::to_string(symbols_) + " sizes, given " +
-                                std::to_string(inputs.size()) + " and " +
+                                " inputs and " + std::to_string(symbols_ - bound_) +
+                                " sizes, given " + std::to_string(inputs.size()) + " and " +
                                 std::to_string(symbols.size()));
   if (set_threads_) follow_threads(set_threads_);
   std::vector<c10::IValue> regs(slots_);
   for (size_t i = 0; i < inputs.size(); ++i) regs[inputs_[i]] = std::move(inputs[i]);
   inputs.clear();
-  Dims ev;
-  for (const auto& e : exprs_) ev.push_back(expr::eval(e, symbols.data()));
+  std::vector<int64_t> syms(symbols.begin(), symbols.end());
+  syms.resize(symbols_, 0);   // the sizes calls bind (binds.cpp), as they run
+  Dims ev(exprs_.size(), 0);
+  for (size_t e = 0; e < exprs_.size(); ++e)
+    if (!stage_[e]) ev[e] = expr::eval(exprs_[e], syms.data());
+  int32_t done = 0;
   RunResult r;
   at::Tensor flag;   // written by Triton kernels that met an index out of range
   if (!codes_.empty()) flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));
@@ -420,9 +429,14 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
         break;
       case spec::Step::Kind::Call:
         run_call(in.call, regs, ev.data(), in.index);
+        if (!in.call.binds.empty() &&
+            !bind_sizes(in.call, regs, syms, exprs_, stage_, done, ev.data(), r)) {
+          r.failed_step = in.index;
+          return r;
+        }
         break;
       case spec::Step::Kind::Kernel:
-        if (!run_kernel(in.kernel, regs, ev.data(), symbols.data(), flag)) {
+        if (!run_kernel(in.kernel, regs, ev.data(), syms.data(), flag)) {
           r.failed_step = in.index;
           const Kernel& k = in.kernel;
           for (size_t i = 0; i < k.args.size(); ++i)

@@ -83,6 +83,15 @@ struct KernelOut {
   bool donor_view = false;  // both contiguous: a view; else as_strided
 };
 
+// A size symbol a call's result defines (a value-dependent size, runtime/schema/plan.py Bind):
+// dim `dim` of result `out` (-1: the result is the integer), checked against [lo, hi].
+struct Bind {
+  int32_t symbol = 0;
+  int32_t out = 0;
+  int32_t dim = -1;
+  int64_t lo = 0, hi = 0;
+};
+
 struct Step {
   enum class Kind : uint8_t { Kernel, Call, Free };
   Kind kind = Kind::Free;
@@ -105,6 +114,7 @@ struct Step {
   std::vector<int32_t> out;     // -1: result dropped
   bool single = true;
   bool fold = false;            // of constants only: called once, at load (runtime/folding.py)
+  std::vector<Bind> binds;      // sizes its results define: the plan's last symbols
   // Free
   std::vector<int32_t> slots;
 };
@@ -118,7 +128,7 @@ struct Output {
 struct Program {
   std::string entry;
   int32_t slots = 0;
-  int32_t symbols = 0;
+  int32_t symbols = 0;   // the inputs' symbols, then those calls bind (Step::binds)
   std::vector<std::vector<int64_t>> exprs;   // expression bytecode (expr.h)
   std::vector<std::pair<int32_t, c10::IValue>> constants;   // weights, state, folded views
   std::vector<int32_t> varying;   // constants whose values change between calls (state, a
@@ -137,6 +147,8 @@ struct RunResult {
   int32_t failed_step = -1;             // a kernel met an index out of range
   std::vector<c10::IValue> failed_args; // that kernel's arguments, for the error message
   at::Tensor flag;                      // the error flag, when its read was deferred
+  int32_t failed_symbol = -1;           // or: a size failed_step bound is out of its range
+  int64_t failed_value = 0;
 };
 
 class Program {
@@ -146,7 +158,8 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   // `inputs` are moved into the registers, so a caller that hands them over lets the plan's
-  // free steps release them; `symbols` in the spec's symbol order. A plan whose Triton kernels
+  // free steps release them; `symbols` in the spec's symbol order, all but those the plan's
+  // calls bind (the last bound() symbols). A plan whose Triton kernels
   // check indices reads its error flag after its last step (one 4-byte read), unless
   // `read_flag` is false (inside a CUDA graph capture): the result then holds the flag, and
   // failed_step(code) names the step that stored a code.
@@ -154,6 +167,7 @@ class Program {
                 bool read_flag = true) const;
   int32_t failed_step(int32_t code) const;
   const std::string& entry() const { return entry_; }
+  int32_t bound() const { return bound_; }
 
   struct Filler;
   struct Kernel;
@@ -169,7 +183,13 @@ class Program {
   static void bind_constants(Filler& f, const std::vector<c10::IValue>& fixed);
 
   std::string entry_;
+  void order_binds(const std::vector<spec::Step>& steps, const std::string& where);
+  void check_stages(const spec::Step& s, int32_t done) const;
+
   int32_t slots_ = 0, symbols_ = 0;
+  int32_t bound_ = 0;                 // symbols the calls bind: the last ones
+  std::vector<int32_t> order_;        // per symbol: 0 (an input's), or which bind defines it
+  std::vector<int32_t> stage_;        // per expression: the last bind it needs (0: none)
   std::vector<std::vector<int64_t>> exprs_;
   std::vector<int32_t> inputs_;
   std::vector<Instr> code_;

@@ -153,6 +153,12 @@ aotc::spec::Step step(const py::handle& obj) {
     s.out = t[6].cast<std::vector<int32_t>>();
     s.single = t[7].cast<bool>();
     s.fold = t[8].cast<bool>();
+    if (t.size() > 9)   // (symbol, result, dim or -1, lo, hi) per value-dependent size
+      for (const py::handle& h : t[9]) {
+        auto b = h.cast<py::tuple>();
+        s.binds.push_back({b[0].cast<int32_t>(), b[1].cast<int32_t>(), b[2].cast<int32_t>(),
+                           b[3].cast<int64_t>(), b[4].cast<int64_t>()});
+      }
   } else if (kind == "free") {
     s.kind = aotc::spec::Step::Kind::Free;
     s.slots = t[2].cast<std::vector<int32_t>>();
@@ -206,7 +212,8 @@ at::Tensor input(PyObject* obj, size_t i) {
 }
 
 // A tuple of outputs, or, when a kernel met an index out of range, a list [step index, that
-// kernel's arguments...].
+// kernel's arguments...], or, when a call bound a size out of its range, a list [step index,
+// "size", symbol index, value].
 py::object results(aotc::RunResult& r) {
   if (r.failed_step < 0) {
     py::tuple out(r.outputs.size());
@@ -216,6 +223,12 @@ py::object results(aotc::RunResult& r) {
   }
   py::list failed;
   failed.append(r.failed_step);
+  if (r.failed_symbol >= 0) {
+    failed.append(py::str("size"));
+    failed.append(r.failed_symbol);
+    failed.append(r.failed_value);
+    return std::move(failed);
+  }
   for (auto& v : r.failed_args) failed.append(torch::jit::toPyObject(std::move(v)));
   return std::move(failed);
 }

@@ -5,11 +5,16 @@ reads only bound slots; an extern, view or kernel step binds value slots not bou
 kernel reads and writes tensors, and the storage it takes over (`reuse`) was donated by a free
 step; a free step drops bound values or inputs; the outputs are bound at the end. So a parsed
 plan runs without a name error, and no step reads a slot that a free step dropped.
+
+Size symbols flow the same way: those the inputs' dims name are known at the start, a call's
+`binds` make its result's value-dependent sizes known, and a step uses only known symbols (the
+symbols its call binds in its results' shapes too).
 """
 from __future__ import annotations
 
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.plan import arg_names
 from aotc.runtime.schema.types import SlotKind, StepKind
 
 
@@ -26,9 +31,11 @@ def check_flow(plan, doc: At) -> None:
     inputs_at.check(declared == set(plan.inputs), "every input slot listed",
                     "misses an input slot")
     donated: set[int] = set()
+    known = {d.name for i in plan.inputs for d in slots[i].shape if isinstance(d, ex.Sym)}
     for idx, step in enumerate(plan.steps):
         at = steps_at.child(idx, step)
         _check_step(step, slots, bound, donated, at)
+        _check_symbols(step, slots, known, at)
     outs_at = doc.get("outputs")
     for o in plan.outputs:
         if o.slot is not None:
@@ -76,6 +83,57 @@ def _check_kernel(step, slots, bound: set, donated: set, at: At) -> None:
         for g in step.launch.grid:
             at.check(ex.names(g) <= set(step.sizes) | _shape_names(slots, step),
                      "a grid over the kernel's size symbols", "uses another symbol")
+
+
+def _check_symbols(step, slots, known: set, at: At) -> None:
+    """The step uses only known size symbols; what it binds is new, and a dim (or the integer)
+    of one of its results that the result's slot names by that symbol."""
+    binds = getattr(step, "binds", ())
+    for b in binds:
+        at.check(b.name not in known, "a size symbol bound once", f"binds {b.name} again")
+        slot = step.out[b.out] if b.out < len(step.out) else None
+        at.check(slot is not None, "a result the step keeps", f"binds {b.name} from result "
+                 f"{b.out}")
+        s = slots[slot]
+        ok = not s.is_tensor if b.dim is None else (
+            s.is_tensor and b.dim < len(s.shape) and isinstance(s.shape[b.dim], ex.Sym)
+            and s.shape[b.dim].name == b.name)
+        at.check(ok, f"a result whose slot has {b.name} there",
+                 f"binds {b.name} from slot {slot} dim {b.dim}")
+    new = {b.name for b in binds}
+    outs = set(getattr(step, "out", ())) - {None}
+    reads = step_symbols(step, slots, skip=outs)
+    at.check(reads <= known, "size symbols the inputs or earlier steps bind",
+             f"uses {sorted(reads - known)}, unbound here")
+    written = step_symbols(step, slots, only=outs)
+    at.check(written <= known | new, "size symbols the inputs or earlier steps bind",
+             f"sizes its result with {sorted(written - known - new)}, unbound here")
+    known |= new
+
+
+def step_symbols(step, slots, *, skip: set = frozenset(), only: set | None = None) -> set[str]:
+    """The size symbols a step uses: in its slots' shapes and strides (all but `skip`, or
+    `only` those), its call's arguments, its kernel's sizes, grid and index checks."""
+    if step.kind is StepKind.FREE:
+        return set()
+    used: set[str] = set()
+    for s in (*step.reads(), *(o for o in step.out if o is not None)):
+        if s in skip or (only is not None and s not in only) or not slots[s].is_tensor:
+            continue
+        for d in (*slots[s].shape, *slots[s].stride):
+            if not isinstance(d, int):
+                used |= ex.names(d)
+    if only is not None:
+        return used
+    if step.kind is StepKind.KERNEL:
+        used |= set(step.sizes)
+        for g in (step.launch.grid if step.launch is not None else ()):
+            used |= ex.names(g)
+        for c in step.checks:
+            used |= set() if isinstance(c.size, int) else ex.names(c.size)
+    else:
+        used |= arg_names((*step.args, *(v for _, v in step.kwargs)))
+    return used
 
 
 def _shape_names(slots, step) -> set[str]:

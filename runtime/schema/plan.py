@@ -98,7 +98,33 @@ def slot_refs(a) -> list[int]:
     return [a.slot] if isinstance(a, SlotRef) else []
 
 
+def arg_names(args) -> set[str]:
+    """The size symbols a call's arguments name."""
+    out: set[str] = set()
+    for a in args:
+        if isinstance(a, tuple):
+            out |= arg_names(a)
+        elif isinstance(a, SymArg):
+            out |= ex.names(a.expr)
+    return out
+
+
 # ----------------------------------------------------------------------------------- steps
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """A size symbol a call's result defines (a value-dependent size: `x[mask]`'s rows): the
+    dim `dim` of result `out` (None: the result is that integer), within [lo, hi], the range
+    the manifest declares for it (checked at each call before any later step runs)."""
+    name: str
+    out: int
+    dim: int | None
+    lo: int = 0
+    hi: int = ex.MAX_INT
+
+    def to_json(self) -> list:
+        return [self.out, self.dim]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallStep:
     """An ATen call: EXTERN (into new storage) or VIEW (aliasing its first argument)."""
@@ -109,6 +135,7 @@ class CallStep:
     out: tuple                         # slot | None per result
     single: bool = True                # the op returns one value (not a tuple)
     source: str | None = None          # display only: the model's line that produced it
+    binds: tuple = ()                  # Bind per size symbol its result defines (format 16)
 
     def reads(self) -> list[int]:
         return slot_refs(self.args) + slot_refs(tuple(v for _, v in self.kwargs))
@@ -119,6 +146,8 @@ class CallStep:
                "single": self.single}
         if self.source is not None:
             out["source"] = self.source
+        if self.binds:
+            out["binds"] = {b.name: b.to_json() for b in self.binds}
         return out
 
 
@@ -244,6 +273,8 @@ def parse_plan(doc: At, entry: str, symbols, spec=None) -> Plan:
     inputs = doc.ints_of("inputs", n - 1)
     steps = tuple(_step(a, n, symbols) for a in doc.get("steps").list())
     outputs = tuple(_output(a, n) for a in doc.get("outputs").list())
+    if spec is not None:   # the ranges value-dependent sizes are checked against
+        steps = tuple(with_ranges(s, spec.symbols) for s in steps)
     from aotc.runtime.schema.manifest import display
     plan = Plan(entry=entry, slots=slots, inputs=inputs, steps=steps, outputs=outputs,
                 stats=display(doc.get("stats", {})))
@@ -331,7 +362,7 @@ def _arg(a: At, n: int, symbols, depth: int = 0):
     a.fail("an argument: a number, a string, a list or a tagged value")
 
 
-_CALL_KEYS = frozenset(("kind", "op", "args", "kwargs", "out", "single", "source"))
+_CALL_KEYS = frozenset(("kind", "op", "args", "kwargs", "out", "single", "source", "binds"))
 _FREE_KEYS = frozenset(("kind", "slots", "donate"))
 
 
@@ -363,7 +394,28 @@ def _step(a: At, n: int, symbols) -> Step:
                     kwargs=kwargs, out=a.ints_of("out", n - 1, nullable=True),
                     single=a.bool_of("single") if "single" in v else True,
                     source=a.get("source").str(pattern=WEIGHT_NAME, max_len=1024)
-                    if "source" in v else None)
+                    if "source" in v else None,
+                    binds=_binds(a.get("binds"), symbols) if "binds" in v else ())
+
+
+def _binds(a: At, symbols) -> tuple:
+    out = []
+    for name, b in a.items(16):
+        b.check(symbols is None or name in symbols, "a symbol the manifest declares",
+                f"binds {name!r}")
+        pos, dim = b.list(2, 2)
+        out.append(Bind(name, pos.int(0, 64), None if dim.is_null() else dim.int(0, 15)))
+    return tuple(out)
+
+
+def with_ranges(step, symbols: dict):
+    """`step` with its binds' ranges from the manifest's symbols."""
+    if not getattr(step, "binds", ()):
+        return step
+    import dataclasses
+    binds = tuple(Bind(b.name, b.out, b.dim, symbols[b.name].min, symbols[b.name].max)
+                  for b in step.binds)
+    return dataclasses.replace(step, binds=binds)
 
 
 def _kernel_step(a: At, n: int, symbols) -> KernelStep:

@@ -247,6 +247,21 @@ std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<
     syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);
   at::NoGradGuard no_grad;
   RunResult r = e.program->run(std::vector<c10::IValue>(inputs.begin(), inputs.end()), syms);
+  if (r.failed_step >= 0 && r.failed_symbol >= 0) {   // a value-dependent size (binds.cpp)
+    const std::string& name = e.spec.symbols.at(size_t(r.failed_symbol));
+    std::string op, range;
+    for (const auto& s : e.spec.program.steps)
+      for (const auto& b : s.binds)
+        if (s.index == r.failed_step && b.symbol == r.failed_symbol)
+          op = s.op + "." + s.overload,
+          range = std::to_string(b.lo) + " <= " + name + " <= " + std::to_string(b.hi);
+    std::string where = "the result of " + op + " (plan step " + std::to_string(r.failed_step) + ")";
+    throw GuardError(where + " has " + name + "=" + std::to_string(r.failed_value) +
+                         ", outside the range export proved for it", where, range,
+                     std::to_string(r.failed_value),
+                     "these inputs' values select more than the model's code allows at export; "
+                     "check the inputs, or re-export the model");
+  }
   if (r.failed_step >= 0) {
     std::string kernel;
     for (const auto& s : e.spec.program.steps)

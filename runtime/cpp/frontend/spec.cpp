@@ -136,7 +136,9 @@ spec::Step kernel_step(const Field& f, const Kernels* lib) {
 }
 
 spec::Step call_step(const Field& f) {
-  if (f.size(9) != 9) f.fail("[call, index, op, overload, args, kwargs, out, single, fold]", "another length");
+  size_t n = f.size(10);
+  if (n != 9 && n != 10)
+    f.fail("[call, index, op, overload, args, kwargs, out, single, fold(, binds)]", "another length");
   spec::Step s;
   s.kind = spec::Step::Kind::Call;
   s.op = f[2].string(128);
@@ -151,6 +153,13 @@ spec::Step call_step(const Field& f) {
   s.out = indices(f[6], -1);
   s.single = f[7].boolean();
   s.fold = f[8].boolean();
+  if (n == 10)   // format 16: value-dependent sizes (the runner checks them against the plan)
+    for (size_t i = 0, m = f[9].size(16); i < m; ++i) {
+      const Field b = f[9][i];
+      if (b.size(5) != 5) b.fail("[symbol, result, dim or -1, lo, hi]", "another length");
+      s.binds.push_back({index(b[0], 0, 256), index(b[1], 0, 64), index(b[2], -1, 63),
+                         b[3].integer(0, int64_t(1) << 62), b[4].integer(0, int64_t(1) << 62)});
+    }
   return s;
 }
 
@@ -328,8 +337,11 @@ EntrySpec read_runner_file(const Value& doc, const std::string& file, const std:
   p.set_threads = f["set_threads"].boolean() && lib ? lib->set_threads() : 0;
   e.guards.device = device;
   guards(f["guards"], e);
-  if (e.guards.plan_symbols.size() != e.symbols.size())
-    f["guards"]["plan_symbols"].fail("one per plan symbol", std::to_string(e.guards.plan_symbols.size()));
+  size_t bound = 0;   // the last symbols are bound by calls, not read from inputs
+  for (const auto& s : p.steps) bound += s.binds.size();
+  if (bound > e.symbols.size() || e.guards.plan_symbols.size() != e.symbols.size() - bound)
+    f["guards"]["plan_symbols"].fail("one per symbol the inputs bind",
+                                     std::to_string(e.guards.plan_symbols.size()));
   check_flow(f, e);
   return e;
 }
