@@ -7,7 +7,9 @@ in the same process.
 Models (random weights, built from configs): FNet (hidden 256, 4 layers, 256 tokens: an fftn
 over sequence and hidden per layer), T5's encoder (d_model 256, 4 layers, 256 tokens: its
 relative position bias from index arithmetic and one embedding), wav2vec2 (hidden 256, 2
-layers, one second of audio: a weight-normalised 128-tap positional convolution). Each is
+layers, one second of audio: a weight-normalised 128-tap positional convolution), X-MOD
+(hidden 256, 4 layers, batch 4 of 128 tokens in three languages: each layer's language
+adapters run on the rows of their language, a value-dependent size). Each is
 exported by the aotc that `import aotc` finds and timed interleaved with eager: each round
 times a block of calls of both, medians over rounds. Run it again with another aotc on the
 path (`PYTHONPATH=<a folder whose aotc links to a worktree of another commit>`) to compare
@@ -29,7 +31,7 @@ import torch
 
 def models():
     from transformers import (FNetConfig, FNetModel, T5Config, T5EncoderModel, Wav2Vec2Config,
-                              Wav2Vec2Model)
+                              Wav2Vec2Model, XmodConfig, XmodModel)
     torch.manual_seed(0)
     yield "fnet", FNetModel(FNetConfig(
         vocab_size=1000, hidden_size=256, num_hidden_layers=4, intermediate_size=512,
@@ -41,6 +43,11 @@ def models():
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
         conv_dim=(64,) * 3, conv_kernel=(10, 3, 3), conv_stride=(5, 2, 2),
         num_conv_pos_embeddings=128, num_conv_pos_embedding_groups=16)), (torch.randn(1, 16000),)
+    yield "xmod", XmodModel(XmodConfig(
+        vocab_size=1000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=512, max_position_embeddings=258,
+        languages=("en_XX", "de_DE", "fr_XX"))), (torch.randint(3, 1000, (4, 128)),
+                                                   torch.tensor([0, 1, 2, 1]))
 
 
 def timed(calls: dict, rounds: int, block: int) -> dict:
@@ -71,6 +78,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--block", type=int, default=10)
+    p.add_argument("--models", default=None, help="comma-separated names (default: all)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -80,6 +88,8 @@ def main(argv=None) -> int:
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, model, inputs in models():
+            if args.models and name not in args.models.split(","):
+                continue
             records.append(one(name, model, inputs, Path(tmp), args.rounds, args.block))
             print(json.dumps(records[-1]), flush=True)
     meta = {"benchmark": "per-call time", "threads": args.threads, "torch": torch.__version__,
