@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch threads in each worker (default: torch's own default)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: benchmarks/results/cpu-zoo)")
+    p.add_argument("--dynamic", action="store_true",
+                   help="export with dynamic batch and sequence dims and check other sizes "
+                        "too (benchmarks/zoo_dynamic.py)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--record", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -72,7 +75,8 @@ def worker(args) -> int:
         torch.set_num_threads(args.threads)
     spec = zoo_spec(args.worker)
     with tempfile.TemporaryDirectory(prefix=f"aotc-zoo-{spec.name}-") as tmp:
-        rec = check(spec, args.size, Path(tmp), compile_baseline=not args.no_compile)
+        rec = check(spec, args.size, Path(tmp), compile_baseline=not args.no_compile,
+                    dynamic=args.dynamic)
     args.record.write_text(json.dumps(rec, indent=1, default=str))
     return 0
 
@@ -85,6 +89,7 @@ def run_model(spec, args) -> dict:
         cmd = [sys.executable, "-m", "benchmarks.zoo", "--worker", qualified(spec),
                "--record", str(record), "--size", args.size]
         cmd += ["--no-compile"] if args.no_compile else []
+        cmd += ["--dynamic"] if args.dynamic else []
         cmd += ["--threads", str(args.threads)] if args.threads else []
         t0 = time.perf_counter()
         try:
@@ -118,6 +123,7 @@ def meta(args, argv) -> dict:
             "torch": torch.__version__, "aotc": aotc.__version__, **libs,
             "threads": args.threads or torch.get_num_threads(), "cpus": os.cpu_count(),
             "limit_s": args.limit_s, "compile_baseline": not args.no_compile,
+            "dynamic": args.dynamic,
             "jobs": args.jobs,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
