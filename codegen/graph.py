@@ -20,6 +20,7 @@ from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Poi
                              ReductionType, contiguous_strides, index_vars, size_texts, sym)
 from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
 from aotc.codegen.extern_layout import channels_last_conv, lay_out_extern
+from aotc.codegen.layouts import relaid
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view, torch_op
 from aotc.errors import ExportError
@@ -407,7 +408,7 @@ class GraphLowering:
             base_slot = self.materialize(base)
             sid = tv.vid if tv.vid is not None and "producer" not in self.out.slots[tv.vid] \
                 else None
-            if sid is None or "shape" not in self.out.slots[sid]:
+            if sid is None or "shape" not in self.out.slots[sid] or relaid(self.values, self.out.slots, base):
                 return self.realize(tv).slot
             self.out.slots[sid]["producer"] = "view"
             step = {"kind": StepKind.VIEW.value, "op": op, "args": [{"slot": base_slot}, *args],

@@ -119,3 +119,16 @@ def _rows(user, operand: int, slots: list, rows_at: dict) -> int | None:
     m = sym(slots[left["slot"]]["shape"][0])
     m = m.subs({s: rows_at.get(s.name, s) for s in m.free_symbols})
     return int(m) if m.is_Integer else None
+
+
+def relaid(values: list, slots: list, base) -> bool:
+    """Whether `base` (a TensorValue) was stored with other strides than the graph's value has:
+    a kernel writes its outputs contiguous, and export's layout of a dynamic-shape conv output
+    may not be. A view's strides in the graph then do not describe the view of the stored
+    tensor, so the view is computed into a buffer of its own instead."""
+    meta = values[base.vid] if base.vid is not None else None
+    if not meta or "stride" not in meta or base.buffer is None or base.buffer.slot != base.vid:
+        return False
+    slot = slots[base.buffer.slot]
+    return any(sym(a) != sym(b) for a, b, n in zip(meta["stride"], slot["stride"], slot["shape"])
+               if sym(n) != 1)

@@ -73,6 +73,7 @@ _REPLACE = {aten.view.default: aten.reshape.default,
 def decomposition_table() -> dict:
     table = {op: fn for op, fn in core_aten_decompositions().items() if op not in KEEP}
     table.update({op: checked for op, checked in CHECKED.items()})
+    table[aten.pad.default] = _pad   # inside other decompositions too (im2col's F.pad)
     return table
 
 
@@ -109,6 +110,44 @@ def _matmul(a, b):
     return aten.matmul.default(a, b)
 
 
+def _pad(x, pad, mode="constant", value=None):
+    """F.pad as the op its mode names: ATen's composite reads the sizes as ints, which fixed a
+    dynamic batch dim (ConvBERT's unfold, SEW's positional convolution)."""
+    if mode == "constant":
+        return _constant_pad(x, pad, 0.0 if value is None else value)
+    ops = {"reflect": "reflection_pad", "replicate": "replication_pad"}
+    if mode in ops and len(pad) in (2, 4, 6):
+        return getattr(aten, f"{ops[mode]}{len(pad) // 2}d").default(x, pad)
+    return aten.pad.default(x, pad, mode, value)
+
+
+def _constant_pad(x, pad, value):
+    """constant_pad_nd; on symbolic sizes with constant pads, as crops and concatenations with
+    filled blocks (its kernel, run on fake tensors, reads every size as an int)."""
+    if all(type(d) is int for d in x.shape) or any(type(p) is not int for p in pad):
+        return aten.constant_pad_nd.default(x, pad, value)
+    for i in range(len(pad) // 2):
+        d, lo, hi = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if lo < 0 or hi < 0:
+            x = aten.slice.Tensor(x, d, max(-lo, 0), x.shape[d] - max(-hi, 0))
+        parts = [aten.full.default([*x.shape[:d], n, *x.shape[d + 1:]], value, dtype=x.dtype,
+                                   device=x.device) if k != 1 else x
+                 for k, n in enumerate((max(lo, 0), x.shape[d], max(hi, 0))) if k == 1 or n > 0]
+        x = aten.cat.default(parts, d) if len(parts) > 1 else x
+    return x
+
+
+def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
+    """baddbmm with its input broadcast to the product's shape first (BLOOM's alibi,
+    [batch*heads, 1, kv]): torch's meta function expands it with sizes read as ints, which
+    fails on a dynamic dim."""
+    shape = [batch1.shape[0], batch1.shape[1], batch2.shape[2]]
+    if x.dim() != 3 or any(type(a) is int and a == 1 and not (type(b) is int and b == 1)
+                           for a, b in zip(x.shape, shape)):
+        x = aten.expand.default(x, shape)
+    return aten.baddbmm.default(x, batch1, batch2, beta=beta, alpha=alpha)
+
+
 def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
     """A mixture of experts' grouped product, x [S, K] (rows sorted by expert) times w [E, K, N]
     with offs [E] the cumulative row counts: row s takes expert e(s) = #(offs <= s). Written as
@@ -128,7 +167,8 @@ def _grouped_mm(x, w, offs=None, bias=None, out_dtype=None):
 # (by the op, or by its qualified name for ops of libraries aotc does not import: transformers'
 # grouped product, (input, weight, offs), for what torch's kernel does not take: fp32, CPUs).
 OWN = {aten.linear.default: _linear, aten.matmul.default: _matmul,
-       aten._grouped_mm.default: _grouped_mm}
+       aten._grouped_mm.default: _grouped_mm, aten.pad.default: _pad,
+       aten.baddbmm.default: _baddbmm}
 OWN_BY_NAME = {"transformers.grouped_mm_fallback.default": _grouped_mm}
 
 

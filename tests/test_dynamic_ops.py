@@ -40,6 +40,24 @@ CASES = {
 }
 
 
+B = torch.export.Dim("B", min=1, max=16)
+_W3 = torch.randn(4, 4, 3)
+
+# A dynamic batch through the ops aotc decomposes itself for it (constant padding, a crop too;
+# unfold's padding; baddbmm of a broadcast input) and a view of a convolution's output; the
+# models in which torch's kernels fixed the batch there are tests/test_dynamic_zoo.py.
+BATCH_CASES = {
+    "pad-constant": lambda x: F.pad(x, (1, 2, 0, 1), value=0.5),
+    "pad-crop": lambda x: F.pad(x, (-1, 2, 1, -2)),
+    "unfold": lambda x: F.unfold(x, kernel_size=(3, 1), padding=(1, 0)),
+    "baddbmm-broadcast": lambda x: torch.baddbmm(
+        x.reshape(-1, 6, 6)[:, :1, :], x.reshape(-1, 6, 6), x.reshape(-1, 6, 6).transpose(1, 2),
+        beta=0.5, alpha=2.0),
+    "conv-then-view": lambda x: F.gelu(F.conv1d(x.flatten(2), _W3, padding=1)).transpose(
+        1, 2).reshape(-1, 4) * 2,
+}
+
+
 class Fn(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -59,6 +77,19 @@ def test_matches_eager_at_other_sizes(tmp_path, name, target):
     assert "W" in m.signature()
     for width in (5, 10, 17):
         x = torch.randn(2, 4, 6, width)
+        torch.testing.assert_close(m(x), fn(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90"])
+@pytest.mark.parametrize("name", sorted(BATCH_CASES))
+def test_a_dynamic_batch_through_ops_whose_kernels_read_ints(tmp_path, name, target):
+    fn = BATCH_CASES[name]
+    path = aotc.export(Fn(fn), (torch.randn(2, 4, 6, 6),), tmp_path / "b.aotc",
+                       dynamic_shapes=({0: B},), target=target)
+    m = aotc.load(path, device="cpu", interpret=True) if target != "cpu" else aotc.load(path)
+    assert "B" in m.signature()
+    for batch in (1, 3, 16):
+        x = torch.randn(batch, 4, 6, 6)
         torch.testing.assert_close(m(x), fn(x), rtol=1e-5, atol=1e-5)
 
 
