@@ -18,6 +18,7 @@ import sympy
 import torch
 import torch.fx
 from safetensors.torch import save_file
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from aotc.errors import ExportError
 from aotc.exporter.bindings import bindings, check_assertion
@@ -119,6 +120,14 @@ def size_float(node, namer: SymbolNamer) -> float | str:
     expressions as text ("(H - 1) / (2*H - 1)"), which kernels evaluate in float64. Anything
     else (a root, a float power) is an ExportError: plans compute sizes in integers."""
     expr = node.meta["val"].node.expr
+    if free_unbacked_symbols(node.meta["val"]):   # zuf0: a tensor's value as a Python float
+        trace = node.meta.get("stack_trace")
+        raise ExportError("the model reads a tensor's value as a Python float (.item()), which "
+                          "plans cannot pass to kernels", where=user_frame(trace)
+                          or user_frame(trace, libraries=True) or str(node.format_node())[:200],
+                          expected="values kept as tensors", found=f"{expr}",
+                          fix="keep the value a tensor (x * x.max() instead of "
+                              "x * x.max().item())")
     try:
         value = sympy.simplify(exact_rational(expr))
     except ExportError:   # a factor with no exact small fraction: refused below

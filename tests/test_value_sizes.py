@@ -156,6 +156,15 @@ def test_assertions_plans_cannot_check_are_refused(tmp_path):
     assert not (tmp_path / "e.aotc").exists()
 
 
+def test_a_tensor_value_read_as_a_float_is_refused_by_name(tmp_path):
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * x.max().item()
+    with pytest.raises(ExportError, match="reads a tensor's value as a Python float") as info:
+        aotc.export(Scale(), (torch.randn(3, 4),), tmp_path / "f.aotc")
+    assert "x.max().item()" in info.value.where
+
+
 # ---------------------------------------------------------------------- hostile plans
 def _edited(adapters, tmp_path, edit_plan=None, edit_manifest=None):
     art = tmp_path / "h.aotc"
