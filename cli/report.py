@@ -35,8 +35,11 @@ def _guard_words(spec) -> list[str]:
         rng = f", values in [{inp.values[0]}, {inp.values[1]}]" if inp.values else ""
         lines.append(f"  #{i} {inp.name}: dtype {inp.dtype}, rank {len(inp.shape)}"
                      f"{', ' + dims if dims else ''}{rng}")
-    for name, r in spec.symbols.items():
-        lines.append(f"  {r.min} <= {name} <= {r.max}")
+    given = {d.name for inp in spec.inputs for d in inp.shape if isinstance(d, ex.Sym)}
+    for name, r in spec.symbols.items():   # the others are value-dependent sizes (format 16)
+        lines.append(f"  {r.min} <= {name} <= {r.max}" + ("" if name in given else
+                     "  (a size the values give: read from the call that makes it, checked "
+                     "there)"))
     lines += [f"  {ex.text(rel)}" for rel in spec.relations]
     return lines
 
