@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc.runtime.executor import step_bound
+
 MAX_GRAPHS = 8      # graphs one dynamic entry keeps (aotc.load(cuda_graph_cache=))
 _SEEN = 64          # sizes remembered as called once, waiting for a second call
 
@@ -71,7 +73,7 @@ class GraphedEntry:
         self.full: str | None = None       # why new sizes are no longer captured, if they are not
         self.pool = None
         self.lock = threading.Lock()
-        bound = sorted({b.name for st in entry.plan.steps for b in getattr(st, "binds", ())})
+        bound = sorted(step_bound(entry.plan))
         if bound:   # reading such a size waits for the GPU, which a capture cannot
             self.reason = (f"its sizes {', '.join(bound)} depend on tensor values "
                            "(read from results, which a CUDA graph cannot replay)")

@@ -400,9 +400,9 @@ def _step(a: At, n: int, symbols) -> Step:
 
 def _binds(a: At, symbols) -> tuple:
     out = []
-    for name, b in a.items(16):
-        b.check(symbols is None or name in symbols, "a symbol the manifest declares",
-                f"binds {name!r}")
+    for name, b in a.items(16):   # names reach the plan function's source: identifiers only
+        b.check(bool(ex.NAME_RE.match(name)) and (symbols is None or name in symbols),
+                "a symbol the manifest declares", f"binds {name[:40]!r}")
         pos, dim = b.list(2, 2)
         out.append(Bind(name, pos.int(0, 64), None if dim.is_null() else dim.int(0, 15)))
     return tuple(out)
