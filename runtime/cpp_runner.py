@@ -109,7 +109,7 @@ class CppPlanFunction:
         """The GuardError of a failed run: [step, kernel arguments...] for an index out of
         range, [step, "size", symbol, value] for a value-dependent size out of its range."""
         step = self.plan.steps[out[0]]
-        if len(out) == 4 and out[1] == "size":
+        if len(out) == 4 and out[1].__class__ is str:   # "size": never a kernel argument
             return size_error(step, self._spec.symbols[out[2]], out[3])
         return index_error(self.plan, step, dict(enumerate(out[1:])), inputs, symbols)
 
