@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp"]
 FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp",
             "spec.cpp", "guard_errors.cpp", "module.cpp", "tensors.cpp", "sha512.cpp",
-            "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp", "cuda_kernels.cpp"]
+            "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp", "cuda_kernels.cpp",
+            "graphs.cpp"]
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"
 
@@ -38,6 +39,44 @@ def _flags(torch) -> list[str]:
             f"-I{HERE / 'runtime/cpp/include'}", *(f"-I{p}" for p in include_paths())]
 
 
+def _cuda_include_dirs() -> list[Path]:
+    """Where CUDA's runtime headers may be: CUDA_HOME / CUDA_PATH, torch's guess of the
+    toolkit, the include folders of NVIDIA's pip packages."""
+    dirs = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+        dirs.append(CUDA_HOME)
+    except ImportError:
+        pass
+    out = [Path(d) / "include" for d in dirs if d]
+    try:
+        import nvidia
+        for base in nvidia.__path__:
+            out += sorted(Path(base).glob("*/include"))
+    except ImportError:
+        pass
+    return [d for d in dict.fromkeys(out) if d.is_dir()]
+
+
+def cuda_graph_flags(torch, cxx: str, flags: list[str], temp: Path) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) for the C++ front end's CUDA graphs (frontend/graphs.cpp,
+    through torch's own CUDA graph class): where torch was built for CUDA and a test compile
+    of that class's header finds CUDA's runtime headers; else none, and the front end runs
+    CUDA artifacts without graphs, saying why (Module::graph_status)."""
+    if torch.version.cuda is None:
+        return [], []
+    inc = [f"-I{d}" for d in _cuda_include_dirs()]
+    probe = temp / "cuda_graphs_probe.cpp"
+    probe.write_text("#include <ATen/cuda/CUDAGraph.h>\n#include <c10/cuda/CUDAGuard.h>\n")
+    done = subprocess.run([cxx, *flags, *inc, "-fsyntax-only", str(probe)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        print("aotc: CUDA's runtime headers were not found (set CUDA_HOME); the C++ front end "
+              "will run CUDA artifacts without CUDA graphs", file=sys.stderr)
+        return [], []
+    return ["-DAOTC_CUDA_GRAPHS", *inc], ["-ltorch_cuda", "-lc10_cuda"]
+
+
 def build_library(out_dir: Path, temp: Path) -> Path:
     """libaotc_runtime.so in `out_dir`, objects in `temp` (rebuilt only where older than
     their source), sources compiled in parallel."""
@@ -46,12 +85,15 @@ def build_library(out_dir: Path, temp: Path) -> Path:
     cxx = os.environ.get("CXX", "c++")
     flags = _flags(torch)
     temp.mkdir(parents=True, exist_ok=True)
+    graph_flags, graph_libs = cuda_graph_flags(torch, cxx, flags, temp)
     headers = max(p.stat().st_mtime for p in (HERE / "runtime/cpp").rglob("*.h"))
 
     def compile_one(src: str) -> Path:
-        obj = temp / (src.replace("/", "_") + ".o")
+        extra = graph_flags if src.endswith("/graphs.cpp") else []
+        obj = temp / (src.replace("/", "_") + ("_graphs" if extra else "") + ".o")
         if not obj.exists() or obj.stat().st_mtime < max((HERE / src).stat().st_mtime, headers):
-            subprocess.run([cxx, *flags, "-c", str(HERE / src), "-o", str(obj)], check=True)
+            subprocess.run([cxx, *flags, *extra, "-c", str(HERE / src), "-o", str(obj)],
+                           check=True)
         return obj
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         objects = list(pool.map(compile_one, SOURCES))
@@ -59,7 +101,8 @@ def build_library(out_dir: Path, temp: Path) -> Path:
     lib = out_dir / LIBRARY
     torch_lib = library_paths()[0]
     subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib), f"-L{torch_lib}",
-                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ldl"], check=True)
+                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", *graph_libs, "-ldl"],
+                   check=True)
     return lib
 
 

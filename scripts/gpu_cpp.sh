@@ -6,9 +6,10 @@
 #
 #   COMMIT=<sha> scripts/gpu_cpp.sh OUT
 #
-# Settings: TEST_S (seconds for the tests; 0 skips them), OVERHEAD_S, BENCH_S (0 skips),
-# MODELS (suite models for the benchmark, default mlp,gpt2), DTYPE (default bf16). Run from the
-# repository root.
+# Settings: TEST_S (seconds for the tests; 0 skips them), TESTS (the test files), DECODE_S
+# (seconds for scripts/gpu_cpp_decode.py, decoding through each runtime; 0, the default, skips
+# it), OVERHEAD_S, BENCH_S (0 skips), MODELS (suite models for the benchmark, default mlp,gpt2),
+# DTYPE (default bf16). Run from the repository root.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_cpp.sh OUT}
 mkdir -p "$OUT"
@@ -24,12 +25,19 @@ printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /t
 chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
 ( time python3 setup.py -q build_ext --inplace ) > "$OUT/build.txt" 2>&1
 echo "build rc=$?"; tail -n 5 "$OUT/build.txt"
+grep -qa _ZN2at4cuda9CUDAGraph6replayEv runtime/cpp/lib/libaotc_runtime.so \
+    && echo "C++ front end: CUDA graphs built" || echo "C++ front end: built without CUDA graphs"
 python3 -c "from aotc.runtime.cpp_runner import runner_status as s; print('runner:', s()[1] or 'cpp')"
 if [[ ${TEST_S:-240} != 0 ]]; then
     timeout -k 5 "${TEST_S:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/test_cpp_runner_triton.py tests/test_cpp_cuda.py tests/test_triton_e2e.py \
+        ${TESTS:-tests/test_cpp_runner_triton.py tests/test_cpp_cuda.py tests/test_triton_e2e.py} \
         > "$OUT/tests.txt" 2>&1
     echo "tests rc=$?"; tail -n 15 "$OUT/tests.txt"
+fi
+if [[ ${DECODE_S:-0} != 0 ]]; then
+    timeout -k 5 "$DECODE_S" python3 scripts/gpu_cpp_decode.py --model "${DECODE_MODEL:-llama-1b}" \
+        --out "$OUT/decode" > "$OUT/decode.log" 2>&1
+    echo "decode rc=$?"; tail -n 8 "$OUT/decode.log"
 fi
 if [[ ${OVERHEAD_S:-120} != 0 ]]; then
     timeout -k 5 "${OVERHEAD_S:-120}" python3 -m benchmarks.overhead --device cuda \

@@ -306,10 +306,11 @@ def cpp_tests(tmp_path_factory) -> Path:
     return build
 
 
-def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None, cwd=None):
+def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None, cwd=None,
+            flags=()):
     """(completed process, outputs) of aotc_run on `art` with `inputs` (a tuple of tensors)."""
     from safetensors.torch import load_file, save_file
-    args = [str(exe), str(art)]
+    args = [str(exe), *flags, str(art)]
     if inputs is not None:
         save_file({str(i): t.contiguous() for i, t in enumerate(inputs)}, tmp / "in.safetensors")
         args += [str(tmp / "in.safetensors"), str(tmp / "out.safetensors")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -116,14 +117,54 @@ def test_cuda_artifacts_run_from_cpp(aotc_run, tmp_path, name):
     model = SAMPLES[name].build().eval()
     x = torch.randn(4, 64) if name == "mlp" else torch.randn(1, 16, 128)
     art = aotc.export(model, (x,), tmp_path / f"{name}.aotc", target="cuda")
-    done, outs = run_cpp(aotc_run, art, (x,), tmp_path)
-    assert done.returncode == 0, done.stderr
     want = aotc.load(art, cuda_graph=False).run_flat("forward", (x.cuda(),))
-    for got, ref in zip(outs, want, strict=True):
-        torch.testing.assert_close(got, ref.cpu(), rtol=0, atol=0)
     ref = torch.utils._pytree.tree_leaves(eager(model, (x,)))   # a tensor, tuple or dict
-    torch.testing.assert_close(outs[0], ref[0], rtol=1e-4, atol=1e-4)
-    assert "level sm_" in done.stdout
+    for mode, status in (("on", "graph graph"), ("off", "graph off")):
+        done, outs = run_cpp(aotc_run, art, (x,), tmp_path, flags=[f"--cuda-graph={mode}"])
+        assert done.returncode == 0, done.stderr
+        for got, r in zip(outs, want, strict=True):   # a replay is checked bitwise at capture
+            torch.testing.assert_close(got, r.cpu(), rtol=0, atol=0)
+        torch.testing.assert_close(outs[0], ref[0], rtol=1e-4, atol=1e-4)
+        assert "level sm_" in done.stdout and status in done.stdout, done.stdout
+
+
+@needs_gpu
+def test_cpp_graph_replays_check_indices(aotc_run, tmp_path):
+    """An index out of range inside a CUDA graph replay is the plain run's GuardError (the
+    kernels' error flag is read after each replay)."""
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 8)).eval()
+    ids = torch.randint(0, 50, (2, 5))
+    art = aotc.export(model, (ids,), tmp_path / "emb.aotc", target="cuda")
+    done, _ = run_cpp(aotc_run, art, (ids,), tmp_path, flags=["--cuda-graph=on"])
+    assert done.returncode == 0 and "graph graph" in done.stdout, done.stderr + done.stdout
+    done, _ = run_cpp(aotc_run, art, (ids + 50,), tmp_path, flags=["--cuda-graph=on"])
+    assert done.returncode == 6, done.stderr
+    assert "GuardError" in done.stderr and "index is out of range" in done.stderr
+
+
+@needs_gpu
+def test_cpp_generation_replays_decode_graphs(cpp_tests, tmp_path):
+    """A generator on a GPU from C++: decode replays a CUDA graph (its KV cache restored after
+    the capture's trial runs, so the call that captures updates it once); the tokens equal
+    Python's, with graphs and without."""
+    from safetensors.torch import save_file
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                      hidden=128, vocab=500).eval()
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64,
+                      target="cuda")
+    save_file({"0": ids}, tmp_path / "ids.safetensors")
+    want = aotc.load(art).generate(ids.cuda(), 12)[:, 9:].cpu()
+    for flag, status in (([], "graph decode: graph"), (["--no-cuda-graph"], "graph decode: off")):
+        done = subprocess.run([str(cpp_tests / "generate"), str(art),
+                               str(tmp_path / "ids.safetensors"), "12", *flag],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+        assert torch.equal(got, want), (flag, got, want)
+        assert status in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU host runs it")

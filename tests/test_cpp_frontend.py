@@ -92,6 +92,15 @@ def test_sample_matches_python(aotc_run, exported, tmp_path, name):
     for got, ref in zip(outs, want):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     assert "call_us" in done.stdout and "load_ms" in done.stdout
+    assert "graph off" in done.stdout   # CUDA graphs are for CUDA artifacts
+
+
+def test_cuda_graphs_insisted_on_a_cpu_artifact(aotc_run, exported):
+    """LoadOptions.cuda_graph = On off a GPU is a UsageError, as aotc.load(cuda_graph=True)."""
+    done, _ = run_cpp(aotc_run, exported("mlp").path, flags=["--cuda-graph=on"])
+    assert done.returncode == 2, done.stderr
+    assert "UsageError" in done.stderr and "LoadOptions.cuda_graph" in done.stderr
+    assert "CUDA graphs need a CUDA device" in done.stderr
 
 
 @pytest.mark.parametrize("version,kind", [(10, "tiny"), (13, "tiny"), (13, "kernels"),

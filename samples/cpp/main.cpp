@@ -1,8 +1,9 @@
-// aotc_run ART [INPUTS.safetensors [OUTPUTS.safetensors]]: load an aotc artifact (a directory,
-// or a package from `aotc pack`, read in place) with no Python, run its forward entry on random
-// inputs (or on tensors "0", "1", ... of INPUTS), print the outputs and the load time and
-// per-call latency (median of 100 calls after warm-up); with OUTPUTS, write the outputs there.
-// A CUDA artifact runs on GPU 0: inputs are moved there, outputs back.
+// aotc_run [--cuda-graph=on|off] ART [INPUTS.safetensors [OUTPUTS.safetensors]]: load an aotc
+// artifact (a directory, or a package from `aotc pack`, read in place) with no Python, run its
+// forward entry on random inputs (or on tensors "0", "1", ... of INPUTS), print the outputs and
+// the load time and per-call latency (median of 100 calls after warm-up); with OUTPUTS, write
+// the outputs there. A CUDA artifact runs on GPU 0 (inputs moved there, outputs back),
+// replaying a CUDA graph where it can (--cuda-graph=off: never; on: insist).
 #include <aotc/module.h>
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -15,9 +16,15 @@ using Clock = std::chrono::steady_clock;
 double us(Clock::time_point a) { return std::chrono::duration<double, std::micro>(Clock::now() - a).count(); }
 
 int main(int argc, char** argv) try {
-  if (argc < 2) return std::cerr << "usage: aotc_run ART [INPUTS [OUTPUTS]]\n", 2;
+  aotc::LoadOptions options;
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--cuda-graph=on" || mode == "--cuda-graph=off") {
+    options.cuda_graph = mode.back() == 'n' ? aotc::LoadOptions::Graphs::On : aotc::LoadOptions::Graphs::Off;
+    --argc, ++argv;
+  }
+  if (argc < 2) return std::cerr << "usage: aotc_run [--cuda-graph=on|off] ART [INPUTS [OUTPUTS]]\n", 2;
   auto start = Clock::now();
-  aotc::Module m(argv[1]);
+  aotc::Module m(argv[1], options);
   double load = us(start);
   std::vector<at::Tensor> x = argc > 2 ? aotc::load_tensors(argv[2]) : m.example_inputs();
   for (auto& t : x) t = t.to(m.device());   // a CUDA artifact's inputs go to its GPU
@@ -41,7 +48,8 @@ int main(int argc, char** argv) try {
     for (int64_t k = 0; k < std::min<int64_t>(4, flat.numel()); ++k) std::cout << " " << flat[k].item<double>();
     std::cout << (flat.numel() > 4 ? " ...\n" : "\n");
   }
-  std::cout << "load_ms " << load / 1000 << " call_us " << times[50] << " level " << m.level() << "\n";
+  std::cout << "load_ms " << load / 1000 << " call_us " << times[50] << " level " << m.level()
+            << " graph " << m.graph_status().at("forward") << "\n";
   if (argc > 3) aotc::save_tensors(argv[3], out);
 } catch (const aotc::AotcError& e) {
   std::cerr << e.kind() << ": " << e.what() << "\n";

@@ -12,6 +12,7 @@
 #include "../instr.h"
 #include "guard_errors.h"
 #include "cuda_kernels.h"
+#include "graphs.h"
 #include "native.h"
 #include "signing.h"
 #include "spec.h"
@@ -26,6 +27,7 @@ struct Entry {
   fe::EntrySpec spec;   // its guards and texts, for errors
   std::unique_ptr<Program> program;
   std::unique_ptr<Guards> guards;
+  std::unique_ptr<fe::GraphedEntry> graph;   // on a GPU, unless CUDA graphs are off
 };
 
 // The artifact's device type ("cpu", "cuda"), or a TargetError for what C++ does not run.
@@ -110,6 +112,7 @@ struct Module::Impl {
   at::Tensor state_tensor(const fe::ConstantRef& s, const std::string& where);
   void read_entry(const std::string& name);    // its runner file, checked
   void build_entry(Entry& e, const std::string& name);   // its constants bound, its program
+  void setup_graphs();   // LoadOptions.cuda_graph: the entries that replay CUDA graphs
 };
 
 at::Tensor Module::Impl::weight(const std::string& name) {
@@ -187,6 +190,37 @@ void Module::Impl::build_entry(Entry& e, const std::string& name) {
 }
 
 
+
+// As aotc.load(cuda_graph=): on a GPU, each entry replays CUDA graphs where it can (Auto), none
+// does (Off), or graphs must be possible here (On: a UsageError off a GPU, a TargetError where
+// this runtime was built without them). An entry with value-dependent sizes never captures.
+void Module::Impl::setup_graphs() {
+  using G = LoadOptions::Graphs;
+  if (options.cuda_graph == G::Off) return;
+  if (!device.is_cuda()) {
+    if (options.cuda_graph == G::On)
+      throw UsageError("CUDA graphs need a CUDA device", "LoadOptions.cuda_graph", "a CUDA artifact",
+                       c10::DeviceTypeName(device.type(), true), "leave cuda_graph at Auto");
+    return;
+  }
+  if (options.cuda_graph == G::On && !fe::graphs_unavailable().empty())
+    throw TargetError(fe::graphs_unavailable(), "LoadOptions.cuda_graph", "a runtime built with CUDA graphs",
+                      "one without", "reinstall aotc where torch has CUDA and CUDA's headers are found, "
+                      "or leave cuda_graph at Auto");
+  std::vector<at::Tensor> held;
+  for (const auto& [name, t] : state) held.push_back(t);
+  for (auto& [name, e] : entries) {
+    std::string bound;
+    for (const auto& s : e.spec.program.steps)
+      for (const auto& b : s.binds)
+        bound += (bound.empty() ? "" : ", ") + e.spec.symbols.at(size_t(b.symbol));
+    std::string off = bound.empty() ? "" : "its sizes " + bound + " depend on tensor values (read from "
+                                                "results, which a CUDA graph cannot replay)";
+    e.graph = std::make_unique<fe::GraphedEntry>(device, !e.spec.guards.ranges.empty(), off, held,
+                                                 options.cuda_graph_cache);
+  }
+}
+
 Module::Module(const std::string& path, const LoadOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->art = std::make_unique<fe::Artifact>(path, options.verify_hashes);
@@ -223,6 +257,7 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
     cuda_arch(impl_->device.index());
   }
   for (auto& [name, e] : impl_->entries) impl_->build_entry(e, name);
+  impl_->setup_graphs();
   impl_->art->verify_unread();   // the files no entry read, as Python checks every file
 }
 
@@ -234,20 +269,12 @@ std::vector<at::Tensor> Module::forward(const std::vector<at::Tensor>& inputs) c
   return run("forward", inputs);
 }
 
-std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<at::Tensor>& inputs) const {
-  auto it = impl_->entries.find(entry);
-  if (it == impl_->entries.end())
-    throw UsageError("the artifact has no entry " + entry, "Module::run", "an entry of the manifest",
-                     entry, "call one of Module::entries()");
-  const Entry& e = it->second;
-  std::vector<int64_t> syms;
-  bool check = impl_->options.check_guards;
-  bool defined = std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); });
-  if (!defined || !e.guards->bind(inputs, check, syms))
-    syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);
-  at::NoGradGuard no_grad;
-  RunResult r = e.program->run(std::vector<c10::IValue>(inputs.begin(), inputs.end()), syms);
-  if (r.failed_step >= 0 && r.failed_symbol >= 0) {   // a value-dependent size (binds.cpp)
+namespace {
+
+// Throws the GuardError of a failed run: a value-dependent size out of its range (binds.cpp),
+// or an index out of range that a kernel flagged.
+void raise_failure(const Entry& e, const RunResult& r) {
+  if (r.failed_step >= 0 && r.failed_symbol >= 0) {
     const std::string& name = e.spec.symbols.at(size_t(r.failed_symbol));
     std::string op, range;
     for (const auto& s : e.spec.program.steps)
@@ -271,9 +298,37 @@ std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<
                      "indices within the indexed dim", "an index out of range",
                      "check the values of integer index inputs (e.g. token ids below the vocabulary size)");
   }
+}
+
+}  // namespace
+
+std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<at::Tensor>& inputs) const {
+  auto it = impl_->entries.find(entry);
+  if (it == impl_->entries.end())
+    throw UsageError("the artifact has no entry " + entry, "Module::run", "an entry of the manifest",
+                     entry, "call one of Module::entries()");
+  const Entry& e = it->second;
+  std::vector<int64_t> syms;
+  bool check = impl_->options.check_guards;
+  bool defined = std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); });
+  if (!defined || !e.guards->bind(inputs, check, syms))
+    syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);
+  at::NoGradGuard no_grad;
+  fe::PlainRun plain{[&](const std::vector<at::Tensor>& in, bool read_flag) {
+                       return e.program->run(std::vector<c10::IValue>(in.begin(), in.end()), syms, read_flag);
+                     },
+                     [&](int32_t code) { return e.program->failed_step(code); }};
+  RunResult r = e.graph ? e.graph->call(inputs, plain) : plain.run(inputs, true);
+  raise_failure(e, r);
   std::vector<at::Tensor> out;
   for (auto& v : r.outputs)
     out.push_back(v.isTensor() ? v.toTensor() : v.isNone() ? at::Tensor() : at::scalar_tensor(v.toScalar()));
+  return out;
+}
+
+std::map<std::string, std::string> Module::graph_status() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, e] : impl_->entries) out[name] = e.graph ? e.graph->status() : "off";
   return out;
 }
 

@@ -13,13 +13,15 @@
 // a package's member or a directory's file), and each entry's runner file (runner/<entry>.json,
 // format >= 10) field by field, before the plan runner, shared with the Python front end,
 // checks its spec again. Calls check the guards and raise the GuardError Python raises, with
-// the same message. A Module holds no per-call state: concurrent calls of `forward` / `run` on
-// one Module are safe. Errors are the classes of aotc/errors.h.
+// the same message. Concurrent calls of `forward` / `run` on one Module are safe (calls of one
+// entry that replay a CUDA graph take turns: they share its buffers). Errors are the classes
+// of aotc/errors.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +46,16 @@ struct LoadOptions {
   // manifest is read: an ArtifactError where there is none, a UsageError for a key that is
   // no Ed25519 public key.
   std::vector<std::string> trusted_keys;
+  // CUDA graphs, as aotc.load(cuda_graph=...): on a GPU each entry's plan is captured once per
+  // set of input sizes (a static entry on its first call, one with dynamic dims on the second
+  // call with those sizes, `cuda_graph_cache` kept per entry) and replayed with one launch per
+  // call, after checking a replay against a plain run; outputs are copies, never overwritten by
+  // a later call. Auto does so where it can (Module::graph_status() says why an entry does
+  // not), Off never, On insists: a UsageError off a GPU, a TargetError where this runtime was
+  // built without CUDA graphs (no CUDA torch or CUDA headers at install time).
+  enum class Graphs { Auto, Off, On };
+  Graphs cuda_graph = Graphs::Auto;
+  int cuda_graph_cache = 8;
 };
 
 class Module {
@@ -64,6 +76,10 @@ class Module {
   std::vector<at::Tensor> example_inputs(const std::string& entry = "forward") const;
 
   std::vector<std::string> entries() const;
+  // Per entry: "graph" (replays a CUDA graph), "pending" (captured on its first call; with
+  // dynamic dims, on the second with the same sizes), "off" (LoadOptions or a CPU artifact),
+  // or why it runs without one.
+  std::map<std::string, std::string> graph_status() const;
   const std::string& level() const;     // the CPU level or GPU arch whose kernels run ("" if none)
   c10::Device device() const;           // where inputs go and outputs come from
   const std::string& signer() const;    // the key id of the trusted key that signed ("" if none)
