@@ -79,13 +79,25 @@ def cuda_graph_flags(torch, cxx: str, flags: list[str], temp: Path) -> tuple[lis
 
 def build_library(out_dir: Path, temp: Path) -> Path:
     """libaotc_runtime.so in `out_dir`, objects in `temp` (rebuilt only where older than
-    their source), sources compiled in parallel."""
+    their source), sources compiled in parallel: with the front end's CUDA graphs where they
+    build, else without them (a failure there never costs the runner)."""
     import torch
-    from torch.utils.cpp_extension import library_paths
     cxx = os.environ.get("CXX", "c++")
     flags = _flags(torch)
     temp.mkdir(parents=True, exist_ok=True)
     graph_flags, graph_libs = cuda_graph_flags(torch, cxx, flags, temp)
+    if graph_flags:
+        try:
+            return _build(cxx, flags, out_dir, temp, graph_flags, graph_libs)
+        except subprocess.CalledProcessError as e:
+            print(f"aotc: the C++ front end's CUDA graphs did not build ({e}); building the "
+                  "runtime without them", file=sys.stderr)
+    return _build(cxx, flags, out_dir, temp, [], [])
+
+
+def _build(cxx: str, flags: list[str], out_dir: Path, temp: Path, graph_flags: list[str],
+           graph_libs: list[str]) -> Path:
+    from torch.utils.cpp_extension import library_paths
     headers = max(p.stat().st_mtime for p in (HERE / "runtime/cpp").rglob("*.h"))
 
     def compile_one(src: str) -> Path:
@@ -101,8 +113,8 @@ def build_library(out_dir: Path, temp: Path) -> Path:
     lib = out_dir / LIBRARY
     torch_lib = library_paths()[0]
     subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib), f"-L{torch_lib}",
-                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", *graph_libs, "-ldl"],
-                   check=True)
+                    f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", *graph_libs,
+                    "-ldl"], check=True)
     return lib
 
 
