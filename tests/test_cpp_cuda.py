@@ -3,7 +3,8 @@
 Without a GPU: every launch spec and runner file is checked before the driver is touched, so a
 malformed or mismatched one is refused with an ArtifactError on any host (and a sound artifact
 with a TargetError naming the missing driver). On a GPU (marked `gpu`): the sample program runs
-the cubins and matches Python's `aotc.load`.
+the cubins and matches Python's `aotc.load`, with CUDA graphs and without; graph replays check
+indices; a generator decodes through graphs from C++ with Python's tokens.
 """
 from __future__ import annotations
 
