@@ -28,6 +28,9 @@ def config(show_runner, show_prefix):
     runner, why = runner_status()
     line = f"cpp (built against torch {runner.TORCH_VERSION})" if runner else f"python ({why})"
     click.echo(line if show_runner else f"runner: {line}")
+    if not show_runner and runner is not None:   # the C++ front end shares the runner's build
+        missing = getattr(runner, "GRAPHS_MISSING", "")
+        click.echo("C++ front end CUDA graphs: " + (f"no ({missing})" if missing else "yes"))
 
 
 def cmake_prefix_path() -> str:

@@ -254,6 +254,10 @@ def test_aten_errors_reach_python_as_torch_raises_them():
 def test_cli_says_which_runner(cli_mlp_artifact):
     out = run_aotc("config", "--runner")
     assert out.returncode == 0 and out.stdout.startswith("cpp" if RUNNER else "python (")
+    if RUNNER:   # whether the C++ front end can capture CUDA graphs, and why not
+        full = run_aotc("config").stdout
+        graphs = "yes" if torch.cuda.is_available() and not RUNNER.GRAPHS_MISSING else "no ("
+        assert f"C++ front end CUDA graphs: {graphs}" in full, full
     shown = run_aotc("inspect", str(cli_mlp_artifact)).stdout
     assert ("runner:  cpp" if RUNNER else "runner:  python (") in shown
     ran = run_aotc("run", str(cli_mlp_artifact), "--runs", "2", "--runner", "python").stdout

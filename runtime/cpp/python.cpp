@@ -9,6 +9,7 @@
 #include <torch/extension.h>
 
 #include "include/aotc/errors.h"
+#include "frontend/graphs.h"
 #include "guards.h"
 #include "program.h"
 
@@ -336,6 +337,8 @@ PYBIND11_MODULE(_runner, m) {
   py::register_exception<aotc::SpecError>(m, "SpecError");
   py::register_exception<aotc::Unsupported>(m, "Unsupported");
   m.attr("TORCH_VERSION") = AOTC_TORCH_VERSION;   // the torch this was built against
+  // why the C++ front end (aotc::Module) runs CUDA artifacts without CUDA graphs ("": it has them)
+  m.attr("GRAPHS_MISSING") = aotc::fe::graphs_unavailable();
   py::class_<aotc::Program>(m, "Program")
       .def(py::init(&make_program))
       .def_property_readonly("entry", &aotc::Program::entry)
