@@ -189,8 +189,6 @@ void Module::Impl::build_entry(Entry& e, const std::string& name) {
   e.spec.program.constants.clear();
 }
 
-
-
 // As aotc.load(cuda_graph=): on a GPU, each entry replays CUDA graphs where it can (Auto), none
 // does (Off), or graphs must be possible here (On: a UsageError off a GPU, a TargetError where
 // this runtime was built without them). An entry with value-dependent sizes never captures.
@@ -314,11 +312,11 @@ std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<
   if (!defined || !e.guards->bind(inputs, check, syms))
     syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);
   at::NoGradGuard no_grad;
-  fe::PlainRun plain{[&](const std::vector<at::Tensor>& in, bool read_flag) {
-                       return e.program->run(std::vector<c10::IValue>(in.begin(), in.end()), syms, read_flag);
-                     },
-                     [&](int32_t code) { return e.program->failed_step(code); }};
-  RunResult r = e.graph ? e.graph->call(inputs, plain) : plain.run(inputs, true);
+  auto plain = [&](const std::vector<at::Tensor>& in, bool read_flag) {
+    return e.program->run(std::vector<c10::IValue>(in.begin(), in.end()), syms, read_flag);
+  };
+  RunResult r = e.graph ? e.graph->call(inputs, {plain, [&](int32_t code) { return e.program->failed_step(code); }})
+                        : plain(inputs, true);
   raise_failure(e, r);
   std::vector<at::Tensor> out;
   for (auto& v : r.outputs)
