@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,16 +48,15 @@ def python_run(path: Path, runner: str, ids, steps: int) -> tuple[float, torch.T
     return (time.perf_counter() - t) / steps * 1e6, torch.cat(tokens, 1).cpu()
 
 
-def cpp_run(exe: Path, path: Path, ids_file: Path, steps: int, graphs: bool):
+def cpp_run(build: Path, path: Path, ids_file: Path, steps: int, graphs: bool):
     """(us a decode step after the first, the tokens, graph status lines) through C++."""
-    args = [str(exe), str(path), str(ids_file), str(steps + 2)] + ([] if graphs else
-                                                                   ["--no-cuda-graph"])
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    from conftest import run_generate
+    done, tokens = run_generate(build, path, ids_file, steps + 2,
+                                [] if graphs else ["--no-cuda-graph"])
     if done.returncode != 0:
         raise SystemExit(f"generate failed: {done.stderr[-2000:]}")
     us = float(next(l.split()[1] for l in done.stderr.splitlines()
                     if l.startswith("decode_us_per_step")))
-    tokens = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
     return us, tokens, [l for l in done.stderr.splitlines() if l.startswith("graph ")]
 
 
@@ -92,7 +90,6 @@ def main() -> None:
             torch.cuda.empty_cache()
         save_file({"0": ids}, tmp / "ids.safetensors")
         cmake_build(ROOT / "tests/cpp", tmp / "build")
-        exe = tmp / "build" / "generate"
         runs: dict = {"python runner": [], "cpp runner": [], "cpp front end, graphs": [],
                       "cpp front end, no graphs": []}
         tokens, status = {}, []
@@ -102,7 +99,7 @@ def main() -> None:
                 runs[f"{runner} runner"].append(us)
                 tokens[f"{runner} runner"] = tok
             for graphs in (True, False):
-                us, tok, status = cpp_run(exe, art, tmp / "ids.safetensors", args.steps, graphs)
+                us, tok, status = cpp_run(tmp / "build", art, tmp / "ids.safetensors", args.steps, graphs)
                 name = f"cpp front end, {'graphs' if graphs else 'no graphs'}"
                 runs[name].append(us)
                 tokens[name] = tok

@@ -306,6 +306,16 @@ def cpp_tests(tmp_path_factory) -> Path:
     return build
 
 
+def run_generate(cpp_tests: Path, art: Path, ids_file: Path, n: int, flags=()):
+    """(completed process, tokens [rows, n] or None) of tests/cpp's `generate` on `art`."""
+    done = subprocess.run([str(cpp_tests / "generate"), str(art), str(ids_file), str(n), *flags],
+                          capture_output=True, text=True, timeout=300)
+    tokens = None
+    if done.returncode == 0:
+        tokens = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
+    return done, tokens
+
+
 def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None, cwd=None,
             flags=()):
     """(completed process, outputs) of aotc_run on `art` with `inputs` (a tuple of tensors)."""

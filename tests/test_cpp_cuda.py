@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ import torch
 
 import aotc
 from aotc.runtime import format as fmt
-from conftest import replace_file, run_cpp
+from conftest import replace_file, run_cpp, run_generate
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format_v14_cuda.aotc"
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
@@ -159,11 +158,8 @@ def test_cpp_generation_replays_decode_graphs(cpp_tests, tmp_path):
     save_file({"0": ids}, tmp_path / "ids.safetensors")
     want = aotc.load(art).generate(ids.cuda(), 12)[:, 9:].cpu()
     for flag, status in (([], "graph decode: graph"), (["--no-cuda-graph"], "graph decode: off")):
-        done = subprocess.run([str(cpp_tests / "generate"), str(art),
-                               str(tmp_path / "ids.safetensors"), "12", *flag],
-                              capture_output=True, text=True, timeout=300)
+        done, got = run_generate(cpp_tests, art, tmp_path / "ids.safetensors", 12, flag)
         assert done.returncode == 0, done.stderr
-        got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
         assert torch.equal(got, want), (flag, got, want)
         assert status in done.stderr, done.stderr
 

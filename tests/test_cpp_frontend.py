@@ -23,7 +23,7 @@ import aotc
 from aotc.errors import GuardError
 from aotc.runtime import format as fmt
 from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_cpp,
-                      write_manifest)
+                      run_generate, write_manifest)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
@@ -54,11 +54,8 @@ def test_generation_from_cpp(cpp_tests, tmp_path, attention):
     want = aotc.load(pkg).generate(ids, 12)[:, 9:]
     assert torch.equal(want, aotc.load(art).generate(ids, 12)[:, 9:])
     for path in (art, pkg):
-        done = subprocess.run([str(cpp_tests / "generate"), str(path),
-                               str(tmp_path / "ids.safetensors"), "12"],
-                              capture_output=True, text=True, timeout=300)
+        done, got = run_generate(cpp_tests, path, tmp_path / "ids.safetensors", 12)
         assert done.returncode == 0, done.stderr
-        got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
         assert torch.equal(got, want), path
 
 
@@ -73,11 +70,8 @@ def test_generation_from_cpp_of_transformers_decoders(cpp_tests, tmp_path, famil
     want = reference(model, ids, 16)[:, 7:]
     art = aotc.export(model, (ids,), tmp_path / "m.aotc", decode=True, max_cache_len=64)
     save_file({"0": ids}, tmp_path / "ids.safetensors")
-    done = subprocess.run([str(cpp_tests / "generate"), str(art),
-                           str(tmp_path / "ids.safetensors"), "16"],
-                          capture_output=True, text=True, timeout=300)
+    done, got = run_generate(cpp_tests, art, tmp_path / "ids.safetensors", 16)
     assert done.returncode == 0, done.stderr
-    got = torch.tensor([[int(t) for t in row.split()] for row in done.stdout.splitlines()])
     assert torch.equal(got, want)
 
 

@@ -19,7 +19,7 @@ int main(int argc, char** argv) try {
   aotc::LoadOptions options;
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "--cuda-graph=on" || mode == "--cuda-graph=off") {
-    options.cuda_graph = mode.back() == 'n' ? aotc::LoadOptions::Graphs::On : aotc::LoadOptions::Graphs::Off;
+    options.cuda_graph = mode == "--cuda-graph=on" ? aotc::LoadOptions::Graphs::On : aotc::LoadOptions::Graphs::Off;
     --argc, ++argv;
   }
   if (argc < 2) return std::cerr << "usage: aotc_run [--cuda-graph=on|off] ART [INPUTS [OUTPUTS]]\n", 2;
