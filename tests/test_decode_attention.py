@@ -15,7 +15,7 @@ from aotc.runtime.attention import attention
 
 
 def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0,
-           sinks=False, d=16, dv=None):
+           sinks=False, d=16, dv=None, packed=False):
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
@@ -38,16 +38,17 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     sink = (torch.randn(heads, generator=g) * 3).to(dtype) if sinks else None
     buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
                               stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
-    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
-    parts = [torch.empty(s) for s in partial_shapes(qb, kb, vb)]
+    qin = torch.cat([q, new[0]], dim=1) if packed else q   # the new key after q's heads
+    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((qin, k, v, position)))
+    parts = [torch.empty(s) for s in partial_shapes(q, kb, vb)]
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
     out = torch.empty(batch, heads, 1, dv, dtype=dtype)
-    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(new)) if write else ()
+    extra = (tuple(new[1:]) if packed else tuple(new)) if write else ()
+    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(extra))
     split, combine = decode_attention_kernels(
         qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
-        sinks=buf(10, sink) if sinks else None)
-    extra = tuple(new) if write else ()
-    for hk, name, args in ((split, "kernel0", (q, k, v, position, *extra, *parts)),
+        sinks=buf(10, sink) if sinks else None, packed=packed)
+    for hk, name, args in ((split, "kernel0", (qin, k, v, position, *extra, *parts)),
                            (combine, "kernel1", (*parts, *([sink] if sinks else []), out))):
         hk.name = name
         ks = hk.source()
@@ -92,6 +93,16 @@ def test_flash_decoding_kernels_with_attention_sinks(window, pos, dtype):
     """GPT-OSS's sinks: a logit per head (large ones here, so they take real weight) joins the
     softmax in the combine kernel, at the first position and across chunks."""
     _check(2, 8, 2, 200, pos, True, dtype, window, sinks=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("batch,heads,kv_heads,pos,window,d", [
+    (1, 4, 2, 70, 0, 16), (2, 8, 2, 199, 0, 16), (2, 4, 4, 0, 0, 16), (3, 6, 2, 130, 20, 24)])
+def test_the_new_key_packed_after_the_query_heads(batch, heads, kv_heads, pos, window, d, dtype):
+    """Computed q and key (a rotary embedding of each) come in one buffer [B, H + Hkv, 1, D]
+    that one kernel writes (codegen/lowering/decode.py): the split kernel reads each
+    sequence's query heads and its key from their own rows, at every batch and head count."""
+    _check(batch, heads, kv_heads, 200, pos, True, dtype, window, d=d, packed=True)
 
 
 # ------------------------------------------------------------- hostile plans calling the op

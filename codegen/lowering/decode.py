@@ -14,11 +14,15 @@ from aotc.codegen.ir import contiguous_strides, sym
 from aotc.codegen.lowering import register
 
 
+def _is_dense(buf) -> bool:
+    want = contiguous_strides(buf.shape)
+    return all(sym(n) == 1 or sym(s) == w for n, s, w in zip(buf.shape, buf.stride, want))
+
+
 def dense(g, tv):
     """A Buffer holding `tv` densely (row-major, size-1 dims aside), copying only if needed."""
     buf = tv.buffer if tv.buffer is not None else g._buffer(g.materialize(tv))
-    want = contiguous_strides(buf.shape)
-    if all(sym(n) == 1 or sym(s) == w for n, s, w in zip(buf.shape, buf.stride, want)):
+    if _is_dense(buf):
         return buf
     copy = g.pointwise(tv.shape, tv.dtype, tv.loader, "contiguous")
     return g.realize(copy)
@@ -41,13 +45,39 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     if not all(isinstance(d, int) or getattr(d, "is_Integer", False)
                for t in (q, k_cache, v_cache) for d in t.shape):
         return None
-    qb, kb, vb, pb, *nb = (dense(g, t) for t in (q, k_cache, v_cache, position, *new))
+    qk = packed(g, q, new[0]) if new else None
+    if qk is not None:       # q and the new key in one buffer: one kernel computes both
+        new = new[1:]
+    qb, kb, vb, pb, *nb = (dense(g, t) for t in (qk or q, k_cache, v_cache, position, *new))
     partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
-                for shape in partial_shapes(qb, kb, vb)]
-    out = g._buffer(g.new_slot((*qb.shape[:3], vb.shape[3]), q.dtype))
+                for shape in partial_shapes(q, kb, vb)]
+    out = g._buffer(g.new_slot((*q.shape[:3], vb.shape[3]), q.dtype))
     for b in (*partials, out):
         g.out.slots[b.slot]["producer"] = "kernel"
     sb = dense(g, sinks) if sinks is not None else None
     g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb,
-                                                window=window, softcap=softcap, sinks=sb))
+                                                window=window, softcap=softcap, sinks=sb,
+                                                packed=qk is not None))
     return g.realized(out.slot)
+
+
+def packed(g, q, key):
+    """q [B, H, 1, D] and this step's key [B, Hkv, 1, D] as one value [B, H + Hkv, 1, D] where
+    both are computed values, not buffers or views of one (a rotary embedding of each, say:
+    one kernel then computes both, where each would have had its own), else None. The split
+    kernel reads q's heads and the key's from it (codegen/triton/decode_attention.py)."""
+    from aotc.codegen.lowering.misc import cat
+    if not (_computed(q) and _computed(key)) or \
+            q.dtype != key.dtype or len(q.shape) != 4 or len(key.shape) != 4 or \
+            (q.shape[0], q.shape[2], q.shape[3]) != (key.shape[0], key.shape[2], key.shape[3]):
+        return None
+    shape = [q.shape[0], q.shape[1] + key.shape[1], *q.shape[2:]]
+    meta = {"shape": shape, "dtype": str(q.dtype).removeprefix("torch.")}
+    return cat(g, [meta], [q, key], dim=1)
+
+
+def _computed(tv) -> bool:
+    """Whether `tv` is a body to compute (or a view of one), not a buffer or a view of one."""
+    while tv.buffer is None and tv.view_of is not None:
+        tv = tv.view_of[0]
+    return tv.buffer is None

@@ -73,7 +73,8 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     dmask = dims < {d}
     vdims = tl.arange(0, {dvp})
     vmask = vdims < {dv}
-    q = tl.load({q} + rows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
+    qrows = b * {qheads} + g * {group} + heads
+    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
                 other=0.0)
     m_i = tl.full([{gp}], float("-inf"), tl.float32)
     l_i = tl.full([{gp}], 0.0, tl.float32)
@@ -123,11 +124,11 @@ def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
 '''
 
 
-# `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]) are
-# written into the caches at the position by the program whose chunk holds it, and used in
+# `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]; the key
+# may be packed after q's heads, in rows [B, H + Hkv] of q's buffer) are written into the caches at the position by the program whose chunk holds it, and used in
 # place of the cache's row there (the program reads what it has in registers, never what it
 # or another program just stored)
-_WRITE_PRELUDE = '''    k_new = tl.load({kn} + (b * {hkv} + g) * {d} + dims, mask=dmask, other=0.0)
+_WRITE_PRELUDE = '''    k_new = tl.load({kn} + {krow} * {d} + dims, mask=dmask, other=0.0)
     v_new = tl.load({vn} + (b * {hkv} + g) * {dv} + vdims, mask=vmask, other=0.0)
     mine = (at // {chunk} == s) & (at < {m})   # block masks below: the interpreter refuses
     # a scalar one; a position past the cache (a damaged manifest) writes nothing
@@ -167,9 +168,12 @@ def _split_source(name: str, ins, outs, **sizes):
     mo, mm, ml = (b.name for b in outs)
     write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
     if new:
-        kn, vn = new
-        write = {"params": f"{kn}, {vn}, ", "key_new": _WRITE_KEY, "value_new": _WRITE_VALUE,
-                 "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, **sizes)}
+        kn, vn = new if len(new) == 2 else (q, *new)     # packed: the key in q's buffer
+        krow = (f"(b * {sizes['qheads']} + {sizes['heads']} + g)" if kn == q
+                else f"(b * {sizes['hkv']} + g)")
+        write = {"params": "".join(f"{n}, " for n in new), "key_new": _WRITE_KEY,
+                 "value_new": _WRITE_VALUE,
+                 "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, krow=krow, **sizes)}
     window, softcap = sizes["window"], sizes["softcap"]
     extra = {"window_start": _WINDOW_START.format(**sizes) if window else "",
              "start": "first" if window else "0",
@@ -194,7 +198,7 @@ def _combine_source(name: str, ins, outs, **sizes):
 
 def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
                              window: int = 0, softcap: float = 0.0,
-                             sinks=None) -> list[HandKernel]:
+                             sinks=None, packed: bool = False) -> list[HandKernel]:
     """The split and combine kernels for Buffers q [B, H, 1, D], key cache [B, Hkv, M, D],
     value cache [B, Hkv, M, Dv] (Dv may differ from D, as multi-head latent attention's),
     pos, partial buffers (o [B*H*splits, Dv], m and l [B*H*splits], float32) and the output
@@ -202,12 +206,14 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     masked. With `new` (key [B, Hkv, 1, D], value [B, Hkv, 1, Dv]), the split kernel first
     writes them at pos; `window`
     (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
-    the combine kernel adds each head's `sinks` [H] logit to its softmax."""
-    batch, heads, _, d = (int(x) for x in q.shape)
+    the combine kernel adds each head's `sinks` [H] logit to its softmax. `packed`: q's buffer
+    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value."""
+    batch, qheads, _, d = (int(x) for x in q.shape)
     hkv, m, dv = int(k.shape[1]), int(k.shape[2]), int(v.shape[3])
+    heads = qheads - hkv if packed else qheads
     chunk, splits = plan_splits(m)
     group = heads // hkv
-    sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group, gp=max(16, pow2(group)),
+    sizes = dict(batch=batch, heads=heads, qheads=qheads, hkv=hkv, group=group, gp=max(16, pow2(group)),
                  d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
                  m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
