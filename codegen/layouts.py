@@ -126,7 +126,8 @@ def relaid(values: list, slots: list, base) -> bool:
     a kernel writes its outputs contiguous, and export's layout of a dynamic-shape conv output
     may not be. A view's strides in the graph then do not describe the view of the stored
     tensor, so the view is computed into a buffer of its own instead."""
-    meta = values[base.vid] if base.vid is not None else None
+    # a slot lowering made (a hand-written kernel's output) has no graph value: stored as made
+    meta = values[base.vid] if base.vid is not None and base.vid < len(values) else None
     if not meta or "stride" not in meta or base.buffer is None or base.buffer.slot != base.vid:
         return False
     slot = slots[base.buffer.slot]
