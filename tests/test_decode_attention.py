@@ -45,16 +45,20 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     out = torch.empty(batch, heads, 1, dv, dtype=dtype)
     extra = (tuple(new[1:]) if packed else tuple(new)) if write else ()
     nbufs = tuple(buf(8 + i, t) for i, t in enumerate(extra))
-    split, combine = decode_attention_kernels(
-        qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
-        sinks=buf(10, sink) if sinks else None, packed=packed)
-    for hk, name, args in ((split, "kernel0", (qin, k, v, position, *extra, *parts)),
-                           (combine, "kernel1", (*parts, *([sink] if sinks else []), out))):
-        hk.name = name
-        ks = hk.source()
-        fn = import_kernel(module_text(ks), name, f"{name}.py")
+    tickets = torch.zeros(batch * kv_heads, dtype=torch.int32)
+    (kernel,) = decode_attention_kernels(
+        qb, kb, vb, pb, pbufs, buf(7, out), buf(11, tickets), 0.25, nbufs, window=window,
+        softcap=softcap, sinks=buf(10, sink) if sinks else None, packed=packed)
+    kernel.name = "kernel0"
+    ks = kernel.source()
+    fn = import_kernel(module_text(ks), "kernel0", "kernel0.py")
+    for _ in range(2):   # the tickets are back at zero after a call: a second one combines too
+        out.fill_(float("nan"))
         with mended_bf16():
-            fn[tuple(int(x) for x in ks.grid)](*args)
+            fn[tuple(int(x) for x in ks.grid)](qin, k, v, position, *extra,
+                                               *([sink] if sinks else []), tickets, *parts,
+                                               out)
+        assert not tickets.any()
     want = attention(q.float(), want_k[:, :, lo:pos + 1].float(),
                      want_v[:, :, lo:pos + 1].float(), None, 0.25, softcap,
                      sinks=sink.float() if sinks else None)
