@@ -146,3 +146,27 @@ def test_decode_attention_arguments_are_checked_at_load(tmp_path, runner, edit, 
     (12, 40, 0)])       # both below and above a power of two, keys narrower than tl.dot's 16
 def test_flash_decoding_kernels_with_any_head_sizes(d, dv, window, write, dtype):
     _check(2, 4, 2, 96, 70, write, dtype, window=window, d=d, dv=dv)
+
+
+def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
+    """The LLaMA sample exported for CUDA at batch 2 (its q and new key packed into one
+    buffer, attention over 3 chunks of the cache combined by the last to finish) generates
+    what its CPU artifact does through Triton's interpreter, and again after a reset (the
+    combine's tickets are left at zero, listed as state in the manifest)."""
+    pytest.importorskip("triton")
+    import aotc
+    from conftest import SAMPLES_DIR, import_file
+    torch.manual_seed(0)
+    m = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
+                                                  hidden=128, vocab=256).eval()
+    ids = torch.randint(1, 255, (2, 5), generator=torch.Generator().manual_seed(3))
+    path = aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=160,
+                       target="cuda:sm_90")
+    states = {s.name: s for s in aotc.runtime.format.read_manifest(path).state}
+    assert (states["aotc_tickets_4"].dtype, states["aotc_tickets_4"].shape) == ("int32", (4,))
+    want = aotc.load(aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True,
+                                 max_cache_len=160)).generate(ids, 6)
+    gen = aotc.load(path, device="cpu", interpret=True)
+    assert torch.equal(gen.generate(ids, 6), want)
+    gen.reset()
+    assert torch.equal(gen.generate(ids, 6), want)
