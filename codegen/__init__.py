@@ -116,9 +116,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.training is not None:
         manifest["training"] = {k: v for k, v in program.training.items()
                                 if k != "backward_inputs"}
-    if (states := _states(program, plans)):
-        manifest["state"] = states
-    if program.generation is not None:
+    if program.state is not None:
+        manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
     check, manifest["export_check"] = artifact_check(program.samples, target.device, prove,
                                                       native)
@@ -268,18 +267,6 @@ def _plan(name, lowered, steps, decisions, kernels, signatures, bindings) -> dic
     if lowered.rewrites:
         plan["stats"]["rewrites"] = dict(lowered.rewrites)
     return plan
-
-
-def _states(program: Program, plans: dict) -> list:
-    """The manifest's state: the program's (a generator's caches and position), then what
-    kernels of its plans keep between calls (decode attention's tickets,
-    codegen/lowering/decode.py)."""
-    out = dict(program.state or {})
-    for plan in plans.values():
-        for s in plan["slots"]:
-            if s.get("kind") == "state" and s["state"] not in out:
-                out[s["state"]] = {"dtype": s["dtype"], "shape": [int(d) for d in s["shape"]]}
-    return [dict(v, name=k) for k, v in out.items()]
 
 
 def _entries(program: Program, plans: dict) -> dict:

@@ -12,7 +12,6 @@ import torch
 import aotc.nn  # noqa: F401 - registers the op
 from aotc.codegen.ir import contiguous_strides, sym
 from aotc.codegen.lowering import register
-from aotc.runtime.plan import SlotKind
 
 
 def _is_dense(buf) -> bool:
@@ -42,8 +41,7 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
                      sinks=None, new=()):
     if not g.split_reductions:      # not a CUDA target: the runtime's op
         return None
-    from aotc.codegen.triton.decode_attention import (decode_attention_kernels, partial_shapes,
-                                                      tickets_shape)
+    from aotc.codegen.triton.decode_attention import decode_attention_kernels, partial_shapes
     if not all(isinstance(d, int) or getattr(d, "is_Integer", False)
                for t in (q, k_cache, v_cache) for d in t.shape):
         return None
@@ -57,24 +55,10 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     for b in (*partials, out):
         g.out.slots[b.slot]["producer"] = "kernel"
     sb = dense(g, sinks) if sinks is not None else None
-    tk = tickets(g, *tickets_shape(q, kb))
-    g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, tk, scale, nb,
+    g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb,
                                                 window=window, softcap=softcap, sinks=sb,
                                                 packed=qk is not None))
     return g.realized(out.slot)
-
-
-def tickets(g, n: int):
-    """The Buffer of the state `aotc_tickets_<n>` (int32 [n], zeros when loaded) that decode
-    attention's kernels count finished chunks in: one per size, shared by an entry's layers
-    (each kernel leaves it at zero, and they run one after the other). The artifact's
-    manifest lists it with the generator's caches (codegen/__init__.py)."""
-    name = f"aotc_tickets_{n}"
-    sid = next((s["id"] for s in g.out.slots if s.get("state") == name), None)
-    if sid is None:
-        sid = g.new_slot((sym(n),), torch.int32)
-        g.out.slots[sid].update(kind=SlotKind.STATE.value, state=name)
-    return g._buffer(sid)
 
 
 def packed(g, q, key):

@@ -1,4 +1,4 @@
-"""Decode attention for CUDA artifacts: a flash-decoding kernel, written by hand.
+"""Decode attention for CUDA artifacts: a flash-decoding kernel pair, written by hand.
 
 `aotc::decode_attention(q [B, H, 1, D], k_cache [B, Hkv, M, D], v_cache [B, Hkv, M, Dv],
 pos [1], scale)` reads keys 0..pos of a static cache. At one query token per sequence, decode
@@ -7,11 +7,9 @@ and nothing past the position. So the keys are split into short chunks over a fi
 (B * Hkv programs per chunk, `plan_splits`), each program computing, for the query heads that
 share its KV head, a partial softmax (max, sum) and weighted sum of its chunk; its loop stops
 at the position, so chunks past it cost a program that stores an empty partial, and short
-contexts cost little. The last program of a sequence and KV head to finish (a ticket, an
-atomic counter that persists between steps at zero, says which) combines its chunks' partials,
-where a second kernel would cost a launch and a drain each layer. Head sizes of any width
+contexts cost little. A second kernel combines the chunks' partials. Head sizes of any width
 (80, 96, multi-head latent attention's 192 for keys and 128 for values) are padded to a power
-of two in registers and masked. Like generated kernels, it calls only Triton builtins and
+of two in registers and masked. Like generated kernels, these call only Triton builtins and
 the prelude's helpers (codegen/triton/printer.py says why), so the interpreter runs them too.
 The grid and every size are static, so decode replays as one CUDA graph.
 """
@@ -61,7 +59,7 @@ def plan_splits(max_len: int) -> tuple[int, int]:
 
 _SPLIT = '''
 @triton.jit
-def {name}({q}, {k}, {v}, {pos}, {params}{sink_param}{tk}, {mo}, {mm}, {ml}, {o}):
+def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     bh = tl.program_id(0)
     s = tl.program_id(1)
     b = bh // {hkv}
@@ -105,29 +103,24 @@ def {name}({q}, {k}, {v}, {pos}, {params}{sink_param}{tk}, {mo}, {mm}, {ml}, {o}
              mask=hmask[:, None] & vmask[None, :])
     tl.store({mm} + part, m_i, mask=hmask)
     tl.store({ml} + part, l_i, mask=hmask)
-    # The last of this sequence and KV head's chunks to finish combines them all: a ticket
-    # counts the chunks done (released after every thread's stores, acquired before the
-    # combine's loads, which bypass L1), and is left at zero for the next step.
-    tl.debug_barrier()
-    ticket = tl.atomic_add({tk} + bh, 1, sem="acq_rel")
-    if ticket == {splits} - 1:
-        parts = tl.arange(0, {sp})
-        pmask = parts < {splits}
-        for h in tl.static_range({group}):
-            row = b * {heads} + g * {group} + h
-            cm = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"),
-                         cache_modifier=".cg")
-            cl = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0,
-                         cache_modifier=".cg")
-            top = tl.reduce(cm, 0, aotc_maximum)
-{sink_top}            w = tl.exp(cm - top)
-            cacc = tl.load({mo} + (row * {splits} + parts[:, None]) * {dv} + vdims[None, :],
-                           mask=pmask[:, None] & vmask[None, :], other=0.0,
-                           cache_modifier=".cg")
-            out = tl.reduce(cacc * w[:, None], 0, aotc_add) / (
-                tl.reduce(w * cl, 0, aotc_add){sink_den})
-            tl.store({o} + row * {dv} + vdims, out.to({o}.dtype.element_ty), mask=vmask)
-        tl.store({tk} + bh, 0)
+'''
+
+_COMBINE = '''
+@triton.jit
+def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
+    row = tl.program_id(0)
+    parts = tl.arange(0, {sp})
+    pmask = parts < {splits}
+    m = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"))
+    l = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0)
+    top = tl.reduce(m, 0, aotc_maximum)
+{sink_top}    w = tl.exp(m - top)
+    dims = tl.arange(0, {dvp})
+    dmask = dims < {dv}
+    acc = tl.load({mo} + (row * {splits} + parts[:, None]) * {dv} + dims[None, :],
+                  mask=pmask[:, None] & dmask[None, :], other=0.0)
+    out = tl.reduce(acc * w[:, None], 0, aotc_add) / (tl.reduce(w * l, 0, aotc_add){sink_den})
+    tl.store({o} + row * {dv} + dims, out.to({o}.dtype.element_ty), mask=dmask)
 '''
 
 
@@ -148,8 +141,8 @@ _WINDOW_START = """    lo = n_valid - {window}
     first = tl.maximum(lo - s * {chunk}, 0) // {block} * {block}
 """
 # Attention sinks: the head's learned logit joins the softmax (its weight goes to no value).
-_SINK_TOP = """            sink = tl.load({sinks} + row % {heads}).to(tl.float32)
-            top = tl.maximum(top, sink)
+_SINK_TOP = """    sink = tl.load({sinks} + row % {heads}).to(tl.float32)
+    top = tl.maximum(top, sink)
 """
 _SOFTCAP = "        qk = libdevice.tanh(qk / {softcap}) * {softcap}\n"
 _WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n"
@@ -170,14 +163,9 @@ def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
                         error_code=None, num_stages=num_stages)
 
 
-def _split_source(name: str, ins, outs, sinks: bool, **sizes):
-    q, k, v, pos, *new, tk = (b.name for b in ins)   # the tickets are updated in place
-    sink = {"sink_param": "", "sink_top": "", "sink_den": ""}
-    if sinks:
-        *new, sb = new
-        sink = {"sink_param": f"{sb}, ", "sink_den": " + tl.exp(sink - top)",
-                "sink_top": _SINK_TOP.format(sinks=sb, **sizes)}
-    mo, mm, ml, o = (b.name for b in outs)
+def _split_source(name: str, ins, outs, **sizes):
+    q, k, v, pos, *new = (b.name for b in ins)
+    mo, mm, ml = (b.name for b in outs)
     write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
     if new:
         kn, vn = new if len(new) == 2 else (q, *new)     # packed: the key in q's buffer
@@ -191,51 +179,60 @@ def _split_source(name: str, ins, outs, sinks: bool, **sizes):
              "start": "first" if window else "0",
              "window_mask": " & (keys >= lo)" if window else "",
              "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
-    text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, o=o, tk=tk,
-                         **write, **sink, **extra, **sizes)
+    text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
+                         **extra, **sizes)
     grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
     return hand_source(name, text, ins, outs, grid)
 
 
-def decode_attention_kernels(q, k, v, pos, partials, out, tickets, scale: float, new=(), *,
+def _combine_source(name: str, ins, outs, **sizes):
+    mo, mm, ml, *sinks = (b.name for b in ins)
+    (o,) = (b.name for b in outs)
+    sink = {"sink_param": "", "sink_top": "", "sink_den": ""}
+    if sinks:
+        sink = {"sink_param": f"{sinks[0]}, ", "sink_den": " + tl.exp(sink - top)",
+                "sink_top": _SINK_TOP.format(sinks=sinks[0], **sizes)}
+    text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, o=o, **sink, **sizes)
+    return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["heads"], 1, 1))
+
+
+def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
                              window: int = 0, softcap: float = 0.0,
                              sinks=None, packed: bool = False) -> list[HandKernel]:
-    """The flash-decoding kernel for Buffers q [B, H, 1, D], key cache [B, Hkv, M, D], value
-    cache [B, Hkv, M, Dv] (Dv may differ from D, as multi-head latent attention's), pos,
-    partial buffers (o [B*H*splits, Dv], m and l [B*H*splits], float32), the output
-    [B, H, 1, Dv] and `tickets` (int32 [B*Hkv], zeros, persistent: the kernel leaves them at
-    zero); head sizes that are not powers of two are padded to one in registers and masked.
-    With `new` (key [B, Hkv, 1, D], value [B, Hkv, 1, Dv]) it first writes them at pos;
-    `window` (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the
-    scores, and each head's `sinks` [H] logit joins its softmax in the combine. `packed`: q's
-    buffer is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds the value."""
+    """The split and combine kernels for Buffers q [B, H, 1, D], key cache [B, Hkv, M, D],
+    value cache [B, Hkv, M, Dv] (Dv may differ from D, as multi-head latent attention's),
+    pos, partial buffers (o [B*H*splits, Dv], m and l [B*H*splits], float32) and the output
+    [B, H, 1, Dv]; head sizes that are not powers of two are padded to one in registers and
+    masked. With `new` (key [B, Hkv, 1, D], value [B, Hkv, 1, Dv]), the split kernel first
+    writes them at pos; `window`
+    (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
+    the combine kernel adds each head's `sinks` [H] logit to its softmax. `packed`: q's buffer
+    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value."""
     batch, qheads, _, d = (int(x) for x in q.shape)
     hkv, m, dv = int(k.shape[1]), int(k.shape[2]), int(v.shape[3])
     heads = qheads - hkv if packed else qheads
     chunk, splits = plan_splits(m)
     group = heads // hkv
-    sizes = dict(batch=batch, heads=heads, qheads=qheads, hkv=hkv, group=group,
-                 gp=max(16, pow2(group)), d=d, dp=max(16, pow2(d)), dv=dv,
-                 dvp=max(16, pow2(dv)), m=m, chunk=chunk, block=BLOCK_N, splits=splits,
-                 sp=pow2(splits), scale=repr(float(scale)), precision=dot_precision(q.dtype),
+    sizes = dict(batch=batch, heads=heads, qheads=qheads, hkv=hkv, group=group, gp=max(16, pow2(group)),
+                 d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
+                 m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
+                 scale=repr(float(scale)), precision=dot_precision(q.dtype),
                  window=int(window), softcap=float(softcap))
+    mo, mm, ml = partials
+    split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
+                       outs=(mo, mm, ml),
+                       make=lambda n, i, o: _split_source(n, i, o, **sizes))
     sink = (sinks,) if sinks is not None else ()
-    kernel = HandKernel(name="kernel_attention", prefix=(),
-                        ins=(q, k, v, pos, *new, *sink, tickets), outs=(*partials, out),
-                        make=lambda n, i, o: _split_source(n, i, o, bool(sink), **sizes))
-    what = "; writes this step's key and value" if new else ""
-    what += f"; a window of {window} keys" if window else ""
-    what += f"; scores soft-capped at {softcap}" if softcap else ""
-    what += "; the heads' sinks" if sink else ""
-    kernel.reasons.append(f"decode attention (flash-decoding: {splits} chunks of {chunk} keys, "
-                          f"combined by the last to finish{what}; {group} query heads per "
-                          "KV head)")
-    return [kernel]
-
-
-def tickets_shape(q, k) -> tuple:
-    """The tickets of the kernel's combine: one per sequence and KV head."""
-    return (int(q.shape[0]) * int(k.shape[1]),)
+    combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, *sink),
+                         outs=(out,), make=lambda n, i, o: _combine_source(n, i, o, **sizes))
+    written = "; writes this step's key and value" if new else ""
+    written += f"; a window of {window} keys" if window else ""
+    written += f"; scores soft-capped at {softcap}" if softcap else ""
+    for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
+                     (combine, f"combine {splits} chunks" + (" and the heads' sinks"
+                                                             if sinks is not None else ""))):
+        hk.reasons.append(f"decode attention ({what}, {group} query heads per KV head)")
+    return [split, combine]
 
 
 def dot_precision(dtype) -> str:
