@@ -166,7 +166,7 @@ def _trust_option(fn):
               help="Size of a dynamic dim for the random inputs, e.g. --size batch=4 "
                    "(default: the size it was exported with).")
 @click.option("--runner", type=click.Choice(["cpp", "python"]), default=None,
-              help="Plan runner (default: the C++ one for CPU plans where installed).")
+              help="Plan runner (default: the C++ one where installed).")
 @click.pass_context
 @_trust_option
 def run(ctx, artifact, runs, warmup, device, seed, sizes, runner, trusted_keys):

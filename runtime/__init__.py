@@ -45,7 +45,7 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     its kernels and plans; `aotc swap-weights` writes such a variant as an artifact.
 
     `runner`: which plan runner runs the entries (runtime/cpp_runner.py). None (the default)
-    picks aotc's C++ runner for CPU plans where it is installed, else the Python runner;
+    picks aotc's C++ runner for CPU and CUDA plans where it is installed, else the Python runner;
     "python" forces the Python runner, "cpp" insists on the C++ one. `m.runtime` says which
     runs, and why the Python one does.
 

@@ -1,4 +1,4 @@
-"""Plan -> the C++ plan runner (runtime/cpp), for CPU plans.
+"""Plan -> the C++ plan runner (runtime/cpp), for CPU and CUDA plans.
 
 The runner is aotc's own C++ extension (`aotc.runtime._runner`), built at install time against
 the installed torch (setup.py); it is part of aotc, not of any artifact, so artifacts stay
@@ -406,10 +406,10 @@ def _why_python(device: torch.device, runner: str | None, *, triton: bool) -> st
                          fix="pass runner='cpp', runner='python', or leave it unset")
     if runner == "python":
         return "asked for"
-    if runner is None and device.type != "cpu":
+    if runner is None and device.type not in ("cpu", "cuda"):
         return (f"plans on {device.type} run with the Python runner unless runner='cpp' is "
-                "passed (the C++ runner's CUDA path is opt-in)")
-    if runner is None and triton:
+                "passed (the C++ runner is measured on CPUs and NVIDIA GPUs)")
+    if runner is None and triton and device.type == "cpu":
         return ("Triton's interpreter runs these kernels (interpret=True); runner='cpp' runs "
                 "the plan in C++ around it")
     return runner_status()[1] or None

@@ -107,7 +107,7 @@ def dynamic_cpu(tmp_path_factory):
 
 
 def graphed(path, **kw):
-    m = aotc.load(path, runner="python")   # graphs wrap the Python runner's plans (as on CUDA)
+    m = aotc.load(path, runner="python")   # graphs wrap a plan function (here the Python runner)
     samples = lambda: [m.recorded_samples()[0]]   # noqa: E731
     m.graphs = {"forward": HostGraphed(m.entries["forward"], m.device, samples, **kw)}
     return m, m.graphs["forward"]
