@@ -131,8 +131,8 @@ ON_REQUEST = {"aotc:cpp", "aotc:x86-64-v2", "aotc:x86-64-v3"}   # run only when 
 
 def select(names: list[str] | None, device: torch.device) -> tuple[list[System], dict[str, str]]:
     """(systems to run, {name: why skipped}); eager always runs first, as the baseline. The
-    aotc:<level> systems (one CPU level's kernels) and aotc:cpp (the C++ runner, which CPU
-    artifacts get by default and CUDA ones when asked) run only when named."""
+    aotc:<level> systems (one CPU level's kernels) and aotc:cpp (the C++ runner, which
+    artifacts get by default where it is installed) run only when named."""
     unknown = sorted(set(names or ()) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")

@@ -2,15 +2,15 @@
 # The C++ runtime on a GPU (< 10 minutes): builds aotc's C++ runner against the machine's torch,
 # runs the GPU tests of the C++ runner on CUDA plans and of the C++ front end on CUDA artifacts,
 # then times decoding through each runtime, the per-call cost of both runners on a GPU, and a
-# few suite points with the C++ runner (aotc:cpp) against the default (aotc, the Python runner
-# on CUDA) in the same run.
+# few suite points with the C++ runner (aotc:cpp, the default where installed) against the
+# Python runner (aotc:python) in the same run.
 #
 #   COMMIT=<sha> scripts/gpu_cpp.sh OUT
 #
 # Settings: TEST_S (seconds for the tests; 0 skips them), TESTS (the test files), DECODE_S
 # (seconds for scripts/gpu_cpp_decode.py, decoding through each runtime; 0, the default, skips
 # it), OVERHEAD_S, BENCH_S (0 skips), MODELS (suite models for the benchmark, default mlp,gpt2),
-# SYSTEMS (default eager,aotc,aotc:cpp), DTYPE (default bf16). Run from the repository root.
+# SYSTEMS (default eager,aotc:python,aotc:cpp), DTYPE (default bf16). Run from the repository root.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_cpp.sh OUT}
 mkdir -p "$OUT"
@@ -48,6 +48,6 @@ fi
 [[ ${BENCH_S:-200} == 0 ]] && exit 0
 timeout -k 10 $((${BENCH_S:-200} + 60)) python3 -m benchmarks.run --device cuda --suite full \
     --dtype "${DTYPE:-bf16}" --models "${MODELS:-mlp,gpt2}" --budget-s "${BENCH_S:-200}" \
-    --systems "${SYSTEMS:-eager,aotc,aotc:cpp}" --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+    --systems "${SYSTEMS:-eager,aotc:python,aotc:cpp}" --out "$OUT/bench" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"
 tail -n 30 "$OUT/bench/results.md" 2>/dev/null || tail -n 30 "$OUT/bench.log"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -72,6 +73,7 @@ def main() -> None:
     import aotc
     from safetensors.torch import save_file
     from benchmarks.generate_models import build_model
+    from benchmarks.run import commit
     from conftest import cmake_build
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
@@ -113,7 +115,8 @@ def main() -> None:
     print("C++ graph status (last run):", "; ".join(status))
     (args.out / "results.json").write_text(json.dumps({
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
-        "command": " ".join(sys.argv), "model": args.model, "prompt": args.prompt,
+        "command": " ".join(sys.argv), "commit": os.environ.get("COMMIT") or commit()[0],
+        "model": args.model, "prompt": args.prompt,
         "steps": args.steps, "cache": cache, "export_s": export_s, "systems": rows,
         "cpp_graph_status": status}, indent=1))
 
