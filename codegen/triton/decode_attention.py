@@ -125,8 +125,9 @@ def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
 
 
 # `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]; the key
-# may be packed after q's heads, in rows [B, H + Hkv] of q's buffer) are written into the caches at the position by the program whose chunk holds it, and used in
-# place of the cache's row there (the program reads what it has in registers, never what it
+# may be packed after q's heads, in rows [B, H + Hkv] of q's buffer) are written into the
+# caches at the position by the program whose chunk holds it, and used in place of the
+# cache's row there (the program reads what it has in registers, never what it
 # or another program just stored)
 _WRITE_PRELUDE = '''    k_new = tl.load({kn} + {krow} * {d} + dims, mask=dmask, other=0.0)
     v_new = tl.load({vn} + (b * {hkv} + g) * {dv} + vdims, mask=vmask, other=0.0)
@@ -213,8 +214,8 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     heads = qheads - hkv if packed else qheads
     chunk, splits = plan_splits(m)
     group = heads // hkv
-    sizes = dict(batch=batch, heads=heads, qheads=qheads, hkv=hkv, group=group, gp=max(16, pow2(group)),
-                 d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
+    sizes = dict(batch=batch, heads=heads, qheads=qheads, hkv=hkv, group=group,
+                 gp=max(16, pow2(group)), d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
                  m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
                  window=int(window), softcap=float(softcap))
