@@ -50,6 +50,14 @@ def import_file(path: Path, name: str | None = None):
     return module
 
 
+def llama_sample(**overrides):
+    """samples/llama.py at the tests' size (2 layers, width 64, 4 query and 2 KV heads, vocab
+    500), its weights drawn after seeding torch with 0, in eval mode."""
+    torch.manual_seed(0)
+    size = dict(layers=2, dim=64, heads=4, kv_heads=2, hidden=128, vocab=500)
+    return import_file(SAMPLES_DIR / "llama.py").Net(**{**size, **overrides}).eval()
+
+
 # ------------------------------------------------------------------------------------ samples
 
 @dataclass(frozen=True)

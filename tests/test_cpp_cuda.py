@@ -148,10 +148,8 @@ def test_cpp_generation_replays_decode_graphs(cpp_tests, tmp_path):
     the capture's trial runs, so the call that captures updates it once); the tokens equal
     Python's, with graphs and without."""
     from safetensors.torch import save_file
-    from conftest import SAMPLES_DIR, import_file
-    torch.manual_seed(0)
-    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                      hidden=128, vocab=500).eval()
+    from conftest import llama_sample
+    model = llama_sample()
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64,
                       target="cuda")

@@ -42,11 +42,9 @@ def test_generation_from_cpp(cpp_tests, tmp_path, attention):
     load, updated in place by aotc::decode_attention_write, with a sliding window, soft-capped
     scores and attention sinks or without): the tokens Python generates, from the artifact
     directory and from its package."""
-    from conftest import SAMPLES_DIR, import_file
+    from conftest import llama_sample
     from aotc.runtime.package import pack
-    torch.manual_seed(0)
-    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                      hidden=128, vocab=500, **attention).eval()
+    model = llama_sample(**attention)
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)
     pkg = pack(art, tmp_path / "llama.aotcpkg")

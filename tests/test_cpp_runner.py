@@ -272,10 +272,8 @@ def test_a_generator_runs_on_the_cpp_runner_in_a_fresh_process(tmp_path):
     import subprocess
     import sys
 
-    from conftest import SAMPLES_DIR, import_file
-    torch.manual_seed(0)
-    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                      hidden=128, vocab=500).eval()
+    from conftest import llama_sample
+    model = llama_sample()
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     path = aotc.export(model, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=48)
     want = aotc.load(path, runner="python").generate(ids, 24)

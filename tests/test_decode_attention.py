@@ -152,10 +152,8 @@ def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
     import json
 
     import aotc
-    from conftest import SAMPLES_DIR, import_file
-    torch.manual_seed(0)
-    m = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                  hidden=128, vocab=256).eval()
+    from conftest import llama_sample
+    m = llama_sample(vocab=256)
     ids = torch.randint(1, 255, (2, 5), generator=torch.Generator().manual_seed(3))
     path = aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=160,
                        target="cuda:sm_90")

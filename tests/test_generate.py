@@ -11,16 +11,10 @@ import torch
 import aotc
 from aotc.errors import ArtifactError, GuardError, UsageError
 from aotc.runtime import format as fmt
-from conftest import SAMPLES_DIR, import_file, run_aotc
+from conftest import SAMPLES_DIR, llama_sample, run_aotc
 from hostile import copy_artifact, edit_json
 
 CACHE = 96
-
-
-def _llama_sample(**overrides):
-    torch.manual_seed(0)
-    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                     hidden=128, vocab=500, **overrides).eval()
 
 
 def _hf(family: str):
@@ -52,7 +46,7 @@ def _hf_reference(m, ids, n):
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
-    model = _llama_sample()
+    model = llama_sample()
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     path = aotc.export(model, (ids,), tmp_path_factory.mktemp("g") / "llama.aotc", decode=True,
                        max_cache_len=CACHE)
@@ -67,14 +61,14 @@ def _eager_tokens(model, ids, n):
 def test_sample_generates_what_it_generates_eagerly(sample):
     model, ids, path = sample
     m = aotc.load(path)
-    want = _eager_tokens(_llama_sample(), ids, 64)
+    want = _eager_tokens(llama_sample(), ids, 64)
     got = m.generate(ids, 64)
     assert got.dtype == torch.int64 and got.shape == (2, 9 + 64)
     assert torch.equal(got, want)
     m.reset()
     assert torch.equal(m.generate(ids, 64), want)           # reset: the same again
     other = torch.randint(0, 500, (2, 20))                   # prefill overwrites the cache
-    assert torch.equal(m.generate(other, 30), _eager_tokens(_llama_sample(), other, 30))
+    assert torch.equal(m.generate(other, 30), _eager_tokens(llama_sample(), other, 30))
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -209,13 +203,13 @@ def test_a_generator_swaps_weights_and_generates_with_them(sample, tmp_path):
     it, or swapped into a copy of the artifact, generate what the model with them generates."""
     model, ids, path = sample
     m = aotc.load(path)
-    assert list(m.state_dict()) == list(_llama_sample().state_dict())
-    other = _llama_sample()
+    assert list(m.state_dict()) == list(llama_sample().state_dict())
+    other = llama_sample()
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.2)
     want = _eager_tokens(other, ids, 16)
-    assert not torch.equal(want, _eager_tokens(_llama_sample(), ids, 16))
+    assert not torch.equal(want, _eager_tokens(llama_sample(), ids, 16))
     m.load_state_dict(other.state_dict())
     assert torch.equal(m.generate(ids, 16), want)
     from safetensors.torch import save_file

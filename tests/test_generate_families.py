@@ -15,7 +15,7 @@ import torch
 import aotc
 from aotc.errors import AotcError
 from benchmarks.generate_families import FAMILIES, MATCH, build, reference
-from conftest import SAMPLES_DIR, import_file
+from conftest import llama_sample
 
 CACHE = 96
 SERVED = [f for f, spec in FAMILIES.items() if spec[3] == MATCH]
@@ -112,20 +112,14 @@ def test_more_refusals(tmp_path, family):
                     max_cache_len=CACHE)
 
 
-def _sample(**kw):
-    torch.manual_seed(0)
-    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                     hidden=128, vocab=500, **kw).eval()
-
-
 @pytest.mark.parametrize("runner", ["cpp", "python"])
 def test_sample_with_a_window_a_softcap_and_sinks_generates_as_eagerly(tmp_path, runner):
     from aotc.exporter.generate import Generator, adapt, eager_generate
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     kw = dict(window=6, softcap=3.0, sinks=True)
-    model = _sample(**kw)
-    want = eager_generate(Generator(adapt(_sample(**kw), 2, CACHE), CACHE), ids, 40)
-    plain = eager_generate(Generator(adapt(_sample(), 2, CACHE), CACHE), ids, 40)
+    model = llama_sample(**kw)
+    want = eager_generate(Generator(adapt(llama_sample(**kw), 2, CACHE), CACHE), ids, 40)
+    plain = eager_generate(Generator(adapt(llama_sample(), 2, CACHE), CACHE), ids, 40)
     assert not torch.equal(want, plain)      # the window, the cap and the sinks change tokens
     path = aotc.export(model, (ids,), tmp_path / "w.aotc", decode=True, max_cache_len=CACHE)
     m = aotc.load(path, runner=runner)
@@ -171,12 +165,12 @@ def test_a_ring_cache_generates_what_recomputing_the_whole_sequence_does(tmp_pat
     the whole sequence each step (its own causal window mask): prompts shorter and longer than
     the window, one artifact (the prompt length is dynamic), both runners."""
     import json
-    path = aotc.export(_sample(window=4), (torch.randint(0, 500, (2, 10)),),
+    path = aotc.export(llama_sample(window=4), (torch.randint(0, 500, (2, 10)),),
                        tmp_path / "r.aotc", decode=True, max_cache_len=CACHE)
     shapes = {s["shape"][2] for s in json.loads((path / "manifest.json").read_text())["state"]
               if s["name"].endswith(".k")}
     assert shapes == {4}
-    _generates_as_recomputed(path, _sample(window=4))   # no setup_caches: no cache at all
+    _generates_as_recomputed(path, llama_sample(window=4))   # no setup_caches: no cache at all
 
 
 def _generates_as_recomputed(path, plain):

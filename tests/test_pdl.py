@@ -58,10 +58,8 @@ def _constant_slots(plan) -> set[str]:
 
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory):
-    from conftest import SAMPLES_DIR, import_file
-    torch.manual_seed(0)
-    model = import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                      hidden=160, vocab=500).eval()
+    from conftest import llama_sample
+    model = llama_sample(hidden=160)
     path = tmp_path_factory.mktemp("d") / "d.aotc"
     return aotc.export(model, (torch.randint(0, 500, (1, 8)),), path, decode=True,
                        max_cache_len=32, target="cuda:sm_90", dtype="bf16")

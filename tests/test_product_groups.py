@@ -10,16 +10,14 @@ import torch
 
 import aotc
 from aotc.codegen.product_groups import group_products
-from conftest import SAMPLES_DIR, import_file
+from conftest import llama_sample
 
 pytest.importorskip("triton")
 CACHE = 32
 
 
 def _model():
-    torch.manual_seed(0)
-    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                     hidden=128, vocab=300).eval()
+    return llama_sample(vocab=300)
 
 
 def _weights_read(path, entry: str) -> list[set]:

@@ -10,22 +10,16 @@ import pytest
 import torch
 
 import aotc
-from conftest import SAMPLES_DIR, import_file
+from conftest import llama_sample
 
 CACHE = 64
-
-
-def _model():
-    torch.manual_seed(0)
-    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                     hidden=128, vocab=500).eval()
 
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
-    return aotc.export(_model(), (ids,), tmp_path_factory.mktemp("s") / "l.aotc", decode=True,
-                       max_cache_len=CACHE)
+    return aotc.export(llama_sample(), (ids,), tmp_path_factory.mktemp("s") / "l.aotc",
+                       decode=True, max_cache_len=CACHE)
 
 
 def _prompt(seed, t=9):
@@ -72,7 +66,7 @@ def test_sessions_in_threads(path):
 def test_a_weight_swap_reaches_every_session(path):
     m = aotc.load(path)
     s = m.session()
-    other = _model()
+    other = llama_sample()
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.2)

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 import aotc
 from aotc.errors import ExportError, TargetError
 from aotc.runtime import format as fmt
-from conftest import SAMPLES_DIR, import_file
+from conftest import llama_sample
 
 WORKER = Path(__file__).with_name("tp_worker.py")
 CACHE = 64
@@ -48,16 +48,10 @@ def launch(world: int, artifact, out: Path, *args: str) -> list[tuple[dict, dict
              load_file(str(out / f"rank{r}.safetensors"))) for r in range(world)]
 
 
-def _sample(**overrides):
-    torch.manual_seed(0)
-    return import_file(SAMPLES_DIR / "llama.py").Net(layers=2, dim=64, heads=4, kv_heads=2,
-                                                     hidden=128, vocab=500, **overrides).eval()
-
-
 @pytest.fixture(scope="module")
 def forward(tmp_path_factory):
     ids = torch.randint(0, 500, (2, 12), generator=torch.Generator().manual_seed(1))
-    path = aotc.export(_sample(), (ids,), tmp_path_factory.mktemp("tp") / "llama-tp2.aotc",
+    path = aotc.export(llama_sample(), (ids,), tmp_path_factory.mktemp("tp") / "llama-tp2.aotc",
                        tensor_parallel=2)
     return ids, path
 
@@ -65,7 +59,7 @@ def forward(tmp_path_factory):
 def test_forward_equals_the_unsharded_model(forward, tmp_path):
     ids, path = forward
     with torch.no_grad():
-        want = _sample()(ids)
+        want = llama_sample()(ids)
     ranks = launch(2, path, tmp_path)
     for facts, out in ranks:
         torch.testing.assert_close(out["0"], want, rtol=1e-4, atol=1e-4)
@@ -109,9 +103,9 @@ def test_a_wrong_world_size_is_refused(forward, tmp_path):
 def test_generator_tokens_equal_eager_tokens(tmp_path):
     from aotc.exporter.generate import Generator, adapt, eager_generate
     ids = torch.randint(0, 500, (1, 7), generator=torch.Generator().manual_seed(2))
-    path = aotc.export(_sample(), (ids,), tmp_path / "gen-tp2.aotc", decode=True,
+    path = aotc.export(llama_sample(), (ids,), tmp_path / "gen-tp2.aotc", decode=True,
                        max_cache_len=CACHE, tensor_parallel=2)
-    want = eager_generate(Generator(adapt(_sample(), 1, CACHE), CACHE), ids, 16)
+    want = eager_generate(Generator(adapt(llama_sample(), 1, CACHE), CACHE), ids, 16)
     for facts, out in launch(2, path, tmp_path / "out", "--new-tokens", "16"):
         assert torch.equal(out["tokens"], want), facts
 
@@ -120,7 +114,7 @@ def test_sampling_ranks_draw_the_same_tokens(tmp_path):
     """Sampled generation on a split artifact: each rank seeded differently, every rank takes
     rank 0's draw (they would otherwise diverge, and their collectives mix two sequences)."""
     ids = torch.randint(0, 500, (1, 7), generator=torch.Generator().manual_seed(2))
-    path = aotc.export(_sample(), (ids,), tmp_path / "gen-tp2.aotc", decode=True,
+    path = aotc.export(llama_sample(), (ids,), tmp_path / "gen-tp2.aotc", decode=True,
                        max_cache_len=CACHE, tensor_parallel=2)
     (_, a), (_, b) = launch(2, path, tmp_path / "out", "--new-tokens", "24", "--sample")
     assert torch.equal(a["tokens"], b["tokens"])
@@ -147,7 +141,7 @@ def test_transformers_llama_forward(tmp_path):
 def test_heads_that_do_not_divide_are_refused(tmp_path):
     ids = torch.zeros(1, 4, dtype=torch.int64)
     with pytest.raises(ExportError) as info:
-        aotc.export(_sample(), (ids,), tmp_path / "x.aotc", tensor_parallel=4)
+        aotc.export(llama_sample(), (ids,), tmp_path / "x.aotc", tensor_parallel=4)
     assert "KV heads (2) does not divide by the 4 ranks" in info.value.what
     assert info.value.where == "layers.0.attn.wk"
 
