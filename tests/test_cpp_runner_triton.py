@@ -36,6 +36,23 @@ def test_cpp_runner_runs_triton_plans_as_the_python_runner(name, tmp_path):
     assert_matches(got, eager(model, inputs), rtol=1e-4, atol=1e-4)
 
 
+def test_cuda_training_plans_run_on_the_cpp_runner_as_on_the_python_runner(tmp_path):
+    """A CUDA training artifact (forward and backward plans of Triton kernels), now that the
+    C++ runner is the default on CUDA: the same output and gradients, bit for bit."""
+    from test_triton_e2e import TRAIN
+    torch.manual_seed(0)
+    model, x = TRAIN["mlp"]()
+    p = aotc.export(model, (x,), tmp_path / "t.aotc", train=True, target=TARGET)
+    got = {}
+    for runner in ("python", "cpp"):
+        m = aotc.load(p, device="cpu", interpret=True, runner=runner)
+        xa = x.clone().requires_grad_()
+        out = m(xa)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        got[runner] = [out.detach(), xa.grad, *(w.grad for w in m.parameters())]
+    assert all(torch.equal(a, b) for a, b in zip(got["python"], got["cpp"], strict=True))
+
+
 def test_the_python_runner_stays_the_default_for_triton_kernels(tmp_path):
     model = SAMPLES["mlp"].build()
     p = aotc.export(model, SMALL["mlp"](), tmp_path / "mlp.aotc", target=TARGET)
