@@ -101,7 +101,8 @@ def main() -> None:
                 runs[f"{runner} runner"].append(us)
                 tokens[f"{runner} runner"] = tok
             for graphs in (True, False):
-                us, tok, status = cpp_run(tmp / "build", art, tmp / "ids.safetensors", args.steps, graphs)
+                us, tok, status = cpp_run(tmp / "build", art, tmp / "ids.safetensors",
+                                          args.steps, graphs)
                 name = f"cpp front end, {'graphs' if graphs else 'no graphs'}"
                 runs[name].append(us)
                 tokens[name] = tok

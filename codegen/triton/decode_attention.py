@@ -169,8 +169,9 @@ def _split_source(name: str, ins, outs, **sizes):
     mo, mm, ml = (b.name for b in outs)
     write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
     if new:
-        kn, vn = new if len(new) == 2 else (q, *new)     # packed: the key in q's buffer
-        krow = (f"(b * {sizes['qheads']} + {sizes['heads']} + g)" if kn == q
+        packed = sizes["qheads"] != sizes["heads"]       # the key in q's buffer, after q's heads
+        kn, vn = (q, *new) if packed else new
+        krow = (f"(b * {sizes['qheads']} + {sizes['heads']} + g)" if packed
                 else f"(b * {sizes['hkv']} + g)")
         write = {"params": "".join(f"{n}, " for n in new), "key_new": _WRITE_KEY,
                  "value_new": _WRITE_VALUE,
