@@ -231,8 +231,9 @@ class _Spec:
         if not triton and kernel_foldable(step, self.folded, slots):   # run at load by the
             self.folded |= set(step.out)                               # runner (program.cpp)
             self.derives = True
-        if not triton:
-            return ("kernel", idx, step.name, fn, args, outs, sizes)
+        if not triton:   # (a library's own table says whether the kernel takes its room)
+            room = getattr(lib, "takes_room", lambda _: False)(step.name)
+            return ("kernel", idx, step.name, fn, args, outs, sizes, *((True,) if room else ()))
         if step.launch is None:
             raise ArtifactError(f"plan step {idx} runs Triton kernel {step.name} without its "
                                 "launch", where=f"plans/{self.plan.entry}.json",

@@ -14,6 +14,7 @@ table, dtypes, strings, weights, kernels) is bound as a global under a name aotc
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from contextlib import contextmanager
 
@@ -21,10 +22,12 @@ import torch
 
 from aotc.errors import ArtifactError, GuardError
 from aotc.runtime.argcheck import check_call
+from aotc.runtime.bound import _weight, bound_tensors, load_transform  # noqa: F401
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
 from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
+from aotc.runtime.room import room_array, room_error, slot_room, span, tensor_room
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.flow import step_symbols
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
@@ -66,45 +69,6 @@ _FUNCTIONS = {"aten::addmm.default": torch.addmm, "aten::mm.default": torch.mm,
               "aten::bmm.default": torch.bmm, "aten::baddbmm.default": torch.baddbmm}
 
 
-def load_transform(slot) -> str:
-    """How a weight slot's tensor is made from the stored one at load (both front ends: the
-    runner file records it for the C++ one, runtime/runner_file.py): "transpose", a free view;
-    "channels_last", a copy made once; "" the stored tensor as it is."""
-    if slot.layout == "transposed" and len(slot.shape) == 2:
-        return "transpose"
-    if slot.memory_format == "channels_last" and len(slot.shape) == 4:
-        return "channels_last"
-    return ""
-
-
-def _weight(slot, weights: dict) -> torch.Tensor:
-    """A weight as its slot wants it: "memory_format": "channels_last" (a convolution weight
-    that the plan runs channels-last) is converted here, once, at load; "layout": "transposed"
-    (a matmul weight stored as its [K, N] transpose, codegen/layouts.py) is bound as a view of
-    the stored tensor, its logical [N, K] shape with strides [1, N], at no cost."""
-    if slot.weight not in weights:
-        raise ArtifactError(f"the plan uses weight {slot.weight!r}, which the weights file "
-                            "lacks", where=slot.weight, expected="the weight", found="nothing",
-                            fix="re-export the model")
-    w = weights[slot.weight]
-    if w.dtype != DTYPES[slot.dtype]:
-        raise ArtifactError(f"weight {slot.weight!r} is {w.dtype} in the weights file, its "
-                            f"plan slot says {slot.dtype}", where=slot.weight,
-                            expected=slot.dtype, found=str(w.dtype).removeprefix("torch."),
-                            fix="re-export the model (the weights file does not match the plan)")
-    transform = load_transform(slot)   # (a stored tensor of another rank fails the shape check)
-    if transform == "transpose" and w.dim() == 2:
-        w = w.t()
-    elif transform == "channels_last" and w.dim() == 4:
-        w = w.contiguous(memory_format=torch.channels_last)
-    if all(isinstance(d, int) for d in slot.shape) and tuple(w.shape) != slot.shape:
-        raise ArtifactError(f"weight {slot.weight!r} has shape {list(w.shape)} in the weights "
-                            f"file, its plan slot says {list(slot.shape)}", where=slot.weight,
-                            expected=list(slot.shape), found=list(w.shape),
-                            fix="re-export the model (the weights file does not match the plan)")
-    return w
-
-
 def resolve_op(qualname: str):
     """'aten::addmm.default' -> torch.ops.aten.addmm.default. The name comes from the fixed
     op table (runtime/schema/ops.py), checked when the plan was parsed."""
@@ -141,7 +105,8 @@ class PlanFunction:
         self.threads = thread_count(library)
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided, "layout": _layout,
-                                "index_failed": self.index_failed, "LIB": library,
+                                "kernel_failed": self.kernel_failed, "LIB": library,
+                                "room_of": tensor_room, "room_span": span,
                                 "size_failed": self.size_failed,
                                 "check_error_flag": self._flag}
         emitter = _Emitter(self, plan, weights)
@@ -184,6 +149,13 @@ class PlanFunction:
         """A C++ kernel met an out-of-range index: raise the GuardError that names it."""
         step = self.plan.steps[step_index]
         raise index_error(self.plan, step, dict(enumerate(tensors)), inputs, symbols)
+
+    def kernel_failed(self, step_index: int, code: int, rooms, tensors: tuple, symbols: dict,
+                      inputs=None):
+        """A C++ kernel refused its buffers (code < 0) or met an out-of-range index."""
+        if code < 0:
+            raise room_error(self.plan, step_index, code, rooms)
+        self.index_failed(step_index, tensors, symbols, inputs)
 
     def size_failed(self, step_index: int, name: str, value: int):
         """A value-dependent size outside the range export proved for it."""
@@ -405,9 +377,9 @@ class _Emitter:
         k = self.fn.bind(lib.kernel(step.name, len(step.args) + len(step.out), len(step.sizes),
                                     dtypes), "k")
         ptr = (lambda e: e) if triton else (lambda e: f"{e}.data_ptr()")
-        lines, ptrs = [], []
+        lines, ptrs, rooms = [], [], []
         for i in step.args:
-            ptrs.append(self._kernel_arg(i, triton, lines, ptr))
+            ptrs.append(self._kernel_arg(i, triton, lines, ptr, rooms))
         if reuse is None:   # a folded buffer is never taken over: it lives on
             reuse = {o: d for o, d in step.reuse if d not in self.folded}
         for o in step.out:
@@ -415,23 +387,42 @@ class _Emitter:
             if o in reuse:
                 lines.append(f"    del {self.names[reuse[o]]}")
             ptrs.append(ptr(self.names[o]))
+            rooms.append(slot_room(slots[o], _shape))
+        room = "None"
+        if not triton and getattr(lib, "takes_room", lambda _: False)(step.name):
+            room = self._room_array(rooms, lines)
+            ptrs.append(room)
         sizes = [f"S_{n}" for n in step.sizes]
         if triton:
             grid = ", ".join(ex.source(g) for g in step.launch.grid)
             err = ["ERR"] if step.launch.error_code else []
             return lines + [f"    {k}(({grid}), {', '.join(ptrs + err + sizes)})"]
         args = ", ".join(self.names[i] for i in step.args)
-        lines.append(f"    if {k}({', '.join(ptrs + sizes)}): "
-                     f"index_failed({idx}, ({args}{',' if len(step.args) == 1 else ''}), "
-                     "symbols, inputs)")
+        lines.append(f"    if (err := {k}({', '.join(ptrs + sizes)})): "
+                     f"kernel_failed({idx}, err, {room}, "
+                     f"({args}{',' if len(step.args) == 1 else ''}), symbols, inputs)")
         return lines
 
-    def _kernel_arg(self, i: int, triton: bool, lines: list, ptr) -> str:
+    def _room_array(self, rooms: list, lines: list) -> str:
+        """The room array of a C++ kernel's call (runtime/room.py): made once when every room
+        is known at load, else per call (a shared one would race between threads)."""
+        if all(isinstance(r, int) for r in rooms):
+            return self.fn.bind(room_array(rooms), "room")
+        kind = self.fn.bind(ctypes.c_int64 * (2 * len(rooms)), "rooms")
+        lines.append(f"    ROOM = {kind}({', '.join(map(str, rooms))})")
+        return "ROOM"
+
+    def _kernel_arg(self, i: int, triton: bool, lines: list, ptr, rooms: list) -> str:
+        """The pointer source of a kernel's argument `i`; its room appended to `rooms`."""
         s, name = self.plan.slots[i], self.names[i]
+        rooms.append(slot_room(s, _shape))
         if s.kind is SlotKind.WEIGHT and self.fn.static_weights:
             w = self.fn.namespace[name]
+            rooms[-1] = tensor_room(w)
             return self.fn.bind(w if triton else w.data_ptr(), "p")
         if s.kind in (SlotKind.WEIGHT, SlotKind.STATE):   # dense as allocated: as they are
+            rooms[-1] = (tensor_room(self.fn.namespace[name]) if s.kind is SlotKind.STATE
+                         else f"room_of({name})")   # a parameter's data may be replaced
             return ptr(name)
         if i in self.folded:   # a view of weights, taken at load: laid out once, here
             held = self.fn.bind_derived(   # owns the memory the pointer points to
@@ -439,6 +430,7 @@ class _Emitter:
                                 *((tuple(s.shape), DTYPES[s.dtype], i)
                                   if all(isinstance(d, int) for d in s.shape) else ())), "l")
             t = self.fn.namespace[held]
+            rooms[-1] = tensor_room(t)
             return self.fn.bind(t if triton else t.data_ptr(), "p")
         if s.producer is not StepKind.KERNEL and i not in self.checked:
             self.checked.add(i)
@@ -473,18 +465,3 @@ def symbol_names(plan) -> list[str]:
 def step_bound(plan) -> set[str]:
     """The size symbols the plan's calls bind."""
     return {b.name for s in plan.steps for b in getattr(s, "binds", ())}
-
-
-def bound_tensors(plan, weights: dict, state: dict) -> dict[int, torch.Tensor]:
-    """The tensors a plan's weight and state slots are bound to at load, by slot."""
-    out = {}
-    for i, s in enumerate(plan.slots):
-        if s.kind is SlotKind.WEIGHT:
-            out[i] = _weight(s, weights)
-        elif s.kind is SlotKind.STATE:
-            if s.state not in state:
-                raise ArtifactError(f"the plan uses state {s.state!r}, which the module lacks",
-                                    where=s.state, expected="a state of the manifest",
-                                    found="nothing", fix="re-export the model")
-            out[i] = state[s.state]
-    return out

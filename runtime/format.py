@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 16
+FORMAT_VERSION = 17
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -147,6 +147,15 @@ CHANGELOG = {
                        "ends with [[symbol, result, dim or -1, lo, hi], ...] and `symbols` "
                        "lists the inputs' symbols first. A reader of version 15 refuses "
                        "\"binds\"; versions 1-15 load as they are"),
+    17: ("2026-12-06", "C++ kernels check the room of their buffers: each takes, after its "
+                       "pointers, an int64 array of the elements each pointer has up to the end "
+                       "of its storage (then as many free entries) and returns -1 - i, the "
+                       "extent it needed stored at entry n + i, when pointer i has less room "
+                       "than the layout it was compiled for spans (codegen/cpp/room.py); such "
+                       "a kernel's table entry ends its pointer dtypes with \";room\", and a "
+                       "library with a table is read through it whatever the manifest's "
+                       "native.table says. A reader of version 16 calls such kernels without "
+                       "the array; versions 1-16 load as they are (their kernels unchecked)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

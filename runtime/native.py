@@ -12,7 +12,9 @@ Kernels are found through the library's own table (`aotc_kernel_table`: name, ad
 count, size count and pointer dtypes of each kernel; format >= 5), and the few symbols looked
 up by name must resolve inside this library, not in one it depends on (libc's `system` is not a
 kernel). Each kernel is an `extern "C" int name(T* ...)` taking data pointers (inputs, then
-outputs) and sizes, returning non-zero when an indexing input was out of range.
+outputs), from format 17 the room of each (its table entry's dtypes end in ";room",
+codegen/cpp/room.py), and sizes; it returns a positive code when an indexing input was out of
+range and -1 - i when pointer i has less room than the kernel indexes.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ import torch
 from aotc.errors import ArtifactError, TargetError
 from aotc.runtime.cpu import arch_of, host_arch, missing_flags, supported
 
+# after a kernel's pointer dtypes in the library's table: it takes the room of its pointers
+ROOM_MARKER = ";room"
 LEGACY_KERNEL = re.compile(r"(?:forward_|backward_)?kernel[0-9]{1,7}\Z")
 # libraries a kernel library links (OpenMP, the C++ runtime): kept loaded once a kernel library
 # used them, so closing it never unloads an OpenMP runtime whose threads still exist
@@ -105,7 +109,10 @@ class NativeLibrary:
                 from None
         _pin_runtime_libs()
         self._finalizer = weakref.finalize(self, _release, self.cdll._handle, self.fd, self.path)
-        self.kernels = self._table() if native.table else None
+        # a library that has a table is read through it whatever the manifest says (a manifest
+        # claiming format <= 4 must not turn off the checks the table carries)
+        self.kernels = (self._table() if native.table or self._own_address("aotc_kernel_table")
+                        else None)
         self.set_threads = self._own_function("aotc_set_num_threads", [ctypes.c_int], None)
         self.set_threads_address = self._own_address("aotc_set_num_threads") or 0
 
@@ -138,13 +145,21 @@ class NativeLibrary:
         out = {}
         for i in range(max(0, min(n.value, 1 << 20))):
             e = entries[i]
-            out[e.name.decode()] = (e.fn, e.nargs, e.nsizes, (e.types or b"").decode())
+            types = (e.types or b"").decode()
+            room = types.endswith(ROOM_MARKER)
+            out[e.name.decode()] = (e.fn, e.nargs, e.nsizes, types.removesuffix(ROOM_MARKER), room)
         return out
+
+    def takes_room(self, name: str) -> bool:
+        """Whether kernel `name` takes the room of its pointers (codegen/cpp/room.py), as the
+        library's own table says: a plan cannot turn the check off."""
+        return self.kernels is not None and name in self.kernels and self.kernels[name][4]
 
     def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]):
         """A callable for kernel `name` taking `nargs` data pointers and `nsizes` sizes; the
         library must define it with exactly that many arguments of those dtypes."""
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * nargs
+        room = [ctypes.c_void_p] if self.takes_room(name) else []
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * nargs + room
                                                  + [ctypes.c_int64] * nsizes))
         return proto(self.kernel_address(name, nargs, nsizes, dtypes))
 
@@ -155,7 +170,7 @@ class NativeLibrary:
             entry = self.kernels.get(name)
             if entry is None:
                 raise _missing(name, sorted(self.kernels)[:8])
-            addr, want_args, want_sizes, types = entry
+            addr, want_args, want_sizes, types, _ = entry
             found = (want_args, want_sizes, types)
             if found != (nargs, nsizes, ",".join(dtypes)):
                 raise ArtifactError(f"the plan calls kernel {name} with arguments its library "

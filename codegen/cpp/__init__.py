@@ -5,6 +5,7 @@ from pathlib import Path
 
 from aotc.codegen.cpp.build import build_libraries, compiler, compiler_version, resolve_isa
 from aotc.codegen.cpp.kernel import kernel_source
+from aotc.codegen.cpp.room import ROOM_MARKER
 from aotc.runtime.dtypes import dtype_name
 
 PRELUDE = "\n".join((Path(__file__).parent / name).read_text()
@@ -30,7 +31,7 @@ def generate(groups: list, levels: tuple):
             src, ins, outs, sizes = kernel_source(k, buffers, stored)
             bodies.append(src)
             signatures[k.name] = (ins, outs, sizes)
-            dtypes = ",".join(dtype_name(buffers[n].dtype) for n in (*ins, *outs))
+            dtypes = ",".join(dtype_name(buffers[n].dtype) for n in (*ins, *outs)) + ROOM_MARKER
             entries.append((k.name, _prototype(src, k.name), len(ins) + len(outs), len(sizes),
                             dtypes))
     table = THREADS_UNIT + kernel_table(entries)
@@ -49,7 +50,8 @@ def _prototype(src: str, name: str) -> str:
 
 def kernel_table(entries: list) -> str:
     """The library's table of kernels, the only way the runtime finds them
-    (runtime/native.py): name, address, pointer and size argument counts, pointer dtypes."""
+    (runtime/native.py): name, address, pointer and size argument counts, pointer dtypes
+    (then ROOM_MARKER: the kernel takes the room of its pointers, codegen/cpp/room.py)."""
     lines = ["#include <cstdint>",
              "struct aotc_kernel_entry { const char* name; void* fn; int nargs; int nsizes; "
              "const char* types; };"]

@@ -17,6 +17,7 @@ from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, 
                              index_vars, linear_index, product, simplify_index)
 from aotc.codegen.cpp.loopshape import column_nodes, merge_reduced_dims
 from aotc.codegen.cpp.printer import HALF, STORAGE, cexpr, constant, op_expr, value_type
+from aotc.codegen.cpp.room import ROOM_PARAM, room_check
 from aotc.codegen.cpp.work import elements, threads_condition, worth_threads
 from aotc.codegen.scheduler import Kernel
 
@@ -443,11 +444,14 @@ class KernelWriter:
         ins = sorted(self.reads - set(written))
         params = [f"const {STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in ins]
         params += [f"{STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in outs]
-        text = "\n".join(body) + " ".join(cexpr(p) for p in self.k.prefix)
+        room = room_check([self.buffers[n] for n in (*ins, *outs)])
+        params += [ROOM_PARAM] if room else []
+        text = "\n".join(body + room) + " ".join(cexpr(p) for p in self.k.prefix)
         sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
         params += [f"int64_t s_{n}" for n in sizes]
         lines = [f"// {self.k.name}: " + "; ".join(self.k.reasons),
                  f'extern "C" int {self.k.name}({", ".join(params)}) {{',
+                 *["    " + ln for ln in room],
                  "    int aotc_err = 0;", *["    " + ln for ln in body],
                  "    return aotc_err;", "}"]
         return "\n".join(lines) + "\n", ins, outs, sizes

@@ -21,6 +21,16 @@ static inline float aotc_round_fp16(float f) { return (float)(_Float16)f; }
 // loop with several of them (an unrolled pooling window) would not vectorize
 template <typename T> static inline T aotc_maximum(T a, T b) { T m = a < b ? b : a; return b != b ? b : m; }
 template <typename T> static inline T aotc_minimum(T a, T b) { T m = b < a ? b : a; return b != b ? b : m; }
+// codegen/cpp/room.py: -1 - i for the first of a kernel's n pointers with less room than the
+// kernel indexes (the extent it needed stored after the rooms), 0 if every one has enough
+static inline int aotc_room_short(int64_t* room, const double* need, int n) {
+    for (int i = 0; i < n; ++i)
+        if (!((double)room[i] >= need[i])) {   // (a NaN extent is refused too)
+            room[n + i] = need[i] < 9.0e18 ? (int64_t)need[i] : std::numeric_limits<int64_t>::max();
+            return -1 - i;
+        }
+    return 0;
+}
 template <typename T> static inline T aotc_relu(T a) { return a < 0 ? T(0) : a; }
 // float relu in integer bit operations (NaN kept): a select here, merged by GCC with a later
 // comparison into a select of booleans, stops a loop from vectorizing (relu's mask in training)

@@ -31,6 +31,9 @@ struct Program::Kernel {
   std::shared_ptr<const Launcher> launcher;   // a Triton kernel's (then fn is 0)
   std::vector<spec::Dim> grid;
   bool flagged = false;                       // takes the plan's error flag
+  bool room = false;   // takes the room of its pointers (codegen/cpp/room.py; its library says)
+  std::string name;
+  int32_t index = 0;   // the plan step's, for messages
 };
 
 using NativeOp = void (*)(torch::jit::Stack&);

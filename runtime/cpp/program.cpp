@@ -94,7 +94,8 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   if (s.error_code < 0 || (s.error_code && !s.launcher))
     throw SpecError("an error code of a Triton kernel, positive", where);
   check_dims(s.grid, exprs, where);
-  if (s.args.size() + s.outs.size() + s.sizes.size() > kMaxKernelArgs)
+  if (s.room && s.launcher) throw SpecError("a room for C++ kernels only", where);
+  if (s.args.size() + s.outs.size() + s.sizes.size() + s.room > kMaxKernelArgs)
     throw Unsupported("kernel " + s.name + " takes more than 128 arguments");
   if (s.outs.empty()) throw SpecError("a kernel that writes at least one slot", where);
   Program::Kernel k;
@@ -125,6 +126,9 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   k.launcher = s.launcher;
   k.grid = s.grid;
   k.flagged = s.error_code > 0;
+  k.room = s.room;
+  k.name = s.name;
+  k.index = s.index;
   return k;
 }
 
@@ -364,19 +368,48 @@ void launch_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, con
   k.launcher->launch({grid[0], grid[1], grid[2]}, buffers, k.flagged ? flag : at::Tensor(), sizes);
 }
 
+// The elements from `t`'s first one to the end of its storage (runtime/room.py).
+int64_t storage_room(const at::Tensor& t) {
+  if (!t.has_storage() || t.element_size() == 0) return 0;
+  int64_t n = int64_t(t.storage().nbytes()) / int64_t(t.element_size()) - t.storage_offset();
+  return std::max<int64_t>(n, 0);
+}
+
+// A kernel that refused its call (returned -1 - i): pointer i has less room than it indexes.
+[[noreturn]] void room_failed(const Program::Kernel& k, int code, const int64_t* room) {
+  size_t n = k.args.size() + k.outs.size(), i = size_t(-1 - int64_t(code));
+  std::string where = "plan step " + std::to_string(k.index) + " (kernel " + k.name + ")";
+  if (code >= 0 || i >= n)
+    throw ArtifactError("kernel " + k.name + " returned a code it does not define", where,
+                        "0, an index error code or -1..-" + std::to_string(n),
+                        std::to_string(code), "re-export the model");
+  bool reads = i < k.args.size();
+  int32_t slot = reads ? k.args[i].slot : k.outs[i - k.args.size()].slot;
+  throw ArtifactError("kernel " + k.name + (reads ? " reads" : " writes") + " more of slot " +
+                          std::to_string(slot) + " than the plan gives it",
+                      where + ", slot " + std::to_string(slot),
+                      "room for " + std::to_string(room[n + i]) + " elements",
+                      std::to_string(room[i]) + " elements",
+                      "re-export the model (the plan's slots disagree with its kernels)");
+}
+
 // Allocate a kernel's outputs, call it; false if it met an index out of range.
 bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const int64_t* ev,
                 const int64_t* syms, const at::Tensor& flag) {
   uint64_t a[kMaxKernelArgs];
+  int64_t room[2 * kMaxKernelArgs];
   size_t n = 0;
   for (size_t i = 0; i < k.args.size(); ++i) {
     const spec::KernelArg& arg = k.args[i];
     if (k.fixed[i].defined()) {
+      room[n] = storage_room(k.fixed[i]);
       a[n++] = reinterpret_cast<uint64_t>(k.fixed[i].data_ptr());
       continue;
     }
     if (arg.lay_out) regs[arg.slot] = laid_out(tensor_in(regs, arg.slot), arg, ev);
-    a[n++] = reinterpret_cast<uint64_t>(tensor_in(regs, arg.slot).data_ptr());
+    const at::Tensor& t = tensor_in(regs, arg.slot);
+    room[n] = storage_room(t);
+    a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
   }
   for (size_t i = 0; i < k.outs.size(); ++i) {
     const spec::KernelOut& o = k.outs[i];
@@ -389,6 +422,7 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
     } else {
       t = allocate(shape, o, k.options[i], ev);
     }
+    room[n] = storage_room(t);
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
     regs[o.slot] = std::move(t);
   }
@@ -396,8 +430,11 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
     launch_kernel(k, regs, ev, syms, flag);
     return true;
   }
+  if (k.room) a[n++] = reinterpret_cast<uint64_t>(room);
   for (int32_t s : k.sizes) a[n++] = static_cast<uint64_t>(syms[s]);
-  return call_kernel(k.fn, a, n) == 0;
+  int code = call_kernel(k.fn, a, n);
+  if (code < 0) room_failed(k, code, room);
+  return code == 0;
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ struct Step {
   std::shared_ptr<const Launcher> launcher;
   std::vector<Dim> grid;
   int32_t error_code = 0;
+  bool room = false;   // a C++ kernel that takes the room of its pointers (its library's table)
   // Call
   std::string op, overload;
   std::vector<Arg> call_args;

@@ -132,7 +132,10 @@ aotc::spec::Step kernel_step(const py::tuple& t) {
                       o[4].cast<bool>(), o[5].cast<int32_t>(), o[6].cast<bool>()});
   }
   s.sizes = t[6].cast<std::vector<int32_t>>();
-  if (t.size() > 7) triton_launch(s, t[7].cast<py::tuple>());
+  if (t.size() > 7 && py::isinstance<py::bool_>(t[7]))   // a C++ kernel: takes the room?
+    s.room = t[7].cast<bool>();
+  else if (t.size() > 7)
+    triton_launch(s, t[7].cast<py::tuple>());
   return s;
 }
 

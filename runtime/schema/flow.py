@@ -26,6 +26,8 @@ def check_flow(plan, doc: At) -> None:
     for i in plan.inputs:
         inputs_at.check(slots[i].kind is SlotKind.INPUT and i not in bound,
                         "input slots, each listed once", f"lists slot {i} ({slots[i].kind.value})")
+        inputs_at.check(slots[i].producer is not StepKind.KERNEL, "inputs no kernel wrote",
+                        f"says kernel for input slot {i}'s producer")
         bound.add(i)
     declared = {i for i, s in enumerate(slots) if s.kind is SlotKind.INPUT}
     inputs_at.check(declared == set(plan.inputs), "every input slot listed",
@@ -59,6 +61,11 @@ def _check_step(step, slots, bound: set, donated: set, at: At) -> None:
     for o in outs:
         at.check(slots[o].kind is SlotKind.VALUE and o not in bound,
                  "new value slots for what the step binds", f"binds slot {o} again")
+        # the runners lay out and check a value no kernel wrote before a kernel reads it, and
+        # trust the layout of one a kernel wrote (it allocated it from the slot)
+        at.check(step.kind is StepKind.KERNEL or slots[o].producer is not StepKind.KERNEL,
+                 "a slot said to be a kernel's bound by a kernel",
+                 f"binds slot {o}, whose producer is 'kernel', in a {step.kind.value} step")
     if step.kind is StepKind.KERNEL:
         _check_kernel(step, slots, bound, donated, at)
     bound |= set(outs)

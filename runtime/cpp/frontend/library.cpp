@@ -77,7 +77,9 @@ KernelLibrary::KernelLibrary(const Artifact& art,
   }
   pin_runtime_libs();
   set_threads_ = own("aotc_set_num_threads");
-  if (!table) return;   // format <= 4 only: such artifacts have no runner file
+  // format <= 4 only: such artifacts have no runner file (a library with a table is read
+  // through it whatever the manifest says: its entries carry checks a plan must not skip)
+  if (!table && !own("aotc_kernel_table")) return;
   using Get = const TableEntry* (*)(int*);
   auto get = reinterpret_cast<Get>(own("aotc_kernel_table"));
   if (!get)
@@ -89,6 +91,12 @@ KernelLibrary::KernelLibrary(const Artifact& art,
     if (e[i].name)
       table_[e[i].name] = {reinterpret_cast<intptr_t>(e[i].fn), e[i].nargs, e[i].nsizes,
                            e[i].types ? e[i].types : ""};
+  for (auto& [name, entry] : table_) {   // ";room": the kernel takes the room of its pointers
+    std::string& types = std::get<3>(entry);
+    const std::string mark = ";room";
+    if (types.size() >= mark.size() && types.compare(types.size() - mark.size(), mark.size(), mark) == 0)
+      types.resize(types.size() - mark.size()), room_.insert(name);
+  }
 }
 
 KernelLibrary::~KernelLibrary() {
@@ -133,6 +141,7 @@ void KernelLibrary::bind(spec::Step& s, int nargs, int nsizes, const std::string
                         where, "[kernel, index, name, signature, args, outs, sizes]",
                         "a launch (a CUDA artifact's step)", "re-export the model");
   s.fn = kernel(s.name, nargs, nsizes, types, where);
+  s.room = room_.count(s.name) > 0;
 }
 
 }  // namespace aotc::fe

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,6 +71,7 @@ class KernelLibrary final : public Kernels {
   void* handle_ = nullptr;
   intptr_t set_threads_ = 0;
   std::map<std::string, std::tuple<intptr_t, int, int, std::string>> table_;
+  std::set<std::string> room_;   // kernels taking the room of their pointers
 };
 
 std::string pick_level(const std::vector<std::pair<std::string, std::string>>& levels,

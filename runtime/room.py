@@ -1,0 +1,75 @@
+"""The room a runner gives each pointer of a C++ kernel call (format >= 17).
+
+A kernel that takes the room (codegen/cpp/room.py: its library's table says so) compares, before
+it touches memory, the elements each pointer has up to the end of its storage with the extent it
+was compiled to index, and refuses the call (returns -1 - i) on a shortfall: a plan whose slot is
+smaller than its kernel's buffer (damaged or hostile) then raises the ArtifactError built here
+instead of letting the kernel write past an allocation. The Python runner knows each buffer's
+room without looking at it: a buffer made from a slot (empty, empty_strided, a donor's view,
+as_strided, `layout`) spans at least the slot's layout, which torch checked when it made it;
+a tensor bound at load (a weight, a folded value, a generator's state) is measured once.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from aotc.errors import ArtifactError
+
+
+def tensor_room(t: torch.Tensor) -> int:
+    """The elements from `t`'s first one to the end of its storage."""
+    if t.numel() == 0 and t.untyped_storage().nbytes() == 0:
+        return 0
+    return t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+
+
+def span(shape, stride) -> int:
+    """The elements a layout spans: one past its last element's offset (0 if it is empty)."""
+    if any(d <= 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, stride))
+
+
+def room_array(rooms: list[int]):
+    """The array a kernel takes: the rooms, then as many entries it stores what it needed in."""
+    return (ctypes.c_int64 * (2 * len(rooms)))(*rooms)
+
+
+def room_error(plan, step_index: int, code: int, rooms) -> ArtifactError:
+    """The error for a kernel of plan step `step_index` that returned `code` (-1 - i: pointer
+    `i` had less room than it indexes) with room array `rooms`."""
+    step = plan.steps[step_index]
+    slots = [*step.args, *step.out]
+    i = -1 - code
+    if not 0 <= i < len(slots):
+        return ArtifactError(f"kernel {step.name} returned {code}, no code it defines",
+                             where=f"plan step {step_index}", expected="0, an index error "
+                             f"code or -1..-{len(slots)}", found=code, fix="re-export the model")
+    slot = slots[i]
+    role = "reads" if i < len(step.args) else "writes"
+    return ArtifactError(f"kernel {step.name} {role} more of slot {slot} than the plan gives it",
+                         where=f"plan step {step_index} (kernel {step.name}), slot {slot}",
+                         expected=f"room for {rooms[len(slots) + i]} elements",
+                         found=f"{rooms[i]} elements",
+                         fix="re-export the model (the plan's slots disagree with its kernels)")
+
+
+def numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= max(d, 0)
+    return n
+
+
+def slot_room(slot, source) -> int | str:
+    """The room of a buffer the Python runner made from `slot` (a kernel's output, or a value
+    laid out to the slot): an int when its dims are constants, else the Python source that
+    computes it per call (`source` prints a dims tuple)."""
+    dims = (*slot.shape, *slot.stride)
+    if all(isinstance(d, int) for d in dims):
+        return numel(slot.shape) if slot.contiguous else span(slot.shape, slot.stride)
+    if slot.contiguous:   # the dims of a tensor that exists: none negative
+        return " * ".join(f"({source((d,))[1:-2]})" for d in slot.shape) or "1"
+    return f"room_span({source(slot.shape)}, {source(slot.stride)})"
