@@ -40,7 +40,8 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
                               stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
     qin = torch.cat([q, new[0]], dim=1) if packed else q   # the new key after q's heads
     qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((qin, k, v, position)))
-    parts = [torch.empty(s) for s in partial_shapes(q, kb, vb)]
+    # NaN where no program stores: the combine reads the chunks up to the position only
+    parts = [torch.full(s, float("nan")) for s in partial_shapes(q, kb, vb)]
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
     out = torch.empty(batch, heads, 1, dv, dtype=dtype)
     extra = (tuple(new[1:]) if packed else tuple(new)) if write else ()
@@ -49,7 +50,7 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
         qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
         sinks=buf(10, sink) if sinks else None, packed=packed)
     for hk, name, args in ((split, "kernel0", (qin, k, v, position, *extra, *parts)),
-                           (combine, "kernel1", (*parts, *([sink] if sinks else []), out))):
+                           (combine, "kernel1", (*parts, position, *([sink] if sinks else []), out))):
         hk.name = name
         ks = hk.source()
         fn = import_kernel(module_text(ks), name, f"{name}.py")

@@ -6,8 +6,8 @@ is bound by memory: what matters is reading each valid key and value once, with 
 and nothing past the position. So the keys are split into short chunks over a fixed grid
 (B * Hkv programs per chunk, `plan_splits`), each program computing, for the query heads that
 share its KV head, a partial softmax (max, sum) and weighted sum of its chunk; its loop stops
-at the position, so chunks past it cost a program that stores an empty partial, and short
-contexts cost little. A second kernel combines the chunks' partials. Head sizes of any width
+at the position, so a chunk past it costs a program that stores nothing, and short contexts
+cost little. A second kernel combines the partials of the chunks up to the position. Head sizes of any width
 (80, 96, multi-head latent attention's 192 for keys and 128 for values) are padded to a power
 of two in registers and masked. Like generated kernels, these call only Triton builtins and
 the prelude's helpers (codegen/triton/printer.py says why), so the interpreter runs them too.
@@ -99,18 +99,20 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
         acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt{precision}).to(tl.float32)
         m_i = m_new
     part = rows * {splits} + s
+    live = hmask & (heads * 0 + s * {chunk} <= at)   # the combine reads chunks up to pos only
     tl.store({mo} + part[:, None] * {dv} + vdims[None, :], acc,
-             mask=hmask[:, None] & vmask[None, :])
-    tl.store({mm} + part, m_i, mask=hmask)
-    tl.store({ml} + part, l_i, mask=hmask)
+             mask=live[:, None] & vmask[None, :])
+    tl.store({mm} + part, m_i, mask=live)
+    tl.store({ml} + part, l_i, mask=live)
 '''
 
 _COMBINE = '''
 @triton.jit
-def {name}({mo}, {mm}, {ml}, {sink_param}{o}):
+def {name}({mo}, {mm}, {ml}, {pos}, {sink_param}{o}):
     row = tl.program_id(0)
     parts = tl.arange(0, {sp})
-    pmask = parts < {splits}
+    at = tl.load({pos}).to(tl.int32)
+    pmask = (parts < {splits}) & (parts * {chunk} <= at)   # chunks past pos: nothing stored
     m = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"))
     l = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0)
     top = tl.reduce(m, 0, aotc_maximum)
@@ -188,13 +190,13 @@ def _split_source(name: str, ins, outs, **sizes):
 
 
 def _combine_source(name: str, ins, outs, **sizes):
-    mo, mm, ml, *sinks = (b.name for b in ins)
+    mo, mm, ml, pos, *sinks = (b.name for b in ins)
     (o,) = (b.name for b in outs)
     sink = {"sink_param": "", "sink_top": "", "sink_den": ""}
     if sinks:
         sink = {"sink_param": f"{sinks[0]}, ", "sink_den": " + tl.exp(sink - top)",
                 "sink_top": _SINK_TOP.format(sinks=sinks[0], **sizes)}
-    text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, o=o, **sink, **sizes)
+    text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, pos=pos, o=o, **sink, **sizes)
     return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["heads"], 1, 1))
 
 
@@ -225,7 +227,7 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
                        outs=(mo, mm, ml),
                        make=lambda n, i, o: _split_source(n, i, o, **sizes))
     sink = (sinks,) if sinks is not None else ()
-    combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, *sink),
+    combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, pos, *sink),
                          outs=(out,), make=lambda n, i, o: _combine_source(n, i, o, **sizes))
     written = "; writes this step's key and value" if new else ""
     written += f"; a window of {window} keys" if window else ""
