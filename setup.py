@@ -21,7 +21,8 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
-RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp"]
+RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp",
+          "room.cpp"]
 FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp",
             "spec.cpp", "guard_errors.cpp", "module.cpp", "tensors.cpp", "sha512.cpp",
             "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp", "cuda_kernels.cpp",

@@ -15,6 +15,7 @@ table, dtypes, strings, weights, kernels) is bound as a global under a name aotc
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 from contextlib import contextmanager
 
@@ -27,7 +28,8 @@ from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
 from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
-from aotc.runtime.room import room_array, room_error, slot_room, span, tensor_room
+from aotc.runtime.room import (keep_room, room_array, room_error, slot_room, span,
+                              tensor_room)
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.flow import step_symbols
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
@@ -106,7 +108,7 @@ class PlanFunction:
         self.namespace: dict = {"torch": torch, "DEVICE": device, "empty": torch.empty,
                                 "empty_strided": torch.empty_strided, "layout": _layout,
                                 "kernel_failed": self.kernel_failed, "LIB": library,
-                                "room_of": tensor_room, "room_span": span,
+                                "room_of": tensor_room, "room_span": span, "keep_room": keep_room,
                                 "size_failed": self.size_failed,
                                 "check_error_flag": self._flag}
         emitter = _Emitter(self, plan, weights)
@@ -405,11 +407,19 @@ class _Emitter:
 
     def _room_array(self, rooms: list, lines: list) -> str:
         """The room array of a C++ kernel's call (runtime/room.py): made once when every room
-        is known at load, else per call (a shared one would race between threads)."""
+        is known at load; else, when the rooms depend on sizes alone, once per sizes seen (a
+        kernel writes the array only where it refuses a call); else per call."""
         if all(isinstance(r, int) for r in rooms):
             return self.fn.bind(room_array(rooms), "room")
         kind = self.fn.bind(ctypes.c_int64 * (2 * len(rooms)), "rooms")
-        lines.append(f"    ROOM = {kind}({', '.join(map(str, rooms))})")
+        make = f"{kind}({', '.join(map(str, rooms))})"
+        if any("room_of(" in str(r) for r in rooms):   # a tensor measured per call
+            lines.append(f"    ROOM = {make}")
+            return "ROOM"
+        sizes = sorted(set(re.findall(r"\bS_\w+", " ".join(map(str, rooms)))))
+        key, cache = f"({', '.join(sizes)},)", self.fn.bind({}, "roomcache")
+        lines += [f"    ROOM = {cache}.get({key})",
+                  f"    if ROOM is None: ROOM = keep_room({cache}, {key}, {make})"]
         return "ROOM"
 
     def _kernel_arg(self, i: int, triton: bool, lines: list, ptr, rooms: list) -> str:

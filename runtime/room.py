@@ -37,6 +37,15 @@ def room_array(rooms: list[int]):
     return (ctypes.c_int64 * (2 * len(rooms)))(*rooms)
 
 
+def keep_room(cache: dict, key: tuple, rooms):
+    """`rooms`, kept in `cache` for the sizes `key` (a plan with dynamic shapes makes each
+    kernel's room array once per sizes seen; at most 1024 of them are kept)."""
+    if len(cache) >= 1024:
+        cache.clear()
+    cache[key] = rooms
+    return rooms
+
+
 def room_error(plan, step_index: int, code: int, rooms) -> ArtifactError:
     """The error for a kernel of plan step `step_index` that returned `code` (-1 - i: pointer
     `i` had less room than it indexes) with room array `rooms`."""

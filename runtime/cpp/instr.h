@@ -69,4 +69,9 @@ std::string dtype_name(at::ScalarType t);   // the plan's name of a dtype ("floa
 constexpr size_t kMaxKernelArgs = 128;
 int call_kernel(intptr_t fn, const uint64_t* args, size_t n);
 
+// room.cpp: the elements from `t`'s first one to the end of its storage, and the
+// ArtifactError of kernel `k` that returned `code` (-1 - i) with room array `room`
+int64_t storage_room(const at::Tensor& t);
+[[noreturn]] void room_failed(const Program::Kernel& k, int code, const int64_t* room);
+
 }  // namespace aotc
