@@ -16,7 +16,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize("fixture,seed", [("format_v13_kernels.aotc", 11),
-                                          ("format_v12_generator.aotc", 12)])
+                                          ("format_v12_generator.aotc", 12),
+                                          ("format_v17_kernels.aotc", 34)])
 def test_mutated_artifacts_fail_only_with_typed_errors(fixture, seed):
     done = subprocess.run([sys.executable, str(ROOT / "scripts/fuzz_artifact.py"),
                            str(FIXTURES / fixture), "--cases", "40", "--seed", str(seed)],
