@@ -23,14 +23,14 @@ from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
 
 
-def _plan_failed(e, args: tuple, err: Exception) -> Exception:
+def plan_failed(e, args: tuple, err: Exception) -> Exception:
     """What a plan's run raising `err` (inputs past its guards) reports: an out-of-range index
     met by ATen's own check (a plan without generated kernels) as the GuardError naming the
     input; memory and device failures as they are; anything else as an ArtifactError naming the
     plan, since a plan that fits its guards and its shapes runs (a hostile plan whose calls
     disagree with its slots, say)."""
     from aotc.runtime.indices import extern_index_error
-    if isinstance(err, (IndexError, RuntimeError)):
+    if args and isinstance(err, (IndexError, RuntimeError)):
         found = extern_index_error(e.plan, args, e.guards.bind(args))
         if found is not None:
             return found
@@ -164,7 +164,7 @@ class CompiledModule:
         except AotcError:
             raise
         except (IndexError, RuntimeError, ValueError, TypeError) as err:
-            failed = _plan_failed(e, args, err)
+            failed = plan_failed(e, args, err)
             if failed is err:
                 raise
             raise failed from (None if isinstance(failed, GuardError) else err)
@@ -201,28 +201,7 @@ class CompiledModule:
     def random_inputs(self, entry: str = "forward", *, seed: int = 0,
                       sizes: dict[str, int] | None = None) -> tuple:
         """Inputs that satisfy the entry's guards (integer inputs stay in their recorded range)."""
-        gen = torch.Generator().manual_seed(seed)
-        spec = self.entries[entry].spec
-        bound = {name: s.example for name, s in spec.symbols.items()}
-        unknown = sorted(set(sizes or {}) - set(bound))
-        if unknown:
-            raise GuardError(f"no dynamic dim named {unknown[0]!r}", where="sizes",
-                             expected=sorted(bound) or "no dynamic dims", found=unknown,
-                             fix="name one of the artifact's dynamic dims")
-        bound.update(sizes or {})
-        out = []
-        for inp in spec.inputs:
-            shape = [d if isinstance(d, int) else ex.evaluate(d, bound) for d in inp.shape]
-            dtype = getattr(torch, inp.dtype)
-            if dtype.is_floating_point or dtype.is_complex:
-                t = torch.randn(shape, generator=gen).to(dtype)
-            elif dtype == torch.bool:
-                t = torch.randint(0, 2, shape, generator=gen).bool()
-            else:
-                lo, hi = inp.values or (0, 9)
-                t = torch.randint(lo, hi + 1, shape, generator=gen, dtype=dtype)
-            out.append(t.to(self.device))
-        return tuple(out)
+        return random_inputs(self.entries[entry].spec, self.device, seed=seed, sizes=sizes)
 
     def recorded_samples(self) -> tuple[tuple, tuple] | None:
         """(inputs, flat outputs) recorded at export, or None if the export recorded none."""
@@ -373,3 +352,29 @@ def plan_sources(artifact) -> str:
     return "\n".join(PlanFunction(artifact.plan(name), weights, torch.device("cpu"), library,
                                   static_weights=static).source
                      for name in artifact.manifest.entries)
+
+
+def random_inputs(spec, device, *, seed: int = 0, sizes: dict[str, int] | None = None) -> tuple:
+    """Inputs of entry `spec` that satisfy its guards (integer inputs stay in their recorded
+    range; dynamic dims at their examples unless `sizes` names them), on `device`."""
+    gen = torch.Generator().manual_seed(seed)
+    bound = {name: s.example for name, s in spec.symbols.items()}
+    unknown = sorted(set(sizes or {}) - set(bound))
+    if unknown:
+        raise GuardError(f"no dynamic dim named {unknown[0]!r}", where="sizes",
+                         expected=sorted(bound) or "no dynamic dims", found=unknown,
+                         fix="name one of the artifact's dynamic dims")
+    bound.update(sizes or {})
+    out = []
+    for inp in spec.inputs:
+        shape = [d if isinstance(d, int) else ex.evaluate(d, bound) for d in inp.shape]
+        dtype = getattr(torch, inp.dtype)
+        if dtype.is_floating_point or dtype.is_complex:
+            t = torch.randn(shape, generator=gen).to(dtype)
+        elif dtype == torch.bool:
+            t = torch.randint(0, 2, shape, generator=gen).bool()
+        else:
+            lo, hi = inp.values or (0, 9)
+            t = torch.randint(lo, hi + 1, shape, generator=gen, dtype=dtype)
+        out.append(t.to(device))
+    return tuple(out)

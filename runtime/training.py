@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 
 from aotc.runtime.guards import Guards
-from aotc.runtime.module import Entry, graphs_wanted, load_library_for, load_weights
+from aotc.errors import AotcError, GuardError
+from aotc.runtime.module import (Entry, graphs_wanted, load_library_for, load_weights,
+                                 plan_failed, random_inputs)
 from aotc.runtime.trees import unflatten
 
 
@@ -28,7 +30,7 @@ class _Step(torch.autograd.Function):
         if module.graphs is not None:
             flat, ctx.token = module.graphs.forward(inputs)
         else:
-            flat, ctx.token = fwd.function(inputs, {}), None
+            flat, ctx.token = _typed(fwd, inputs, lambda: fwd.function(inputs, {})), None
         nu, nm = module.num_outputs, len(module.mutated_buffers)
         outs, new_buffers, saved = flat[:nu], flat[nu:nu + nm], flat[nu + nm:]
         for buf, value in zip(module.mutated_buffers, new_buffers):
@@ -48,14 +50,32 @@ class _Step(torch.autograd.Function):
         if module.check_guards:   # what forward saved comes from the plan itself, unchecked:
             module.tangent_guards.check(tangents, module.device)   # some live on the host
         n, nb = len(module.param_list), len(module.buffer_names)
+        bwd = module.entries["backward"]
         if module.graphs is not None:   # a replay reads what forward saved in the graph
             res = module.graphs.backward(ctx.token, lambda: _handed_over(ctx, tangents),
                                          tangents)
         elif module.params_only is not None and not any(ctx.needs_input_grad[1 + n:]):
-            res = module.params_only(_handed_over(ctx, tangents), {})
+            res = _typed(bwd, (), lambda: module.params_only(_handed_over(ctx, tangents), {}))
         else:
-            res = module.entries["backward"].function(_handed_over(ctx, tangents), {})
+            res = _typed(bwd, (), lambda: bwd.function(_handed_over(ctx, tangents), {}))
         return (None, *res[:n], *res[n + nb:])
+
+
+def _typed(entry, args: tuple, run):
+    """`run()`, a plan's run (CUDA graphs' replays aside: their own errors say what to do),
+    with its failures reported as an inference entry's are
+    (runtime/module.py `plan_failed`: an ArtifactError naming the plan, a GuardError for an
+    index out of range, memory and device errors as they are). Backward's inputs are handed
+    over and gone by then: its index errors are named without them."""
+    try:
+        return run()
+    except AotcError:
+        raise
+    except (IndexError, RuntimeError, ValueError, TypeError) as err:
+        failed = plan_failed(entry, args, err)
+        if failed is err:
+            raise
+        raise failed from (None if isinstance(failed, GuardError) else err)
 
 
 def _handed_over(ctx, tangents: tuple) -> list:
@@ -120,6 +140,10 @@ class TrainableModule(torch.nn.Module):
     def forward(self, *inputs):
         outs = _Step.apply(self, *self.param_list, *inputs)
         return unflatten(self.entries["forward"].spec.output_tree, outs)
+
+    def random_inputs(self, *, seed: int = 0, sizes: dict[str, int] | None = None) -> tuple:
+        """Inputs of the model's forward that satisfy its guards (as CompiledModule's)."""
+        return random_inputs(self.entries["forward"].spec, self.device, seed=seed, sizes=sizes)
 
     @property
     def runtime(self) -> str:

@@ -5,7 +5,8 @@
 Each case copies ARTIFACT, changes one JSON value of its manifest, plans or runner files (a
 number moved, a string swapped, a list item dropped or repeated, a key deleted), recomputes
 the hashes, then loads the copy with one of the runners and runs it (a generator: `generate`
-and `stream`; else a call on random inputs of the entry's shapes) in a child process. Typed
+and `stream`; a training artifact: forward on random inputs, then backward from the sum of
+its outputs; else a call on random inputs of the entry's shapes) in a child process. Typed
 errors (AotcError) and clean runs pass; anything else is printed as FINDING with the mutation,
 and a child killed by a signal (a crash) or running past 60 s as CRASH. Exit status 1 if any.
 The parent only edits files: the children start from a process that has run no ATen op.
@@ -84,8 +85,21 @@ def _exercise(art: Path, runner: str) -> None:
         ids = torch.randint(0, gen.vocab, (gen.batch, 5))
         m.generate(ids, 4)
         list(m.stream(ids, 2))
+    elif getattr(m, "manifest", None) is not None and m.manifest.training is not None:
+        outs = [t for t in _tensors(m(*m.random_inputs())) if t.requires_grad]
+        if outs:   # the backward plan too
+            sum(t.float().sum() for t in outs).backward()
     else:
         m(*m.random_inputs())
+
+
+def _tensors(value) -> list:
+    import torch
+    if isinstance(value, torch.Tensor):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value \
+        if isinstance(value, (list, tuple)) else ()
+    return [t for v in items for t in _tensors(v)]
 
 
 def _child(art: Path, runner: str, desc: str) -> None:

@@ -25,3 +25,18 @@ def test_mutated_artifacts_fail_only_with_typed_errors(fixture, seed):
     findings = [ln for ln in done.stdout.splitlines() if ln.startswith(("FINDING", "CRASH"))]
     assert done.returncode == 0 and not findings, findings or done.stderr[-2000:]
     assert "40 cases, 0 findings" in done.stdout
+
+
+def test_mutated_training_artifacts_fail_only_with_typed_errors(tmp_path):
+    # forward, then backward from the outputs' sum (a damaged backward plan raised untyped
+    # errors until its failures were reported as an inference plan's are)
+    from aotc.api import export_file
+    from aotc.exporter.specs import parse_input_specs
+    art = export_file(f"{ROOT}/samples/mlp.py:Net", parse_input_specs(["32x64"]),
+                      tmp_path / "t.aotc", train=True)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/fuzz_artifact.py"), str(art),
+                           "--cases", "40", "--seed", "41"],
+                          capture_output=True, text=True, timeout=600)
+    findings = [ln for ln in done.stdout.splitlines() if ln.startswith(("FINDING", "CRASH"))]
+    assert done.returncode == 0 and not findings, findings or done.stderr[-2000:]
+    assert "40 cases, 0 findings" in done.stdout

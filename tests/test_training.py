@@ -167,6 +167,19 @@ def test_state_dict_round_trip_and_guards(exported):
         m(torch.randn(16, 65))
 
 
+@pytest.mark.parametrize("name", ["mlp", "gpt2"])
+def test_random_inputs_fit_the_forward_and_run_backward(exported, name):
+    # as a compiled module's: what `aotc run` and scripts/fuzz_artifact.py call a model with
+    path, _, args = exported[name]
+    m = aotc.load(path)
+    x = m.random_inputs(seed=3)
+    assert [(t.shape, t.dtype) for t in x] == [(a.shape, a.dtype) for a in args]
+    if not x[0].is_floating_point():   # token ids stay in the range export recorded
+        assert 0 <= int(x[0].min()) and int(x[0].max()) < 1000
+    projection_loss(m(*x)).backward()
+    assert all(p.grad is not None for p in m.parameters())
+
+
 def test_backward_frees_saved_tensors_after_their_last_use(exported):
     """The backward plan drops each saved tensor after its last use once the caller hands its
     references over (a list the plan empties; autograd's own are cleared before)."""

@@ -244,6 +244,8 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
                  state=_states(doc.get("state", [])), files=parse_files(doc.get("files"), PATH),
                  export_check=display(doc.get("export_check")) if doc.has("export_check")
                  else None)
+    if training is not None:
+        _check_training(m, doc)
     if doc.has("generation"):
         m = dataclasses.replace(m, generation=_generation(doc.get("generation"), m))
     if doc.has("tensor_parallel"):
@@ -383,6 +385,25 @@ def _training(a: At) -> Training:
                     num_outputs=a.get("num_outputs").int(0, 1 << 20),
                     needs_grad=tuple(x.bool() for x in a.get("needs_grad").list(1 << 20)),
                     num_fwd_outputs=a.get("num_fwd_outputs", 0).int(0, 1 << 20))
+
+
+def _check_training(m: Manifest, doc: At) -> None:
+    """A training artifact's counts agree with its entries: forward returns the model's
+    outputs (its output tree indexes those alone, one needs_grad flag each), then the mutated
+    buffers' new values, then what backward saves."""
+    t, a = m.training, doc.get("training")
+    doc.get("entries").check({"forward", "backward"} <= set(m.entries),
+                             "forward and backward entries", "misses one of them")
+    fwd = m.entries["forward"]
+    a.get("needs_grad").check(len(t.needs_grad) == t.num_outputs,
+                              f"{t.num_outputs} flags (one per output)",
+                              f"has {len(t.needs_grad)}")
+    a.get("num_outputs").check(t.num_outputs + len(t.mutated) <= len(fwd.outputs),
+                               f"at most {len(fwd.outputs) - len(t.mutated)} (forward's "
+                               "outputs less the mutated buffers)", f"is {t.num_outputs}")
+    a.get("mutated").check(set(t.mutated) <= set(t.buffers), "names among the buffers",
+                           "names another")
+    parse_tree(doc.get("entries").get("forward").get("output_tree"), t.num_outputs)
 
 
 def _entry(a: At, name: str) -> EntrySpec:
