@@ -20,9 +20,7 @@ from aotc.errors import ArtifactError
 
 def tensor_room(t: torch.Tensor) -> int:
     """The elements from `t`'s first one to the end of its storage."""
-    if t.numel() == 0 and t.untyped_storage().nbytes() == 0:
-        return 0
-    return t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    return max(0, t.untyped_storage().nbytes() // t.element_size() - t.storage_offset())
 
 
 def span(shape, stride) -> int:

@@ -377,13 +377,13 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
   for (size_t i = 0; i < k.args.size(); ++i) {
     const spec::KernelArg& arg = k.args[i];
     if (k.fixed[i].defined()) {
-      room[n] = storage_room(k.fixed[i]);
+      if (k.room) room[n] = storage_room(k.fixed[i]);
       a[n++] = reinterpret_cast<uint64_t>(k.fixed[i].data_ptr());
       continue;
     }
     if (arg.lay_out) regs[arg.slot] = laid_out(tensor_in(regs, arg.slot), arg, ev);
     const at::Tensor& t = tensor_in(regs, arg.slot);
-    room[n] = storage_room(t);
+    if (k.room) room[n] = storage_room(t);
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
   }
   for (size_t i = 0; i < k.outs.size(); ++i) {
@@ -397,7 +397,7 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
     } else {
       t = allocate(shape, o, k.options[i], ev);
     }
-    room[n] = storage_room(t);
+    if (k.room) room[n] = storage_room(t);   // (only kernels that check it read it)
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
     regs[o.slot] = std::move(t);
   }
