@@ -72,6 +72,21 @@ def kernel_labels(path: Path, entry: str = "decode") -> dict[str, str]:
     return labels
 
 
+def kernel_configs(path: Path, labels: dict) -> list[str]:
+    """One line per kernel of the profiled entry: its grid, constexpr blocks and warps, and,
+    in an autotuned artifact, the heuristic's time against the chosen config's."""
+    import json
+    lines = []
+    for name, fused in labels.items():
+        spec = json.loads((path / "kernels" / f"{name}.json").read_text())
+        at = spec.get("autotune") or {}
+        tuned = (f"  tuned {at['heuristic_us']:.1f} -> {at['chosen_us']:.1f} us "
+                 f"{at['chosen']}" if "heuristic_us" in at else "")
+        lines.append(f"  {name:18s} grid {'x'.join(spec['grid'])} {spec['constexprs']} "
+                     f"w{spec['num_warps']}{tuned}  [{fused[:50]}]")
+    return lines
+
+
 def grouped(by_name, labels: dict) -> list[str]:
     """Kernel time summed by what the kernels fuse (one line per kind, longest first)."""
     kinds = defaultdict(lambda: [0.0, 0])
@@ -116,6 +131,9 @@ def report(name: str, system, prompt, args, tmp: Path) -> list[str]:
                   for n, t, c in r["by_name"][:40]]
     else:
         lines += [f"  {t:8.1f} us  x{c:4.0f}  {n}" for n, t, c in r["by_name"][:25]]
+    if labels and args.configs:
+        lines.append("  kernel configs:")
+        lines += kernel_configs(tmp / ("g.aotc" if name == "aotc" else "t.aotc"), labels)
     if args.sequence:
         first, count = (int(v) for v in args.sequence.split(":"))
         lines.append(f"  kernels {first}..{first + count} in launch order:")
@@ -138,6 +156,8 @@ def main() -> None:
                     help="profile decode steps, or whole prefills of --prompt tokens")
     ap.add_argument("--sequence", default="",
                     help="FIRST:COUNT, print those kernels of the profiled run in launch order")
+    ap.add_argument("--configs", action="store_true",
+                    help="print each aotc kernel's grid, blocks, warps (and autotune timings)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device("cuda")

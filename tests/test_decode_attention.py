@@ -15,7 +15,7 @@ from aotc.runtime.attention import attention
 
 
 def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0,
-           sinks=False, d=16, dv=None, packed=False):
+           sinks=False, d=16, dv=None, packed=False, early=None):
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
@@ -48,7 +48,8 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     nbufs = tuple(buf(8 + i, t) for i, t in enumerate(extra))
     split, combine = decode_attention_kernels(
         qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
-        sinks=buf(10, sink) if sinks else None, packed=packed)
+        sinks=buf(10, sink) if sinks else None, packed=packed,
+        early=write if early is None else early)
     for hk, name, args in ((split, "kernel0", (qin, k, v, position, *extra, *parts)),
                            (combine, "kernel1", (*parts, position, *([sink] if sinks else []), out))):
         hk.name = name
@@ -73,6 +74,35 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
 def test_flash_decoding_kernels_match_attention_over_the_prefix(batch, heads, kv_heads, max_len,
                                                                 pos, write, dtype):
     _check(batch, heads, kv_heads, max_len, pos, write, dtype)
+
+
+@pytest.mark.parametrize("pos", [0, 70, 95])
+def test_the_split_kernel_waiting_first_where_the_step_writes_the_cache_before(pos):
+    """A writing attention whose cache another kernel of the step may write first reads
+    nothing before the PDL wait; the loop is the same."""
+    _check(1, 4, 2, 96, pos, True, torch.float32, early=False)
+
+
+def test_early_kernels_read_the_cache_and_position_before_the_wait():
+    from aotc.codegen.ir import Buffer, contiguous_strides, sym
+    from aotc.codegen.triton.decode_attention import decode_attention_kernels
+    buf = lambda i, shape, dt=torch.bfloat16: Buffer(  # noqa: E731
+        name=f"buf{i}", slot=i, shape=tuple(map(sym, shape)),
+        stride=contiguous_strides(tuple(map(sym, shape))), dtype=dt)
+    args = (buf(0, (1, 4, 1, 16)), buf(1, (1, 2, 64, 16)), buf(2, (1, 2, 64, 16)),
+            buf(3, (1,), torch.int64), [buf(4, (4, 16), torch.float32),
+                                        buf(5, (4,), torch.float32), buf(6, (4,), torch.float32)],
+            buf(7, (1, 4, 1, 16)), 0.25, (buf(8, (1, 2, 1, 16)), buf(9, (1, 2, 1, 16))))
+    for early in (False, True):
+        for hk in decode_attention_kernels(*args, early=early):
+            text = hk.source().text
+            body = text[text.index("):\n") + 3:]
+            wait = body.index("gdc_wait()")
+            assert (body.index("tl.load(buf3)") < wait) == early, (hk.name, early)
+            assert (body.index("gdc_launch_dependents()") < wait) == early
+    for hk in decode_attention_kernels(*args[:-1], early=True):   # reads only: never early
+        body = hk.source().text
+        assert body.index("gdc_wait()") < body.index("tl.load(buf3)")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -166,3 +196,29 @@ def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
     assert torch.equal(gen.generate(ids, 6), want)
     gen.reset()
     assert torch.equal(gen.generate(ids, 6), want)
+
+
+def test_a_state_slot_is_written_before_by_kernels_views_and_extern_calls():
+    """The proof behind `early`: a slot counts as written by a step before the attention if a
+    kernel stores into it (in place too: an earlier writing attention's caches), or an extern
+    call names it or a view of it; reads by kernels and frees do not count."""
+    from aotc.codegen.ir import Buffer, contiguous_strides, sym
+    from aotc.codegen.lowering.decode import written_before
+    from aotc.codegen.triton.decode_attention import decode_attention_kernels
+    buf = lambda i, shape, dt=torch.bfloat16: Buffer(  # noqa: E731
+        name=f"buf{i}", slot=i, shape=tuple(map(sym, shape)),
+        stride=contiguous_strides(tuple(map(sym, shape))), dtype=dt)
+    f32 = torch.float32
+    kernels = decode_attention_kernels(
+        buf(0, (1, 4, 1, 16)), buf(1, (1, 2, 64, 16)), buf(2, (1, 2, 64, 16)),
+        buf(3, (1,), torch.int64), [buf(4, (4, 16), f32), buf(5, (4,), f32), buf(6, (4,), f32)],
+        buf(7, (1, 4, 1, 16)), 0.25, (buf(8, (1, 2, 1, 16)), buf(9, (1, 2, 1, 16))), early=True)
+    assert written_before(kernels, {1}) and written_before(kernels, {2})   # the cache writes
+    assert not written_before(kernels, {3}) and not written_before(kernels, {11})
+    copy = {"kind": "extern", "op": "aten::copy_.default", "args": [{"slot": 3}, {"slot": 12}],
+            "kwargs": {}, "out": [None]}
+    assert written_before([copy], {3})
+    view = {"kind": "view", "op": "aten::slice.Tensor", "args": [{"slot": 1}, 0], "out": [20]}
+    call = dict(copy, args=[{"slot": 20}, {"slot": 12}])
+    assert written_before([view, call], {1}) and not written_before([view], {1})
+    assert not written_before([{"kind": "free", "slots": [3]}], {3})

@@ -55,10 +55,40 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     for b in (*partials, out):
         g.out.slots[b.slot]["producer"] = "kernel"
     sb = dense(g, sinks) if sinks is not None else None
+    early = bool(nb) and not written_before(g.out.steps, {kb.slot, vb.slot, pb.slot})
     g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb,
                                                 window=window, softcap=softcap, sinks=sb,
-                                                packed=qk is not None))
+                                                packed=qk is not None, early=early))
     return g.realized(out.slot)
+
+
+def written_before(steps: list, slots: set) -> bool:
+    """Whether one of `steps` (lowered so far) may write a slot of `slots`: a node or kernel
+    storing into it or into a view of it (a hand-written kernel's in-place writes included),
+    or an extern call naming it or a view of it at
+    all (in-place ops return nothing to tell them by). Views are followed from their bases."""
+    from aotc.codegen.ir import ComputedBuffer
+    from aotc.codegen.plan import StepKind, slots_in
+    from aotc.codegen.scheduler import Kernel
+    watched = set(slots)
+    for step in steps:
+        if isinstance(step, ComputedBuffer):
+            outs = {b.slot for b in step.buffers}
+        elif isinstance(step, Kernel):
+            outs = {b.slot for b in (*step.writes, *getattr(step, "mutates", ()))}
+        elif isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
+            if set(slots_in(step["args"])) & watched:
+                watched |= {o for o in step["out"] if o is not None}
+            continue
+        elif isinstance(step, dict) and step.get("kind") != StepKind.FREE.value:
+            outs = {*slots_in(step.get("args", [])),
+                    *slots_in(list(step.get("kwargs", {}).values())),
+                    *(o for o in step.get("out", []) if isinstance(o, int))}
+        else:
+            continue
+        if outs & watched:
+            return True
+    return False
 
 
 def packed(g, q, key):

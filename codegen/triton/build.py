@@ -110,16 +110,18 @@ def _depends(line: str, constants: set[str]) -> bool:
                for m in _DEPENDENT.finditer(line))
 
 
-def with_pdl(text: str, name: str) -> str:
+def with_pdl(text: str, name: str, waits_itself: bool = False) -> str:
     """A kernel source whose one-line `def name(...):` takes PDL_PARAM and starts with
-    PDL_LINES (hand-written kernels; generated ones print both themselves)."""
+    PDL_LINES (hand-written kernels; generated ones print both themselves), or, where the
+    text places PDL_WAIT itself (`waits_itself`: it reads something before the wait that no
+    kernel of the step writes before it), with PDL_TRIGGER alone."""
     head = re.compile(rf"^def {re.escape(name)}\((.*)\):$", re.M)
     m = head.search(text)
     if m is None:
         raise LoweringError(f"kernel {name}'s source has no one-line def", where=name,
                             expected=f"def {name}(...):", found="none",
                             fix="report this as an aotc bug")
-    body = "".join(f"\n    {ln}" for ln in PDL_LINES)
+    body = "".join(f"\n    {ln}" for ln in (PDL_TRIGGER if waits_itself else PDL_LINES))
     return text[:m.start()] + f"def {name}({m.group(1)}, {PDL_PARAM}):{body}" + text[m.end():]
 
 

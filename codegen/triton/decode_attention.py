@@ -32,6 +32,7 @@ class HandKernel(Kernel):
     ins: tuple = ()
     outs: tuple = ()
     make: object = None       # (name, ins, outs) -> KernelSource
+    mutates: tuple = ()       # of `ins`, those it writes in place (the caches it writes)
 
     @property
     def writes(self) -> list:
@@ -74,21 +75,22 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     vdims = tl.arange(0, {dvp})
     vmask = vdims < {dv}
     qrows = b * {qheads} + g * {group} + heads
-    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
+    base = (b * {hkv} + g) * {m} * {d}
+    vbase = (b * {hkv} + g) * {m} * {dv}
+    span = tl.minimum(n_valid - s * {chunk}, {chunk})     # keys of this chunk up to pos
+    end = s * {chunk} + span
+{window_start}    keys = s * {chunk} + {start} + tl.arange(0, {block})
+    kmask = (keys < end) & (keys < {m}){window_mask}
+    kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :],
+                 mask=kmask[:, None] & dmask[None, :], other=0.0)
+    vt = tl.load({v} + vbase + keys[:, None] * {dv} + vdims[None, :],
+                 mask=kmask[:, None] & vmask[None, :], other=0.0)
+{wait}    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
                 other=0.0)
     m_i = tl.full([{gp}], float("-inf"), tl.float32)
     l_i = tl.full([{gp}], 0.0, tl.float32)
     acc = tl.full([{gp}, {dvp}], 0.0, tl.float32)
-    base = (b * {hkv} + g) * {m} * {d}
-    vbase = (b * {hkv} + g) * {m} * {dv}
-{prelude}    span = tl.minimum(n_valid - s * {chunk}, {chunk})     # keys of this chunk up to pos
-{window_start}    for n0 in range({start}, span, {block}):
-        keys = s * {chunk} + n0 + tl.arange(0, {block})
-        kmask = (keys < n_valid) & (keys < {m}){window_mask}
-        kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :],
-                     mask=kmask[:, None] & dmask[None, :], other=0.0)
-        vt = tl.load({v} + vbase + keys[:, None] * {dv} + vdims[None, :],
-                     mask=kmask[:, None] & vmask[None, :], other=0.0)
+{prelude}    for n0 in range({start}, span, {block}):
 {key_new}{value_new}        qk = tl.dot(q, tl.trans(kt){precision}).to(tl.float32) * {scale}
 {capped}        qk = tl.where(kmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, aotc_maximum))
@@ -98,6 +100,12 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
         l_i = l_i * alpha + tl.reduce(p, 1, aotc_add)
         acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt{precision}).to(tl.float32)
         m_i = m_new
+        keys = keys + {block}     # the next block's keys and values (none past the chunk)
+        kmask = (keys < end) & (keys < {m}){window_mask}
+        kt = tl.load({k} + base + keys[:, None] * {d} + dims[None, :],
+                     mask=kmask[:, None] & dmask[None, :], other=0.0)
+        vt = tl.load({v} + vbase + keys[:, None] * {dv} + vdims[None, :],
+                     mask=kmask[:, None] & vmask[None, :], other=0.0)
     part = rows * {splits} + s
     live = hmask & (heads * 0 + s * {chunk} <= at)   # the combine reads chunks up to pos only
     tl.store({mo} + part[:, None] * {dv} + vdims[None, :], acc,
@@ -113,12 +121,12 @@ def {name}({mo}, {mm}, {ml}, {pos}, {sink_param}{o}):
     parts = tl.arange(0, {sp})
     at = tl.load({pos}).to(tl.int32)
     pmask = (parts < {splits}) & (parts * {chunk} <= at)   # chunks past pos: nothing stored
-    m = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"))
+    dims = tl.arange(0, {dvp})
+    dmask = dims < {dv}
+{wait}    m = tl.load({mm} + row * {splits} + parts, mask=pmask, other=float("-inf"))
     l = tl.load({ml} + row * {splits} + parts, mask=pmask, other=0.0)
     top = tl.reduce(m, 0, aotc_maximum)
 {sink_top}    w = tl.exp(m - top)
-    dims = tl.arange(0, {dvp})
-    dmask = dims < {dv}
     acc = tl.load({mo} + (row * {splits} + parts[:, None]) * {dv} + dims[None, :],
                   mask=pmask[:, None] & dmask[None, :], other=0.0)
     out = tl.reduce(acc * w[:, None], 0, aotc_add) / (tl.reduce(w * l, 0, aotc_add){sink_den})
@@ -147,18 +155,22 @@ _WINDOW_START = """    lo = n_valid - {window}
 _SINK_TOP = """    sink = tl.load({sinks} + row % {heads}).to(tl.float32)
     top = tl.maximum(top, sink)
 """
+# Where `early` (see decode_attention_kernels), the wait for the kernel before: what comes
+# before it (the position, the chunk's first keys and values) overlaps that kernel's tail.
+_WAIT = "    if AOTC_PDL:\n        tl.extra.cuda.gdc_wait()\n"
 _SOFTCAP = "        qk = libdevice.tanh(qk / {softcap}) * {softcap}\n"
 _WRITE_KEY = "        kt = tl.where((keys == at)[:, None], k_new[None, :], kt)\n"
 _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)\n"
 
 
 def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
-                num_stages: int | None = None):
+                num_stages: int | None = None, waits_itself: bool = False):
     """The KernelSource of a hand-written kernel over whole Buffers `ins` and `outs` (pointer
-    parameters in that order, no size parameters or constexprs: every size is in its text)."""
+    parameters in that order, no size parameters or constexprs: every size is in its text);
+    `waits_itself`: the text places the PDL wait (build.with_pdl)."""
     from aotc.codegen.triton.build import KernelSource, with_pdl
     from aotc.codegen.triton.printer import POINTER
-    return KernelSource(name=name, text=with_pdl(text.lstrip("\n"), name),
+    return KernelSource(name=name, text=with_pdl(text.lstrip("\n"), name, waits_itself),
                         ins=[b.name for b in ins],
                         outs=[b.name for b in outs], sizes=[],
                         signature={b.name: POINTER[b.dtype] for b in (*ins, *outs)},
@@ -183,10 +195,11 @@ def _split_source(name: str, ins, outs, **sizes):
              "start": "first" if window else "0",
              "window_mask": " & (keys >= lo)" if window else "",
              "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
+    early = sizes["early"]
     text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
-                         **extra, **sizes)
+                         **extra, **sizes, wait=_WAIT if early else "")
     grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
-    return hand_source(name, text, ins, outs, grid)
+    return hand_source(name, text, ins, outs, grid, waits_itself=early)
 
 
 def _combine_source(name: str, ins, outs, **sizes):
@@ -196,13 +209,17 @@ def _combine_source(name: str, ins, outs, **sizes):
     if sinks:
         sink = {"sink_param": f"{sinks[0]}, ", "sink_den": " + tl.exp(sink - top)",
                 "sink_top": _SINK_TOP.format(sinks=sinks[0], **sizes)}
-    text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, pos=pos, o=o, **sink, **sizes)
-    return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["heads"], 1, 1))
+    early = sizes["early"]
+    text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, pos=pos, o=o, **sink, **sizes,
+                           wait=_WAIT if early else "")
+    return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["heads"], 1, 1),
+                       waits_itself=early)
 
 
 def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
                              window: int = 0, softcap: float = 0.0,
-                             sinks=None, packed: bool = False) -> list[HandKernel]:
+                             sinks=None, packed: bool = False,
+                             early: bool = False) -> list[HandKernel]:
     """The split and combine kernels for Buffers q [B, H, 1, D], key cache [B, Hkv, M, D],
     value cache [B, Hkv, M, Dv] (Dv may differ from D, as multi-head latent attention's),
     pos, partial buffers (o [B*H*splits, Dv], m and l [B*H*splits], float32) and the output
@@ -211,7 +228,16 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     writes them at pos; `window`
     (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
     the combine kernel adds each head's `sinks` [H] logit to its softmax. `packed`: q's buffer
-    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value."""
+    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value.
+
+    `early` (with `new` only; the caller proves it): no kernel of the step before these writes
+    the caches or the position, so both kernels read the position, and the split kernel its
+    chunk's first keys and values, before waiting for the kernel before them (programmatic
+    dependent launch, codegen/triton/build.py): the row at the position, which this step
+    writes, is taken from the registers, never from what was read. Earlier steps' writes are
+    complete before a step's first kernel starts: a generator's plan ends with the position's
+    write-back, an extern copy that the next step's launches follow in stream order."""
+    early = bool(early and new)
     batch, qheads, _, d = (int(x) for x in q.shape)
     hkv, m, dv = int(k.shape[1]), int(k.shape[2]), int(v.shape[3])
     heads = qheads - hkv if packed else qheads
@@ -221,10 +247,10 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
                  gp=max(16, pow2(group)), d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
                  m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
-                 window=int(window), softcap=float(softcap))
+                 window=int(window), softcap=float(softcap), early=early)
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
-                       outs=(mo, mm, ml),
+                       outs=(mo, mm, ml), mutates=(k, v) if new else (),
                        make=lambda n, i, o: _split_source(n, i, o, **sizes))
     sink = (sinks,) if sinks is not None else ()
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, pos, *sink),
@@ -232,6 +258,7 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     written = "; writes this step's key and value" if new else ""
     written += f"; a window of {window} keys" if window else ""
     written += f"; scores soft-capped at {softcap}" if softcap else ""
+    written += "; reads the cache before the PDL wait" if early else ""
     for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
                      (combine, f"combine {splits} chunks" + (" and the heads' sinks"
                                                              if sinks is not None else ""))):
