@@ -195,6 +195,9 @@ class HFDecoder(torch.nn.Module):
                                                 *(getattr(m, "config", None)
                                                   for m in model.modules()))
                              if c is not None}.values())
+        # what another adapter of the same model (an eager baseline beside an export, say)
+        # set there comes back on release(), so that adapter keeps working
+        self.held = [c.__dict__.get(CONTEXT) for c in self.configs]
         for c in self.configs:
             setattr(c, CONTEXT, self.context)
         model.config._attn_implementation = ATTENTION   # until release(): export's duration
@@ -241,10 +244,13 @@ class HFDecoder(torch.nn.Module):
                             self.context.chunked.get(i, 0)) for i in layers]
 
     def release(self) -> None:
-        """Give the model back its own attention implementation."""
+        """Give the model back the attention implementation and context it had before."""
         self.model.config._attn_implementation = self.previous
-        for c in self.configs:
-            c.__dict__.pop(CONTEXT, None)
+        for c, held in zip(self.configs, self.held):
+            if held is None:
+                c.__dict__.pop(CONTEXT, None)
+            else:
+                setattr(c, CONTEXT, held)
 
     def forward(self, input_ids, input_pos):
         b, t = input_ids.shape

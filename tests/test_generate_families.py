@@ -225,3 +225,21 @@ def test_chunked_attention_generates_what_recomputing_the_whole_sequence_does(tm
     state = json.loads((path / "manifest.json").read_text())["state"]
     assert {s["shape"][2] for s in state if s["name"].endswith(".k")} == {4}
     _generates_as_recomputed(path, _Chunked().eval())
+
+
+def test_an_eager_adapter_keeps_working_after_the_same_model_is_exported(tmp_path):
+    """The generation benchmark's eager baseline adapts the model it then exports: the export's
+    adapter gives the configs back what the first one set, so both run (GPT-2 failed at its
+    first eager prefill after the export)."""
+    pytest.importorskip("transformers")
+    from aotc.exporter.generate import Generator, PrefillStep, adapt
+    m = build("gpt2")
+    ids = torch.randint(1, 500, (1, 5), generator=torch.Generator().manual_seed(3))
+    eager = PrefillStep(Generator(adapt(m, 1, CACHE), CACHE))
+    with torch.no_grad():
+        before = eager(ids)
+    aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=CACHE)
+    with torch.no_grad():
+        torch.testing.assert_close(eager(ids), before)
+    eager.g.decoder.release()
+    assert not hasattr(m.config, "_aotc_context")     # the first adapter's release: as it was
