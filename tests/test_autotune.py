@@ -93,7 +93,7 @@ def test_persistent_reduction_blocks_hold_the_row_whatever_the_config():
     (k,), buffers, _ = kernels_of(*PATTERNS["softmax"])
     configs = candidates(k, buffers)
     assert all(c.rblock is None for c in configs)          # no node loops or splits
-    assert {c.xblock for c in configs} == {1, 2, 4} and len({c.num_warps for c in configs}) == 2
+    assert {c.xblock for c in configs} == {4, 8} and len({c.num_warps for c in configs}) == 3
     for c in configs + [BlockConfig(rblock=16)]:
         assert [(b.mode, b.size) for b in plan_blocks(k, buffers, c).nodes] == [("single", 64)] * 3
 

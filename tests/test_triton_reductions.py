@@ -265,8 +265,6 @@ def test_dynamic_row_length_gets_blocks_for_its_example_size(tmp_path):
     off, and as many rows per program as fill it. Other sizes stay correct."""
     from torch.export import Dim
 
-    from aotc.codegen.triton.blocks import FEW_ROWS_PROGRAMS
-
     class M(torch.nn.Module):
         def forward(self, x):
             return torch.softmax(x * 2, -1)
@@ -276,8 +274,7 @@ def test_dynamic_row_length_gets_blocks_for_its_example_size(tmp_path):
     spec = json.loads(spec_file.read_text())
     assert set(spec["constexprs"]) >= {"R0_BLOCK", "XBLOCK"}
     assert {v for k, v in spec["constexprs"].items() if k.startswith("R")} == {128}
-    # a reduction program's elements, but 64 rows (< MIN_PROGRAMS) spread over 8 programs
-    assert spec["constexprs"]["XBLOCK"] == min(2048 // 128, 64 // FEW_ROWS_PROGRAMS)
+    assert spec["constexprs"]["XBLOCK"] == 2048 // 128        # a reduction program's elements
     # rows that fit the block take the single-block form (one load per element), longer rows
     # the loops
     src = spec_file.with_suffix(".py").read_text()

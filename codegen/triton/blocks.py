@@ -6,9 +6,7 @@ Simple heuristics, decided once per kernel before any code is written:
     elements is persistent (one block holds the whole row), a longer one loops over LOOP_BLOCK
     elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements;
   * XBLOCK (rows per program) fills a program with about TARGET_ELEMENTS elements, but never
-    leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows, and
-    spreads fewer rows over about FEW_ROWS_PROGRAMS programs (a decode step's rotary kernel of
-    40 heads: 5 programs of 8 took 2.0 us on an H100, 3 of 16 3.1 us);
+    leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows;
   * an *outer* reduction kernel (`reduction_order`: its loads walk consecutive addresses along
     the kernel's rows and stride along the reduced elements, as a bias gradient's column sums
     do) is planned as Inductor plans one: a wide XBLOCK of OUTER_ELEMENTS // R block rows
@@ -47,7 +45,6 @@ MIN_HINTED_BLOCK = 64       # a dynamic loop's block, at least, whatever its exa
 MAX_POINTWISE = 1024
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
-FEW_ROWS_PROGRAMS = 8         # programs that fewer than MIN_PROGRAMS rows spread over, about
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
 INT32_LIMIT = 2**31
 TILED = ("loop", "split")     # node modes whose R block is a free choice (BlockConfig.rblock)
@@ -425,8 +422,6 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
             xblock = min(xblock, pow2(rh))
             while xblock > 1 and -(-rh // xblock) < MIN_PROGRAMS and rh >= MIN_PROGRAMS:
                 xblock //= 2
-            if rh < MIN_PROGRAMS:       # few rows: a latency-bound kernel, spread them
-                xblock = min(xblock, max(1, pow2(rh) // FEW_ROWS_PROGRAMS))
     if split:
         nodes = _split_masks(nodes)
     return KernelBlocks(rows=rows, xblock=xblock, xmask=not (r is not None and r % xblock == 0),
