@@ -24,6 +24,7 @@ from aotc.codegen.index_checks import kernel_checks
 from aotc.codegen.ir import declared_minima
 from aotc.codegen import gpu_layouts
 from aotc.codegen.layouts import transposed_matmul_weights
+from aotc.codegen.lowering.decode import fence_early_reads
 from aotc.codegen.plan import finalize, step_uses
 from aotc.codegen.product_groups import group_products
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
@@ -63,7 +64,7 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
     verify_lowered(lowered)
     lowered.steps = drop_unread(lowered.steps, lowered.outputs)
     steps, decisions = schedule(lowered.steps)
-    return lowered, steps, decisions
+    return lowered, steps, decisions + fence_early_reads(steps)
 
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry

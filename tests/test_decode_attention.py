@@ -222,3 +222,37 @@ def test_a_state_slot_is_written_before_by_kernels_views_and_extern_calls():
     call = dict(copy, args=[{"slot": 20}, {"slot": 12}])
     assert written_before([view, call], {1}) and not written_before([view], {1})
     assert not written_before([{"kind": "free", "slots": [3]}], {3})
+
+
+def test_early_reads_need_an_extern_step_after_the_last_write_of_the_state():
+    """Across runs, what the kernels read before the wait must have been written before an
+    extern step (launched without PDL) of the run before: without one, or with a write of the
+    position after it, both kernels wait first."""
+    from aotc.codegen.ir import Buffer, contiguous_strides, sym
+    from aotc.codegen.lowering.decode import fence_early_reads
+    from aotc.codegen.triton.decode_attention import decode_attention_kernels
+    buf = lambda i, shape, dt=torch.bfloat16: Buffer(  # noqa: E731
+        name=f"buf{i}", slot=i, shape=tuple(map(sym, shape)),
+        stride=contiguous_strides(tuple(map(sym, shape))), dtype=dt)
+    f32 = torch.float32
+
+    def pair():
+        return decode_attention_kernels(
+            buf(0, (1, 4, 1, 16)), buf(1, (1, 2, 64, 16)), buf(2, (1, 2, 64, 16)),
+            buf(3, (1,), torch.int64), [buf(4, (4, 16), f32), buf(5, (4,), f32),
+                                        buf(6, (4,), f32)],
+            buf(7, (1, 4, 1, 16)), 0.25, (buf(8, (1, 2, 1, 16)), buf(9, (1, 2, 1, 16))),
+            early=True)
+    write_back = {"kind": "extern", "op": "aten::copy_.default", "out": [None], "kwargs": {},
+                  "args": [{"slot": 3}, {"slot": 12}]}
+    other = dict(write_back, args=[{"slot": 20}, {"slot": 21}])
+    for tail, kept in (([write_back], True), ([], False), ([write_back, *pair()], None),
+                       ([other], True)):
+        kernels = pair()
+        decisions = fence_early_reads([*kernels, *tail])
+        if kept is None:     # the pair after the write-back waits; the first pair too
+            kept = False
+        assert [k.early for k in kernels] == [kept, kept], tail
+        assert all(("before the PDL wait" in d) == kept for d in decisions[:2])
+        text = kernels[0].source().text
+        assert (text.index("tl.load(buf3)") < text.index("gdc_wait()")) == kept

@@ -111,3 +111,26 @@ def _computed(tv) -> bool:
     while tv.buffer is None and tv.view_of is not None:
         tv = tv.view_of[0]
     return tv.buffer is None
+
+
+def fence_early_reads(steps: list) -> list[str]:
+    """Keep `early` (decode attention reading the position and caches before its PDL wait) only
+    where that is safe across runs too, and say which way each went. Within a run the lowering
+    proved that no step before such a kernel writes them; across runs, the last writes of the
+    run before must be complete when the kernel starts. An extern step (an ATen call, launched
+    without PDL, so the launches after it follow its completion in stream order) after every
+    step that writes them gives that: a generator's plan ends with the position's write-back,
+    an extern copy. Without one, the kernels wait first. Returns the decisions."""
+    from aotc.codegen.plan import StepKind
+    early = [s for s in steps if getattr(s, "early", False)]
+    if not early:
+        return []
+    read = {b.slot for s in early for b in s.ins}
+    externs = [i for i, s in enumerate(steps)
+               if isinstance(s, dict) and s.get("kind") == StepKind.EXTERN.value]
+    fenced = bool(externs) and not written_before(steps[externs[-1] + 1:], read)
+    for s in early:
+        s.early = fenced
+        s.reasons.append("reads the position and cache before the PDL wait" if fenced else
+                         "waits first: no extern step follows the last write of its state")
+    return [f"{s.name}: {s.reasons[-1]}" for s in early]

@@ -33,6 +33,7 @@ class HandKernel(Kernel):
     outs: tuple = ()
     make: object = None       # (name, ins, outs) -> KernelSource
     mutates: tuple = ()       # of `ins`, those it writes in place (the caches it writes)
+    early: bool = False       # reads the position (and caches) before the PDL wait
 
     @property
     def writes(self) -> list:
@@ -195,7 +196,7 @@ def _split_source(name: str, ins, outs, **sizes):
              "start": "first" if window else "0",
              "window_mask": " & (keys >= lo)" if window else "",
              "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
-    early = sizes["early"]
+    early = sizes.pop("early")
     text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
                          **extra, **sizes, wait=_WAIT if early else "")
     grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
@@ -209,7 +210,7 @@ def _combine_source(name: str, ins, outs, **sizes):
     if sinks:
         sink = {"sink_param": f"{sinks[0]}, ", "sink_den": " + tl.exp(sink - top)",
                 "sink_top": _SINK_TOP.format(sinks=sinks[0], **sizes)}
-    early = sizes["early"]
+    early = sizes.pop("early")
     text = _COMBINE.format(name=name, mo=mo, mm=mm, ml=ml, pos=pos, o=o, **sink, **sizes,
                            wait=_WAIT if early else "")
     return hand_source(name, text, ins, outs, (sizes["batch"] * sizes["heads"], 1, 1),
@@ -234,9 +235,10 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     the caches or the position, so both kernels read the position, and the split kernel its
     chunk's first keys and values, before waiting for the kernel before them (programmatic
     dependent launch, codegen/triton/build.py): the row at the position, which this step
-    writes, is taken from the registers, never from what was read. Earlier steps' writes are
-    complete before a step's first kernel starts: a generator's plan ends with the position's
-    write-back, an extern copy that the next step's launches follow in stream order."""
+    writes, is taken from the registers, never from what was read. What the run before wrote
+    must be complete by then: codegen/lowering/decode.py `fence_early_reads` keeps `early`
+    only where an extern step (launched without PDL: the position's write-back) follows the
+    last write of what they read early."""
     early = bool(early and new)
     batch, qheads, _, d = (int(x) for x in q.shape)
     hkv, m, dv = int(k.shape[1]), int(k.shape[2]), int(v.shape[3])
@@ -247,18 +249,20 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
                  gp=max(16, pow2(group)), d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
                  m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
-                 window=int(window), softcap=float(softcap), early=early)
+                 window=int(window), softcap=float(softcap))
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
-                       outs=(mo, mm, ml), mutates=(k, v) if new else (),
-                       make=lambda n, i, o: _split_source(n, i, o, **sizes))
+                       outs=(mo, mm, ml), mutates=(k, v) if new else (), early=early,
+                       make=lambda n, i, o: _split_source(n, i, o, **sizes,
+                                                          early=split.early))
     sink = (sinks,) if sinks is not None else ()
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, pos, *sink),
-                         outs=(out,), make=lambda n, i, o: _combine_source(n, i, o, **sizes))
+                         outs=(out,), early=early,
+                         make=lambda n, i, o: _combine_source(n, i, o, **sizes,
+                                                              early=combine.early))
     written = "; writes this step's key and value" if new else ""
     written += f"; a window of {window} keys" if window else ""
     written += f"; scores soft-capped at {softcap}" if softcap else ""
-    written += "; reads the cache before the PDL wait" if early else ""
     for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
                      (combine, f"combine {splits} chunks" + (" and the heads' sinks"
                                                              if sinks is not None else ""))):
