@@ -5,7 +5,9 @@ graph against torch.compile (reduce-overhead) of the same static-cache step, ker
     python scripts/gpu_decode_profile.py --model llama-1b --out OUT
 
 Prints, per system, the step's wall time, the GPU time its kernels take, the kernel count, and
-the kernels grouped by name (total time, count), longest first.
+the kernels grouped by name (total time, count), longest first; with --sequence, kernels in
+launch order; with --configs, each aotc kernel's grid, blocks and warps (and, with --autotune,
+the tuned artifact's isolated times of the heuristic and the chosen config).
 """
 from __future__ import annotations
 
