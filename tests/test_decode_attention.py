@@ -246,8 +246,10 @@ def test_early_reads_need_an_extern_step_after_the_last_write_of_the_state():
     write_back = {"kind": "extern", "op": "aten::copy_.default", "out": [None], "kwargs": {},
                   "args": [{"slot": 3}, {"slot": 12}]}
     other = dict(write_back, args=[{"slot": 20}, {"slot": 21}])
+    from aotc.codegen.triton.decode_attention import HandKernel
+    q_writer = HandKernel(name="q", prefix=(), outs=(buf(0, (1, 4, 1, 16)),))  # not read early
     for tail, kept in (([write_back], True), ([], False), ([write_back, *pair()], None),
-                       ([other], True)):
+                       ([other], True), ([write_back, q_writer], True)):
         kernels = pair()
         decisions = fence_early_reads([*kernels, *tail])
         if kept is None:     # the pair after the write-back waits; the first pair too

@@ -63,10 +63,10 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
 
 
 def written_before(steps: list, slots: set) -> bool:
-    """Whether one of `steps` (lowered so far) may write a slot of `slots`: a node or kernel
-    storing into it or into a view of it (a hand-written kernel's in-place writes included),
-    or an extern call naming it or a view of it at
-    all (in-place ops return nothing to tell them by). Views are followed from their bases."""
+    """Whether one of `steps` may write a slot of `slots`: a node or kernel storing into it or
+    into a view of it (a hand-written kernel's in-place writes included), or an extern call
+    naming it or a view of it at all (in-place ops return nothing to tell them by). Views are
+    followed from their bases."""
     from aotc.codegen.ir import ComputedBuffer
     from aotc.codegen.plan import StepKind, slots_in
     from aotc.codegen.scheduler import Kernel
@@ -125,7 +125,7 @@ def fence_early_reads(steps: list) -> list[str]:
     early = [s for s in steps if getattr(s, "early", False)]
     if not early:
         return []
-    read = {b.slot for s in early for b in s.ins}
+    read = {b.slot for s in early for b in s.read_early}
     externs = [i for i, s in enumerate(steps)
                if isinstance(s, dict) and s.get("kind") == StepKind.EXTERN.value]
     fenced = bool(externs) and not written_before(steps[externs[-1] + 1:], read)

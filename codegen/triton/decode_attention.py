@@ -33,7 +33,8 @@ class HandKernel(Kernel):
     outs: tuple = ()
     make: object = None       # (name, ins, outs) -> KernelSource
     mutates: tuple = ()       # of `ins`, those it writes in place (the caches it writes)
-    early: bool = False       # reads the position (and caches) before the PDL wait
+    early: bool = False       # reads `read_early` before the PDL wait
+    read_early: tuple = ()    # of `ins`, those it may read before the wait (position, caches)
 
     @property
     def writes(self) -> list:
@@ -253,11 +254,12 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     mo, mm, ml = partials
     split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
                        outs=(mo, mm, ml), mutates=(k, v) if new else (), early=early,
+                       read_early=(k, v, pos),
                        make=lambda n, i, o: _split_source(n, i, o, **sizes,
                                                           early=split.early))
     sink = (sinks,) if sinks is not None else ()
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, pos, *sink),
-                         outs=(out,), early=early,
+                         outs=(out,), early=early, read_early=(pos,),
                          make=lambda n, i, o: _combine_source(n, i, o, **sizes,
                                                               early=combine.early))
     written = "; writes this step's key and value" if new else ""
