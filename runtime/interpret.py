@@ -50,6 +50,23 @@ def interpreter_env(on: bool):
                 os.environ["TRITON_INTERPRET"] = old
 
 
+def _interpreted(name: str, fn, grid, args, constexprs) -> None:
+    """One launch through the interpreter; what fails in the kernel (a block size its source
+    cannot take, an argument it does not have) is an ArtifactError naming it."""
+    try:
+        fn[tuple(grid)](*args, **constexprs)
+    except ArtifactError:
+        raise
+    except Exception as e:   # noqa: BLE001 - the interpreter's errors are of any type
+        raise ArtifactError(f"kernel {name} failed in Triton's interpreter",
+                            where=fmt.triton_source_file(name),
+                            expected="a kernel that runs with its launch spec's blocks and "
+                                     "the plan's arguments",
+                            found=f"{type(e).__name__}: {e}"[:300],
+                            fix="re-export the artifact (interpret=True is for artifacts you "
+                                "trust)") from e
+
+
 def _numpy_function(np_fn):
     """A libdevice stand-in: applies `np_fn` to the NumPy data of interpreter tensors."""
     def call(*args):
@@ -183,6 +200,6 @@ class InterpretedKernels(TritonKernels):
                 # the interpreter patches triton.language while it runs: one launch at a time;
                 # masked-out lanes compute on zeros, so NumPy's warnings mean nothing
                 with _launch_lock, np.errstate(all="ignore"), mended_bf16():
-                    fn[tuple(grid)](*args, **constexprs)
+                    _interpreted(name, fn, grid, args, constexprs)
             return 0
         return launch

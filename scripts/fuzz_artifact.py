@@ -1,12 +1,15 @@
 """Mutate artifacts as a hostile producer could and report every failure that is not typed.
 
-    python scripts/fuzz_artifact.py ARTIFACT [--cases N] [--seed S]
+    python scripts/fuzz_artifact.py ARTIFACT [--cases N] [--seed S] [--interpret]
 
-Each case copies ARTIFACT, changes one JSON value of its manifest, plans or runner files (a
+Each case copies ARTIFACT, changes one JSON value of its manifest, plans, runner files or, in a
+CUDA artifact, kernel launch specs (a
 number moved, a string swapped, a list item dropped or repeated, a key deleted), recomputes
 the hashes, then loads the copy with one of the runners and runs it (a generator: `generate`
 and `stream`; a training artifact: forward on random inputs, then backward from the sum of
-its outputs; else a call on random inputs of the entry's shapes) in a child process. Typed
+its outputs; else a call on random inputs of the entry's shapes) in a child process
+(`--interpret`: a CUDA artifact on the CPU, its kernels run by Triton's interpreter, with the
+Python runner). Typed
 errors (AotcError) and clean runs pass; anything else is printed as FINDING with the mutation,
 and a child killed by a signal (a crash) or running past 60 s as CRASH. Exit status 1 if any.
 The parent only edits files: the children start from a process that has run no ATen op.
@@ -76,10 +79,11 @@ def _set(doc, path, value):
 
 
 def _exercise(art: Path, runner: str) -> None:
-    """Load and run `art` (in the child)."""
+    """Load and run `art` (in the child); runner "interpret": a CUDA artifact on the CPU."""
     import torch
     import aotc
-    m = aotc.load(art, runner=runner)
+    m = aotc.load(art, device="cpu", interpret=True) if runner == "interpret" else \
+        aotc.load(art, runner=runner)
     gen = getattr(m, "generation", None)
     if gen is not None:
         ids = torch.randint(0, gen.vocab, (gen.batch, 5))
@@ -120,13 +124,14 @@ def _child(art: Path, runner: str, desc: str) -> None:
     os._exit(code)
 
 
-def case(src: Path, work: Path, rng: random.Random) -> bool:
+def case(src: Path, work: Path, rng: random.Random, interpret: bool = False) -> bool:
     """One mutated copy of `src`, run in a child; True if it found something."""
     art = work / "a.aotc"
     shutil.rmtree(art, ignore_errors=True)
     shutil.copytree(src, art)
     files = ["manifest.json", *(str(p.relative_to(src)) for p in sorted(src.glob("plans/*.json"))),
-             *(str(p.relative_to(src)) for p in sorted(src.glob("runner/*.json")))]
+             *(str(p.relative_to(src)) for p in sorted(src.glob("runner/*.json"))),
+             *(str(p.relative_to(src)) for p in sorted(src.glob("kernels/*.json")))]
     rel = rng.choice(files)
     doc = json.loads((art / rel).read_bytes())
     path, old = rng.choice(list(_values(doc)))
@@ -138,7 +143,7 @@ def case(src: Path, work: Path, rng: random.Random) -> bool:
         (art / rel).write_bytes(json.dumps(doc).encode())
         rehash(art)
     desc = f"{rel} {list(path)}: {str(old)[:60]!r} -> {str(new)[:60]!r}"
-    runner = rng.choice(["cpp", "python"])
+    runner = "interpret" if interpret else rng.choice(["cpp", "python"])
     pid = os.fork()
     if pid == 0:
         _child(art, runner, desc)
@@ -154,10 +159,15 @@ def main() -> int:
     ap.add_argument("artifact", type=Path)
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--interpret", action="store_true",
+                    help="a CUDA artifact, run on the CPU by Triton's interpreter")
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    if args.interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
-        found = sum(case(args.artifact, Path(tmp), rng) for _ in range(args.cases))
+        found = sum(case(args.artifact, Path(tmp), rng, args.interpret)
+                    for _ in range(args.cases))
     print(f"{args.cases} cases, {found} findings", flush=True)
     return 1 if found else 0
 

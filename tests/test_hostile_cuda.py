@@ -90,3 +90,26 @@ def test_a_kernel_launched_with_other_buffers_than_its_spec_is_refused(cuda_mlp,
     edit_json(art, fmt.plan_file("forward"), edit)
     err = _interp(art, tmp_path / "PWNED")
     assert "launch spec" in err.what or "not bound" in err.what or "frees" in err.what
+
+
+@pytest.mark.parametrize("edit", [("XBLOCK", 3), ("XBLOCK", 0), ("R0_BLOCK", -1),
+                                  ("os", 4), ("XBLOCK", True), ("R0_BLOCK", 1 << 30)])
+def test_block_sizes_are_powers_of_two_named_as_blocks(cuda_mlp, tmp_path, edit):
+    """A launch spec's constexprs are block sizes (the interpreter runs the source with them):
+    a value that is not a power of two or a name that is no block is refused at load."""
+    name, value = edit
+    art = copy_artifact(cuda_mlp, tmp_path / "a.aotc")
+    edit_json(art, fmt.triton_launch_file("kernel0"), lambda s: s["constexprs"].update(
+        {name: value}))
+    err = _interp(art, tmp_path / "PWNED")
+    assert "constexprs" in err.where and name in err.where
+
+
+def test_blocks_too_large_together_fail_typed(cuda_mlp, tmp_path):
+    """Each block within Triton's limit but their product past it: the interpreter's launch
+    fails, as an ArtifactError naming the kernel's source."""
+    art = copy_artifact(cuda_mlp, tmp_path / "a.aotc")
+    edit_json(art, fmt.triton_launch_file("kernel0"), lambda s: s["constexprs"].update(
+        {k: 1 << 20 for k in s["constexprs"]}))
+    err = _interp(art, tmp_path / "PWNED")
+    assert "kernels/kernel0.py" in err.where and "Triton's interpreter" in str(err)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.manifest import ARCH, display
 
+BLOCK_NAME = re.compile(r"(?:XBLOCK|R\d{1,2}_BLOCK)\Z")   # generated kernels' block sizes
 PARAM_TYPE = re.compile(r"\*(?:fp8e4nv|fp8e5|fp64|fp32|fp16|bf16|i64|i32|i16|i8|u8|i1)\Z|i32\Z|i64\Z")
 WARPS = frozenset({1, 2, 4, 8, 16, 32})
 MAX_SHARED = 256 * 1024
@@ -87,10 +88,20 @@ def parse_launch(doc: At, name: str, symbols) -> LaunchSpec:
     return LaunchSpec(
         name=name, params=params, inputs=io["inputs"], outputs=io["outputs"],
         sizes=tuple(s.ident() for s in doc.get("sizes").list(64)),
-        constexprs={k: v.int(0, 1 << 24) for k, v in doc.get("constexprs").items(64)},
+        constexprs={k: _block(k, v) for k, v in doc.get("constexprs").items(64)},
         grid=tuple(g.expr(symbols) for g in doc.get("grid").list(3, 3)),
         error_code=None if code.is_null() else code.int(1, 1 << 30), archs=archs,
         autotune=None if at.is_null() else display(at))
+
+
+def _block(name: str, v: At) -> int:
+    """A constexpr of a generated kernel: a block size, a power of two (Triton's blocks are;
+    Triton's interpreter runs the source with these values, a cubin was built with them)."""
+    v.check(bool(BLOCK_NAME.match(name)), "a block size named XBLOCK or R<n>_BLOCK",
+            "is not a block size")
+    n = v.int(1, 1 << 20)            # Triton's largest block (TRITON_MAX_TENSOR_NUMEL)
+    v.check(n & (n - 1) == 0, "a power of two", f"is {n}")
+    return n
 
 
 def _param(p: At, scratch: bool) -> Param:
