@@ -169,7 +169,7 @@ def _on_python_runner(module, path: Path, inputs, exc: BaseException):
 
 def _failed_step(exc: BaseException) -> BaseException:
     """The error a plan step raised: the runtime reports one as an ArtifactError caused by it
-    (runtime/module.py `plan_failed`); anything else as it is."""
+    (runtime/module.py `raise_plan_failure`); anything else as it is."""
     cause = exc.__cause__
     if isinstance(exc, AotcError) and cause is not None and not isinstance(cause, AotcError):
         return cause

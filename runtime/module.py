@@ -7,6 +7,8 @@ serialises its calls: the graph's buffers are shared; runtime/graphs.py).
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import torch
 
 from aotc.errors import AotcError, ArtifactError, GuardError, TargetError
@@ -23,24 +25,28 @@ from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
 
 
-def plan_failed(e, args: tuple, err: Exception) -> Exception:
-    """What a plan's run raising `err` (inputs past its guards) reports: an out-of-range index
-    met by ATen's own check (a plan without generated kernels) as the GuardError naming the
-    input; memory and device failures as they are; anything else as an ArtifactError naming the
-    plan, since a plan that fits its guards and its shapes runs (a hostile plan whose calls
-    disagree with its slots, say)."""
+PLAN_ERRORS = (IndexError, RuntimeError, ValueError, TypeError)   # what raise_plan_failure takes
+
+
+def raise_plan_failure(e, args: tuple, err: Exception) -> NoReturn:
+    """Raise what a plan's run raising `err` (inputs past its guards; called in its `except`)
+    reports: an out-of-range index met by ATen's own check (a plan without generated kernels)
+    as the GuardError naming the input; memory and device failures as they are; anything else
+    as an ArtifactError naming the plan, since a plan that fits its guards and its shapes runs
+    (a hostile plan whose calls disagree with its slots, say)."""
     from aotc.runtime.indices import extern_index_error
     if args and isinstance(err, (IndexError, RuntimeError)):
         found = extern_index_error(e.plan, args, e.guards.bind(args))
         if found is not None:
-            return found
+            raise found from None
     device = getattr(torch, "AcceleratorError", torch.OutOfMemoryError)
     if isinstance(err, (torch.OutOfMemoryError, device)) or str(err).startswith("CUDA error"):
-        return err
-    return ArtifactError(f"entry {e.name!r} failed inside its plan",
-                         where=e.spec.plan, expected="ATen calls that fit the plan's slots",
-                         found=_said(err), fix="re-export the model with this aotc (the plan "
-                         "may be damaged or not aotc's); if a fresh export fails too, report it")
+        raise err
+    raise ArtifactError(f"entry {e.name!r} failed inside its plan",
+                        where=e.spec.plan, expected="ATen calls that fit the plan's slots",
+                        found=_said(err), fix="re-export the model with this aotc (the plan "
+                        "may be damaged or not aotc's); if a fresh export fails too, report "
+                        "it") from err
 
 
 def _said(err: Exception) -> str:
@@ -163,11 +169,8 @@ class CompiledModule:
                 return self.graphs.get(entry, e.function)(args, symbols)
         except AotcError:
             raise
-        except (IndexError, RuntimeError, ValueError, TypeError) as err:
-            failed = plan_failed(e, args, err)
-            if failed is err:
-                raise
-            raise failed from (None if isinstance(failed, GuardError) else err)
+        except PLAN_ERRORS as err:
+            raise_plan_failure(e, args, err)
 
     # --------------------------------------------------------------------------------- weights
     def state_dict(self):

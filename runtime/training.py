@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from aotc.runtime.guards import Guards
-from aotc.errors import AotcError, GuardError
-from aotc.runtime.module import (Entry, graphs_wanted, load_library_for, load_weights,
-                                 plan_failed, random_inputs)
+from aotc.errors import AotcError
+from aotc.runtime.module import (PLAN_ERRORS, Entry, graphs_wanted, load_library_for,
+                                 load_weights, raise_plan_failure, random_inputs)
 from aotc.runtime.trees import unflatten
 
 
@@ -64,18 +64,15 @@ class _Step(torch.autograd.Function):
 def _typed(entry, args: tuple, run):
     """`run()`, a plan's run (CUDA graphs' replays aside: their own errors say what to do),
     with its failures reported as an inference entry's are
-    (runtime/module.py `plan_failed`: an ArtifactError naming the plan, a GuardError for an
+    (runtime/module.py `raise_plan_failure`: an ArtifactError naming the plan, a GuardError for an
     index out of range, memory and device errors as they are). Backward's inputs are handed
     over and gone by then: its index errors are named without them."""
     try:
         return run()
     except AotcError:
         raise
-    except (IndexError, RuntimeError, ValueError, TypeError) as err:
-        failed = plan_failed(entry, args, err)
-        if failed is err:
-            raise
-        raise failed from (None if isinstance(failed, GuardError) else err)
+    except PLAN_ERRORS as err:
+        raise_plan_failure(entry, args, err)
 
 
 def _handed_over(ctx, tangents: tuple) -> list:
