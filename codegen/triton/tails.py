@@ -98,8 +98,9 @@ def tail_text(name: str, tail: Tail, params: list[str], programs: int) -> tuple[
     args = ", ".join([*params, "aotc_pid", *(str(v) for v in tail.constexprs.values())])
     return text, [
         "tl.debug_barrier()   # every thread's stores are done before the ticket publishes them",
-        f"aotc_ticket = tl.atomic_add(aotc_err + {COUNTER}, 1, sem='acq_rel')",
+        f"aotc_ticket = tl.atomic_add(aotc_err + {COUNTER}, 1, sem='release')",
         f"if aotc_ticket == {programs - 1}:   # the last program to finish runs the tail",
+        f"    tl.atomic_add(aotc_err + {COUNTER}, 0, sem='acquire')   # sees every store",
         f"    for aotc_pid in range({tail.programs}):",
         f"        {name}_tail({args})",
         f"    tl.atomic_xchg(aotc_err + {COUNTER}, 0)"]
