@@ -42,7 +42,7 @@ def check(batch: int, tmp: Path) -> str:
     with torch.no_grad():
         want = eager_generate(Generator(adapt(model, batch, cache), cache), ids, n)
         path = aotc.export(model, (ids,), tmp / f"b{batch}.aotc", decode=True,
-                           max_cache_len=cache)
+                           max_cache_len=cache, target="cuda")
     plan = json.loads((path / "plans" / "decode.json").read_text())
     kernels = [s for s in plan["steps"] if s["kind"] == "kernel"]
     tailed = sum("_tail(" in (path / "kernels" / f"{s['name']}.py").read_text() for s in kernels)
