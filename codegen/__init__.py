@@ -241,12 +241,6 @@ def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: 
     `hints`: the size symbols' example sizes and maxima (CUDA block heuristics size dynamic
     dims for the examples and index in 32 bits where the maxima allow; `autotune` times
     CUDA kernels at the examples)."""
-    if target.device == "cuda" and not autotune:   # small kernels as tails (triton/tails.py)
-        from aotc.codegen.triton.blocks import SizeHints
-        from aotc.codegen.triton.tails import attach_tails
-        for lowered, steps, decisions, kernels in parts.values():
-            decisions += attach_tails(steps, kernels, _buffers(lowered.slots, steps),
-                                      SizeHints(**hints))
     groups = [(kernels, _buffers(lowered.slots, steps), _stored(steps, lowered.outputs))
               for lowered, steps, _, kernels in parts.values() if kernels]
     if not groups:
@@ -332,12 +326,11 @@ def _stored(steps: list, outputs: list) -> set:
     """Kernel-written buffers that something outside their own kernel reads."""
     needed = {f"buf{o['slot']}" for o in outputs if "slot" in o}
     for step in steps:
-        if isinstance(step, Kernel):   # a tail (codegen/triton/tails.py) reads as a kernel
-            for k in (step, step.tail) if step.tail is not None else (step,):
-                needed |= k.reads - {b.name for b in k.writes}
-                for node in k.nodes:   # pointwise results are always written to memory
-                    if not node.is_reduction:
-                        needed |= {b.name for b in node.buffers}
+        if isinstance(step, Kernel):
+            needed |= step.reads - {b.name for b in step.writes}
+            for node in step.nodes:   # pointwise results are always written to memory
+                if not node.is_reduction:
+                    needed |= {b.name for b in node.buffers}
         else:
             needed |= {f"buf{s}" for s in step_uses(step)}
     return needed
@@ -391,19 +384,14 @@ def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
             "args": [int(n[3:]) for n in ins], "out": [int(n[3:]) for n in outs],
             "sizes": sizes,
             "fused": [{"buffers": [b.name for b in n.buffers], "ops": list(n.body.origins)}
-                      for n in _nodes(k)],
+                      for n in k.nodes],
             "reasons": k.reasons}
     if launch:   # Triton kernels: grid over the size symbols, launch spec file, error code
         step["launch"] = launch[0]
-    checks = kernel_checks(_nodes(k), list(ins))
+    checks = kernel_checks(k, list(ins))
     if checks:
         step["checks"] = checks
     return step
-
-
-def _nodes(k: Kernel) -> list:
-    """A kernel's nodes, then its tail's."""
-    return [*k.nodes, *(k.tail.nodes if k.tail is not None else ())]
 
 
 def _dedup_weights(weights: dict) -> tuple[dict, dict]:

@@ -46,11 +46,10 @@ class IndexUses(NullHandler):
         return sympy.Symbol(f"indirect{len(self.uses)}", integer=True, nonnegative=True)
 
 
-def kernel_checks(nodes: list, args: list[str]) -> list[dict]:
-    """The plan step's `checks` for a kernel of `nodes` whose arguments are the buffers
-    `args`."""
+def kernel_checks(kernel, args: list[str]) -> list[dict]:
+    """The plan step's `checks` for a kernel whose arguments are the buffers `args`."""
     handler = IndexUses()
-    for node in nodes:
+    for node in kernel.nodes:
         body = node.body
         if isinstance(body, Reduction):
             body.inner_fn(handler, index_vars("p", len(body.ranges)),

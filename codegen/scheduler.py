@@ -31,7 +31,6 @@ class Kernel:
     nodes: list = field(default_factory=list)      # ComputedBuffers, in order
     reasons: list = field(default_factory=list)    # one line per decision
     local: set = field(default_factory=set)        # buffer names kept in registers
-    tail: "Kernel | None" = None   # a small kernel its last program runs (triton/tails.py)
 
     @property
     def writes(self) -> list:

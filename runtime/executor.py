@@ -213,7 +213,7 @@ class FlagDeferral:
 def check_flag(plan, flag: torch.Tensor, inputs=None, symbols=None) -> None:
     """After `plan` ran with index-checking Triton kernels: raise the GuardError of the kernel
     whose code `flag` holds, if one stored its code."""
-    code = int(flag[0])
+    code = int(flag.item())
     if not code:
         return
     for step in plan.steps:

@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 18
+FORMAT_VERSION = 17
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -156,11 +156,6 @@ CHANGELOG = {
                        "library with a table is read through it whatever the manifest's "
                        "native.table says. A reader of version 16 calls such kernels without "
                        "the array; versions 1-16 load as they are (their kernels unchecked)"),
-    18: ("2026-12-06", "a Triton kernel may end with a tail, a few-program kernel's work run "
-                       "by its last program to finish, found by a ticket counter: element 1 "
-                       "of the plan run's int32 error flag, which now holds 2 elements "
-                       "(codegen/triton/tails.py). A reader of version 17 passes a 1-element "
-                       "flag; versions 1-17 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

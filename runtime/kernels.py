@@ -19,10 +19,6 @@ import torch
 
 from aotc.errors import ArtifactError
 
-# the error flag of a plan run: [0] an index error's code, [1] the ticket counter of kernels
-# with tails (codegen/triton/tails.py; format 18)
-FLAG_SIZE = 2
-
 POINTER_DTYPES = {"*fp64": "float64", "*fp32": "float32", "*fp16": "float16",
                   "*bf16": "bfloat16", "*i64": "int64", "*i32": "int32", "*i16": "int16",
                   "*i8": "int8", "*u8": "uint8", "*i1": "bool", "*fp8e4nv": "float8_e4m3fn",
@@ -59,8 +55,7 @@ class TritonKernels:
                                 fix="re-export the model (plan and kernels do not match)")
 
     def new_error_flag(self) -> torch.Tensor:
-        """Zeros: [0] an index error's code, [1] the tail counter (codegen/triton/tails.py)."""
-        return torch.zeros(FLAG_SIZE, dtype=torch.int32, device=self.device)
+        return torch.zeros(1, dtype=torch.int32, device=self.device)
 
     def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]):
         raise NotImplementedError

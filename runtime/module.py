@@ -17,7 +17,6 @@ from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction, step_bound
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
-from aotc.runtime.kernels import FLAG_SIZE
 from aotc.runtime.native import NativeLibrary, select_level
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
@@ -345,7 +344,7 @@ class _SourceOnly:
         return unavailable
 
     def new_error_flag(self):
-        return torch.zeros(FLAG_SIZE, dtype=torch.int32)
+        return torch.zeros(1, dtype=torch.int32)
 
 
 def plan_sources(artifact) -> str:

@@ -6,7 +6,6 @@
     python scripts/make_fixtures.py generator  # format_v<N>_generator.aotc only
     python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
     python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
-    python scripts/make_fixtures.py cuda_generator  # format_v<N>_cuda_generator.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -21,8 +20,7 @@ soft-capped scores and attention sinks, exported for decoding, extern-only (its 
 calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds a spectral
 filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like `kernels`.
 `kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
-count) through a linear layer and scatters them back. `cuda_generator` (format >= 18) is `generator` with Triton
-kernels for sm_90: its decode plan's one-program kernels run as tails (codegen/triton/tails.py).
+count) through a linear layer and scatters them back.
 Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
 of them with the current reader.
 """
@@ -104,8 +102,6 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2}),
          "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
          "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
-         "cuda_generator": (tiny_generator, {"decode": True, "max_cache_len": 16,
-                                             "target": "cuda:sm_90"}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
          "kernels_select": (Select, {"isa": "auto"})}
 

@@ -75,8 +75,7 @@ def written_before(steps: list, slots: set) -> bool:
         if isinstance(step, ComputedBuffer):
             outs = {b.slot for b in step.buffers}
         elif isinstance(step, Kernel):
-            tail = step.tail.writes if step.tail is not None else ()
-            outs = {b.slot for b in (*step.writes, *getattr(step, "mutates", ()), *tail)}
+            outs = {b.slot for b in (*step.writes, *getattr(step, "mutates", ()))}
         elif isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
             if set(slots_in(step["args"])) & watched:
                 watched |= {o for o in step["out"] if o is not None}

@@ -39,7 +39,6 @@ from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.errors import LoweringError, TargetError
 from aotc.exporter.symbols import SymbolNamer
 from aotc.runtime.cuda import CudaLauncher, driver, select_arch
-from aotc.runtime.kernels import FLAG_SIZE
 from aotc.runtime.schema.launch import Build, Param
 
 MAX_CANDIDATES = 8
@@ -247,7 +246,7 @@ class Tuner:
                 outs[name] = _tensor(buffers[name], self.sizes, self.device)
                 args.append(outs[name])
             elif name == "aotc_err":
-                outs[name] = torch.zeros(FLAG_SIZE, dtype=torch.int32, device=self.device)
+                outs[name] = torch.zeros(1, dtype=torch.int32, device=self.device)
                 args.append(outs[name])
             else:   # s_<symbol>: a dim size
                 args.append(self.sizes[name.removeprefix("s_")])

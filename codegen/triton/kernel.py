@@ -12,8 +12,8 @@ inner elements (pointwise: the rest of its dims; reduction: its reduction dims) 
   * an outer reduction (a column sum: rows contiguous in memory) takes a wide XBLOCK and
     loops over small R blocks (blocks.py); the tile is the same [XBLOCK, R] one, and Triton's
     coalescing, reading the index, makes X its contiguous (vectorized) axis;
-  * a pointwise-only kernel whose nodes read no other's output splits its inner elements over
-    a second grid axis; otherwise a program loops over them; a kernel may end with a tail;
+  * a pointwise-only kernel with no node reading another's output splits its inner elements
+    over a second grid axis; otherwise a program loops over them;
   * a node that reads what an earlier node of the same kernel stored is preceded by a block
     barrier (rows never cross programs, so that is all the ordering needed);
   * a load whose address is not provably inside its buffer (the arm of a select that a lane
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass, field
 
 import sympy
 import torch
@@ -34,13 +35,35 @@ import torch
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
-from aotc.codegen.triton.blocks import BlockConfig, KernelBlocks, SizeHints, plan_blocks
+from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
+                                        plan_blocks)
 from aotc.codegen.triton.build import PDL_PARAM, KernelSource, pdl_body
-from aotc.codegen.triton.tails import tail_text, write_tail
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
                                          fold_index, in_bounds, op_expr, reduce_sum, texpr,
                                          to_half, unravel, value_dtype, value_type)
-from aotc.codegen.triton.values import XR, Scope, TVal, X
+
+X, XR = frozenset("x"), frozenset("xr")
+
+
+@dataclass(frozen=True, slots=True)
+class TVal:
+    expr: str
+    dtype: torch.dtype          # IR dtype; the value is held in value_dtype(dtype)
+    axes: frozenset             # block axes the value varies over: subset of {"x", "r"}
+    const: object = None        # the Python value of a constant (folded at codegen time)
+
+
+@dataclass
+class Scope:
+    """Where a node's body runs: its block (R block name, masks) and its loop variables."""
+    block: NodeBlock
+    xmask: str | None
+    axes: dict = field(default_factory=dict)      # sympy var -> frozenset of axes
+
+    def shape(self, axes) -> str:
+        return {frozenset(): "[1, 1]", X: "[XBLOCK, 1]", frozenset("r"): f"[1, {self.block.rb}]",
+                XR: f"[XBLOCK, {self.block.rb}]"}[frozenset(axes)]
+
 
 class TritonHandler:
     """Ops handler that prints Triton statements into `lines`."""
@@ -234,7 +257,6 @@ class KernelWriter:
         self.uses_err = False
         self.barrier = False
         self.blocks: KernelBlocks = plan_blocks(kernel, buffers, config, hints)
-        self.hints = hints
         self.wide = self.blocks.wide
 
     def fresh(self) -> int:
@@ -446,11 +468,10 @@ class KernelWriter:
         if fast is not None:
             body = [f"if {fast[0]}:", *("    " + ln for ln in fast[1]), "else:",
                     *("    " + ln for ln in body)]
-        tail = write_tail(self) if self.k.tail is not None else None   # (triton/tails.py)
-        written = [b.name for b in self.k.writes] + (tail.written if tail else [])
+        written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
         ins = sorted(self.reads - set(written))
-        text = "\n".join(body + self._rows() + (tail.lines if tail else [])) + " ".join(
+        text = "\n".join(body + self._rows()) + " ".join(
             texpr(n.numel) for n in self.blocks.nodes)
         sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
         signature = {n: POINTER[self.buffers[n].dtype] for n in ins + outs}
@@ -462,17 +483,12 @@ class KernelWriter:
         constexprs = {"XBLOCK": self.blocks.xblock}
         constexprs.update({b.rb: b.size for b in self.blocks.nodes if b.rb})
         params = ", ".join([*signature, *(f"{c}: tl.constexpr" for c in constexprs), PDL_PARAM])
-        head, grid = "", self.blocks.grid()
-        if tail is not None:
-            head, ending = tail_text(self.k.name, tail, list(signature),
-                                     int(grid[0]) * int(grid[1]))
-            body = body + ending
-        lines = [head + "@triton.jit", f"def {self.k.name}({params}):",
+        lines = ["@triton.jit", f"def {self.k.name}({params}):",
                  *(f"    # {r}" for r in self.k.reasons)]
         lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], self.buffers)]
         return KernelSource(name=self.k.name, text="\n".join(lines) + "\n", ins=ins, outs=outs,
                             sizes=sizes, signature=signature, constexprs=constexprs,
-                            grid=grid, num_warps=self.blocks.num_warps,
+                            grid=self.blocks.grid(), num_warps=self.blocks.num_warps,
                             error_code=self.error_code if self.uses_err else None,
                             aligned=tuple(f"s_{n}" for n in sizes if n in self.address_sizes))
 

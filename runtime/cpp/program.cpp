@@ -433,8 +433,7 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
   int32_t done = 0;
   RunResult r;
   at::Tensor flag;   // written by Triton kernels that met an index out of range
-  // [0] an index error's code, [1] the counter of kernels with tails (codegen/triton/tails.py)
-  if (!codes_.empty()) flag = at::zeros({2}, at::TensorOptions().dtype(at::kInt).device(device_));
+  if (!codes_.empty()) flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));
   for (const Instr& in : code_) {
     switch (in.kind) {
       case spec::Step::Kind::Free:
@@ -466,7 +465,7 @@ RunResult Program::run(std::vector<c10::IValue> inputs, c10::ArrayRef<int64_t> s
   if (flag.defined() && !read_flag) {
     r.flag = flag;
   } else if (flag.defined()) {
-    int32_t code = flag[0].item<int32_t>();
+    int32_t code = flag.item<int32_t>();
     if (code) r.outputs.clear(), r.failed_step = failed_step(code);
   }
   return r;

@@ -223,7 +223,7 @@ RunResult GraphedEntry::Impl::replay(Captured& g, const std::vector<at::Tensor>&
   g.graph->replay();
   RunResult r;
   if (g.flag.defined()) {   // index checks made during the replay
-    int32_t code = g.flag[0].item<int32_t>();
+    int32_t code = g.flag.item<int32_t>();
     if (code != 0) {
       r.failed_step = plain.step_of(code);
       return r;
