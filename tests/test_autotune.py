@@ -113,8 +113,12 @@ def test_overrides_recompute_masks():
     does; XBLOCK dividing the rows needs no xmask."""
     (k,), buffers, _ = kernels_of(lambda x: F.layer_norm(x, (3072,)) * 2, (torch.randn(8, 3072),))
     modes = lambda blocks: [(b.mode, b.size, b.rmask) for b in blocks.nodes]  # noqa: E731
-    base = plan_blocks(k, buffers)
-    assert modes(base) == [("single", 4096, "rmask0"), ("loop", 1024, None)] and not base.xmask
+    base = plan_blocks(k, buffers)   # 8 rows: few enough for one block per node (FEW_ROWS)
+    assert modes(base) == [("single", 4096, "rmask0"), ("single", 4096, "rmask1")]
+    assert not base.xmask
+    (k64,), buffers64, _ = kernels_of(lambda x: F.layer_norm(x, (3072,)) * 2,
+                                      (torch.randn(64, 3072),))
+    assert modes(plan_blocks(k64, buffers64)) == [("single", 4096, "rmask0"), ("loop", 1024, None)]
     ragged = plan_blocks(k, buffers, BlockConfig(rblock=2048, xblock=4))
     assert modes(ragged) == [("single", 4096, "rmask0"), ("loop", 2048, "rmask1")]
     assert not ragged.xmask

@@ -4,7 +4,9 @@ Simple heuristics, decided once per kernel before any code is written:
 
   * each node gets an R block over its inner elements: a reduction of up to MAX_PERSISTENT
     elements is persistent (one block holds the whole row), a longer one loops over LOOP_BLOCK
-    elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements;
+    elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements, or of up to
+    MAX_PERSISTENT in a kernel of at most FEW_ROWS static rows (latency-bound: a decode step's
+    RMSNorm at batch 1 loads its row once, not once per loop pass);
   * XBLOCK (rows per program) fills a program with about TARGET_ELEMENTS elements, but never
     leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows;
   * an *outer* reduction kernel (`reduction_order`: its loads walk consecutive addresses along
@@ -43,6 +45,10 @@ MAX_PERSISTENT = 4096
 LOOP_BLOCK = 1024
 MIN_HINTED_BLOCK = 64       # a dynamic loop's block, at least, whatever its example size
 MAX_POINTWISE = 1024
+# a kernel of at most FEW_ROWS static rows (a decode step's RMSNorm at batch 1: one program) is
+# bound by latency: its pointwise nodes take one block up to MAX_PERSISTENT elements too, so
+# a row is loaded in one round trip, not one per MAX_POINTWISE loop pass
+FEW_ROWS = 16
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
@@ -199,14 +205,14 @@ def _independent(kernel: Kernel) -> bool:
 
 
 def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
-                rblock: int | None, hint: int | None = None) -> NodeBlock:
+                rblock: int | None, hint: int | None = None, few: bool = False) -> NodeBlock:
     """`hint`: the node's elements at the example sizes, when they are dynamic: the loop's
     block fits them (a softmax over a dynamic seq exported at 128 loops 128 at a time, not 1024
-    with 7/8 of the lanes masked off)."""
+    with 7/8 of the lanes masked off). `few`: the kernel has at most FEW_ROWS rows."""
     n = _static(numel)
     if not has_inner and not reduction:
         return NodeBlock(None, 1, sympy.Integer(1), "none", None)
-    cap = MAX_PERSISTENT if reduction else MAX_POINTWISE
+    cap = MAX_PERSISTENT if reduction or few else MAX_POINTWISE
     if n is not None and n <= cap:
         size, mode = pow2(n), ("split" if split else "single")
     else:
@@ -407,11 +413,12 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     chunk = config.rblock or MAX_POINTWISE   # a split node's block, at most
     split = not reduction and _independent(kernel) and all(
         _static(n) is not None and -(-_static(n) // chunk) <= MAX_GRID_Y for n in inner)
-    nodes = [_node_block(j, numel, isinstance(n.body, Reduction), split, bool(_inner(kernel, n)),
-                         config.rblock, hinted(numel))
-             for j, (n, numel) in enumerate(zip(kernel.nodes, inner))]
     rows = product(kernel.prefix)
     r = _static(rows)
+    few = r is not None and r <= FEW_ROWS and not split and config.rblock is None
+    nodes = [_node_block(j, numel, isinstance(n.body, Reduction), split, bool(_inner(kernel, n)),
+                         config.rblock, hinted(numel), few)
+             for j, (n, numel) in enumerate(zip(kernel.nodes, inner))]
     if config.xblock is not None:
         xblock = config.xblock if r is None else min(config.xblock, pow2(r))
     else:
