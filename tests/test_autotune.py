@@ -115,7 +115,7 @@ def test_overrides_recompute_masks():
     modes = lambda blocks: [(b.mode, b.size, b.rmask) for b in blocks.nodes]  # noqa: E731
     base = plan_blocks(k, buffers)   # 8 rows: few enough for one block per node (FEW_ROWS)
     assert modes(base) == [("single", 4096, "rmask0"), ("single", 4096, "rmask1")]
-    assert not base.xmask
+    assert not base.xmask and base.num_warps == 8
     (k64,), buffers64, _ = kernels_of(lambda x: F.layer_norm(x, (3072,)) * 2,
                                       (torch.randn(64, 3072),))
     assert modes(plan_blocks(k64, buffers64)) == [("single", 4096, "rmask0"), ("loop", 1024, None)]

@@ -21,7 +21,8 @@ Simple heuristics, decided once per kernel before any code is written:
     are static) splits the inner elements over grid axis 1 (no loop); otherwise a program loops
     over them;
   * index arithmetic is int32 unless a size is dynamic or a buffer has 2**31 elements or more;
-  * num_warps grows with the elements of the largest block.
+  * num_warps grows with the elements of the largest block (at least FEW_ROWS_WARPS in a kernel
+    of at most FEW_ROWS rows: on an H100 a LLaMA-1B decode step took 834 -> 814 us).
 
 Long reductions onto few outputs are split in two (`split_reduction`, applied by the graph
 lowering for CUDA targets): a first reduction writes S partial results per output (in the
@@ -49,6 +50,7 @@ MAX_POINTWISE = 1024
 # bound by latency: its pointwise nodes take one block up to MAX_PERSISTENT elements too, so
 # a row is loaded in one round trip, not one per MAX_POINTWISE loop pass
 FEW_ROWS = 16
+FEW_ROWS_WARPS = 8   # and at least 8 warps: more loads in flight, a shorter reduction per thread
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
@@ -434,7 +436,8 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     return KernelBlocks(rows=rows, xblock=xblock, xmask=not (r is not None and r % xblock == 0),
                         wide=_is_wide(kernel, buffers, hints.maximum if hints else None),
                         split=split,
-                        num_warps=config.num_warps or heuristic_warps(xblock * _widest(nodes)),
+                        num_warps=config.num_warps or max(heuristic_warps(xblock * _widest(nodes)),
+                                                          FEW_ROWS_WARPS * few),
                         nodes=nodes)
 
 
