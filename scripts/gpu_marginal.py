@@ -14,6 +14,7 @@ of one grid and block configuration (every layer's RMSNorm, its q/k/v product, .
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import tempfile
@@ -31,7 +32,6 @@ from aotc.runtime.schema.types import StepKind
 
 def kinds(plan, path: Path) -> dict[str, list[int]]:
     """{kind: the kernel steps of that kind}, a kind named by its grid and blocks."""
-    import json
     out = defaultdict(list)
     for idx, step in enumerate(plan.steps):
         if step.kind is not StepKind.KERNEL:
