@@ -22,7 +22,6 @@ from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
 from aotc.codegen.extern_layout import channels_last_conv, lay_out_extern
 from aotc.codegen.layouts import relaid
 from aotc.codegen.lowering import LOWERINGS
-from aotc.codegen.lowering.row_stats import normed_row
 from aotc.codegen.plan import is_view, torch_op
 from aotc.errors import ExportError
 from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
@@ -110,7 +109,6 @@ class GraphLowering:
         self.arg_origins: tuple = ()
         self.mask_facts: dict = {}   # slot -> 'none' | 'causal' | None: an SDPA mask
         self.bodies: dict = {}       # buffer name -> (Buffer, loader) of realized pointwise
-        self.row_stats: dict = {}    # norm statistics recomputed by products (row_stats.py)
 
     # ------------------------------------------------------------------------------ driving
     def run(self) -> LoweredGraph:
@@ -233,8 +231,7 @@ class GraphLowering:
         tv.users = max(tv.users, self.users.get(vid, 0))
         if tv.body is not None and tv.buffer is None:
             cost = body_cost(tv.shape, tv.loader)
-            if cost.ops > INLINE_LIMIT or (tv.users > 1 and _costly_to_repeat(cost)
-                                           and not normed_row(self, tv)):
+            if cost.ops > INLINE_LIMIT or (tv.users > 1 and _costly_to_repeat(cost)):
                 self.realize(tv)
 
     def _realize_shared(self, args) -> bool:
@@ -242,8 +239,7 @@ class GraphLowering:
         backward, say) is realized first, so the view's readers load it instead of each
         recomputing it. Whether anything was realized."""
         shared = [a for a in args if isinstance(a, TensorValue) and a.body is not None
-                  and a.buffer is None and _costly_to_repeat(body_cost(a.shape, a.loader))
-                  and not normed_row(self, a)]
+                  and a.buffer is None and _costly_to_repeat(body_cost(a.shape, a.loader))]
         for a in shared:
             self.realize(a)
         return bool(shared)

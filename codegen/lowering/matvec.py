@@ -75,39 +75,31 @@ def _skinny(g, x, w, bias, dtype):
     return g.pointwise((sym(m), sym(n)), dtype, fn, "addmm" if lb is not None else "mm")
 
 
-def _vector(g, x, rows):
-    """The loader (h, i, row) of x's values, for a product over `rows`. Every program of the
-    product reads all of x, so a value computed inline (RMSNorm's output, SiLU of the gate
-    times the up projection) would be computed again by each of them: hundreds of times over
-    for one row of a few thousand elements, which measured as slow as the weights' stream
-    itself (a LLaMA-1B down projection: 15.5 us with SiLU(gate) * up inline, 7.7 us from a
-    stored vector). Such an x is realized: stored once, by its producer's kernel where it
-    fuses there, then loaded; except a normed row, which the product's programs compute
-    themselves, each once for several rows (row_stats.py)."""
+def _vector(g, x):
+    """The loader of x's values. Every program of the product reads all of x, so a value
+    computed inline (RMSNorm's output, SiLU of the gate times the up projection) would be
+    computed again by each of them: hundreds of times over for one row of a few thousand
+    elements, which measured as slow as the weights' stream itself (a LLaMA-1B down
+    projection: 15.5 us with SiLU(gate) * up inline, 7.7 us from a stored vector). Such an x
+    is realized: stored once, by its producer's kernel where it fuses there, then loaded."""
     from aotc.codegen.graph import body_cost   # (graph imports the lowerings)
-    from aotc.codegen.lowering.row_stats import shared_vector
     if x.buffer is None and (x.body is not None or x.view_of is not None):
-        shared = shared_vector(g, x, rows)
-        if shared is not None:
-            return shared
         cost = body_cost(x.shape, x.loader)
         if cost.expensive or cost.ops > INLINE_VECTOR_OPS:
             g.realize(x)
-            load = x.buffer.loader()
-            return lambda h, i, row: load(h, i)
-    return lambda h, i, row: x.loader(h, i)
+            return x.buffer.loader()
+    return x.loader
 
 
 def _matvec(g, x, w, dtype):
     """x [1, K] @ w [K, N] as a reduction (accumulated in float32) over K."""
-    rows = (x.shape[0], w.shape[1])
-    lx, lw, acc = _vector(g, x, rows), w.loader, acc_dtype(dtype)
+    lx, lw, acc = _vector(g, x), w.loader, acc_dtype(dtype)
     k = w.shape[0]
 
     def body(h, idx, ridx):   # the weight first: its loads may start before the predecessor ends
         wv = h.to_dtype(lw(h, (ridx[0], idx[1])), acc)   # (codegen/triton/build.py pdl_body)
-        return h.op(Op.MUL, h.to_dtype(lx(h, (idx[0], ridx[0]), idx), acc), wv)
-    red, = g.reduction(rows, (k,), R.SUM, acc, body, "matvec")
+        return h.op(Op.MUL, h.to_dtype(lx(h, (idx[0], ridx[0])), acc), wv)
+    red, = g.reduction((x.shape[0], w.shape[1]), (k,), R.SUM, acc, body, "matvec")
     return red
 
 

@@ -52,9 +52,6 @@ MAX_POINTWISE = 1024
 FEW_ROWS = 16
 FEW_ROWS_WARPS = 8   # and at least 8 warps: more loads in flight, a shorter reduction per thread
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
-# a kernel with a reduction that every row computes alike (a one-row product's norm statistic,
-# codegen/lowering/row_stats.py) reduces it once per program: at least this many rows share it
-SHARED_XBLOCK = 8
 MIN_PROGRAMS = 128
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
 INT32_LIMIT = 2**31
@@ -207,19 +204,6 @@ def _independent(kernel: Kernel) -> bool:
             return False
         written |= {b.name for b in node.buffers}
     return True
-
-
-def _shares(kernel: Kernel) -> bool:
-    """Some reduction of the kernel reads the same elements for every row (its loads'
-    indices name no row variable of a dim larger than one)."""
-    k = len(kernel.prefix)
-    for node in kernel.nodes:
-        if isinstance(node.body, Reduction):
-            loads, pvars, _ = node_loads(node, k)
-            moving = {p for p, d in zip(pvars, kernel.prefix) if d != 1}
-            if loads and not any(sympy.sympify(i).free_symbols & moving for _, i in loads):
-                return True
-    return False
 
 
 def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
@@ -441,7 +425,7 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
         xblock = config.xblock if r is None else min(config.xblock, pow2(r))
     else:
         xblock = max(1, TARGET_ELEMENTS["reduction" if reduction else "pointwise"]
-                     // _widest(nodes), SHARED_XBLOCK * _shares(kernel))
+                     // _widest(nodes))
         rh = r if r is not None else hinted(rows)
         if rh is not None:
             xblock = min(xblock, pow2(rh))

@@ -92,40 +92,6 @@ def pdl_body(body: list[str], buffers: dict) -> list[str]:
             *(ln for g in groups[at:] for ln in g)]
 
 
-_ASSIGNS = re.compile(r"^(\w+(?:, \w+)*) = ")
-_NAMES = re.compile(r"\b[A-Za-z_]\w*\b")
-
-
-def hoist_loads(nodes: list[list[str]], shared: set, constants: set[str]) -> list[list[str]]:
-    """A kernel's lines, node by node, where node `min(shared)` computes a reduction that is
-    the same for every row (a one-row product's norm statistic, codegen/lowering/row_stats.py):
-    each later node's leading assignments that read no buffer another kernel writes and no name
-    set from that node on (a product's weight loads and their indices) move in front of it, so
-    that they come before the PDL wait (pdl_body) as a product's own do. Other kernels keep
-    their order: moving later independent loads up in general measured slower (pdl_body)."""
-    if not shared:
-        return nodes
-    first = min(shared)
-    out, moved = [list(n) for n in nodes], []
-    for j in range(first + 1, len(out)):
-        assigned = {m for n in out[first:j] for ln in n
-                    for m in _ASSIGNS.findall(ln.strip())[:1] for m in m.split(", ")}
-        keep = []
-        groups = _statements(out[j])
-        for i, g in enumerate(groups):
-            if g[0].startswith("#"):
-                keep.append(g)
-                continue
-            if len(g) > 1 or not _ASSIGNS.match(g[0]) or _depends(g[0], constants) or \
-                    set(_NAMES.findall(g[0].split(" = ", 1)[1])) & assigned:
-                keep += groups[i:]
-                break
-            moved.append(g[0])
-        out[j] = [ln for g in keep for ln in g]
-    out[first] = moved + out[first]
-    return out
-
-
 def _statements(body: list[str]) -> list[list[str]]:
     groups: list[list[str]] = []
     for ln in body:

@@ -33,15 +33,14 @@ import sympy
 import torch
 
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
-                             index_vars, linear_index)
+                             index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
 from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
                                         plan_blocks)
-from aotc.codegen.triton.build import PDL_PARAM, KernelSource, hoist_loads, pdl_body
+from aotc.codegen.triton.build import PDL_PARAM, KernelSource, pdl_body
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
-                                         fold_index, in_bounds, op_expr, texpr, to_half, unravel,
-                                         value_dtype, value_type)
-from aotc.codegen.triton.reductions import ReductionForms
+                                         fold_index, in_bounds, op_expr, reduce_sum, texpr,
+                                         to_half, unravel, value_dtype, value_type)
 
 X, XR = frozenset("x"), frozenset("xr")
 
@@ -223,9 +222,24 @@ class TritonHandler:
         return symbol
 
 
+_ACC = {  # reduction -> (init(dtype), elementwise update(acc, v), final reduce(acc))
+    R.SUM: (lambda d: 0, lambda a, v: f"{a} + {v}", reduce_sum),
+    R.PROD: (lambda d: 1, lambda a, v: f"{a} * {v}",
+             lambda a: f"tl.reduce({a}, 1, aotc_mul, keep_dims=True)"),
+    R.MAX: (lambda d: float("-inf") if d.is_floating_point else torch.iinfo(d).min,
+            lambda a, v: f"aotc_maximum({a}, {v})",
+            lambda a: f"tl.reduce({a}, 1, aotc_maximum, keep_dims=True)"),
+    R.MIN: (lambda d: float("inf") if d.is_floating_point else torch.iinfo(d).max,
+            lambda a, v: f"aotc_minimum({a}, {v})",
+            lambda a: f"tl.reduce({a}, 1, aotc_minimum, keep_dims=True)"),
+    R.ANY: (lambda d: 0, lambda a, v: f"tl.maximum({a}, {v})",
+            lambda a: f"(tl.reduce({a}, 1, aotc_maximum, keep_dims=True) != 0)"),
+    R.ALL: (lambda d: 1, lambda a, v: f"tl.minimum({a}, {v})",
+            lambda a: f"(tl.reduce({a}, 1, aotc_minimum, keep_dims=True) != 0)"),
+}
 
 
-class KernelWriter(ReductionForms):
+class KernelWriter:
     """Writes one Kernel as a Triton function. `stored` names the buffers other steps read;
     `config` overrides the block heuristics (autotuning); `hints` (blocks.SizeHints) size dynamic
     dims' blocks and bound their index arithmetic."""
@@ -236,7 +250,6 @@ class KernelWriter(ReductionForms):
         self.pvars = index_vars("p", len(kernel.prefix))
         self.ranges = dict(zip(self.pvars, kernel.prefix))
         self.locals: dict = {}              # reduction results kept in registers
-        self.shared: set = set()            # nodes whose reduction is the same for every row
         self.counter = 0
         self.reads: set = set()
         self.address_sizes: set = set()     # size symbols that enter load and store addresses
@@ -322,49 +335,102 @@ class KernelWriter(ReductionForms):
         ranges = {**self.ranges, **dict(zip(rvars, body.reduction_ranges))}
         head = [f"# {', '.join(b.name for b in node.buffers)} = {rtype.value}"
                 f"({'+'.join(body.origins)}) over {[str(s) for s in body.reduction_ranges]}"]
-        emit = lambda: self._body(j, body, rvars, ranges, rtype not in ARG_REDUCTIONS)
+        emit = lambda: self._body(j, body, rvars, ranges)
         if rtype == R.WELFORD:
-            lines, results, axes = self._welford(j, body, emit)
+            lines, results = self._welford(j, body, emit)
         elif rtype in ARG_REDUCTIONS:
-            lines, results, axes = self._argreduce(j, body, emit)
+            lines, results = self._argreduce(j, body, emit)
         else:
-            lines, results, axes = self._accumulate(j, body, emit)
-        if not axes:
-            self.shared.add(j)
+            lines, results = self._accumulate(j, body, emit)
         lines = head + lines
         for buf, var in zip(node.buffers, results):
             row = fold_index(linear_index(self.pvars, buf.stride), self.ranges)
-            val = TVal(var, buf.dtype, axes)
+            val = TVal(var, buf.dtype, X)
             self.locals[buf.name] = (row, val)
             if buf.name in self.stored:
                 h = TritonHandler(self, self._scope(j, ()), self.ranges, lines)
-                lines.append(self._store(h, buf, row, val if axes else
-                                         dataclasses.replace(val, axes=X), X))
+                lines.append(self._store(h, buf, row, val, X))
         return lines
 
-    def _body(self, j, body, rvars, ranges, share=False) -> tuple[list, list, TVal, str | None]:
-        """(loop head, body lines, value as a full block, rmask) of node j: [XBLOCK, R], or
-        where `share` and the value is the same for every row (a row statistic recomputed by
-        a product's programs, codegen/lowering/row_stats.py), [1, R]: reduced once."""
+    def _body(self, j, body, rvars, ranges) -> tuple[list, list, TVal, str | None]:
+        """(loop head, body lines, value as a full [XBLOCK, R] block, rmask) of node j."""
         head, lines = self._chunk(j, [v.name for v in rvars], body.reduction_ranges)
         h = TritonHandler(self, self._scope(j, rvars), ranges, lines)
         v = h.to_dtype(body.inner_fn(h, self.pvars, rvars), body.dtype)
-        full = XR if "x" in v.axes or not share else frozenset("r")
-        if v.axes != full:   # a value that does not vary over the whole block: fill one
-            shape = self._tile(j, full)
+        if v.axes != XR:   # a value that does not vary over the whole block: fill one
+            shape = f"[XBLOCK, {self.blocks.nodes[j].rb}]"
             v = h._var(f"tl.full({shape}, {v.expr}, {value_type(v.dtype)})" if v.const is not None
-                       else f"tl.broadcast_to({v.expr}, {shape})", v.dtype, full)
+                       else f"tl.broadcast_to({v.expr}, {shape})", v.dtype, XR)
         self._note_reads(h)
         return head, lines, v, self.blocks.nodes[j].rmask
 
-    def _tile(self, j, axes) -> str:
-        return f"[{'XBLOCK' if 'x' in axes else 1}, {self.blocks.nodes[j].rb}]"
+    def _accumulate(self, j, body, emit) -> tuple[list, list]:
+        init, update, final = _ACC[body.reduction_type]
+        flag = body.reduction_type in (R.ANY, R.ALL)
+        dt = torch.int32 if flag else value_dtype(body.dtype)
+        fill = constant(init(dt), dt)
+        head, lines, v, rmask = emit()
+        val = v.expr if not flag else f"({v.expr} != 0).to(tl.int32)"
+        res = f"red{self.fresh()}"
+        if head:   # looped: an elementwise accumulator block, reduced after the loop
+            acc = f"acc{self.fresh()}"
+            upd = update(acc, val)
+            lines.append(f"{acc} = tl.where({rmask}, {upd}, {acc})" if rmask else f"{acc} = {upd}")
+            return ([f"{acc} = tl.full([XBLOCK, {self.blocks.nodes[j].rb}], {fill}, {TL[dt]})",
+                     *self._nest(head, lines), f"{res} = {final(acc)}"], [res])
+        if rmask:
+            val = f"tl.where({rmask}, {val}, {fill})"
+        return lines + [f"{res} = {final(val)}"], [res]
+
+    def _welford(self, j, body, emit) -> tuple[list, list]:
+        """Mean and centered sum of squares in two passes over the row (as the C++ backend)."""
+        n = texpr(product(body.reduction_ranges))
+        dt = TL[value_dtype(body.dtype)]
+        mean, m2 = f"mean{self.fresh()}", f"m2_{self.fresh()}"
+        head, lines, v, rmask = emit()
+        where = (lambda e: f"tl.where({rmask}, {e}, 0.0)") if rmask else (lambda e: e)
+        if not head:
+            d = f"d{self.fresh()}"
+            return lines + [f"{mean} = {reduce_sum(where(v.expr))} / {n}",
+                            f"{d} = {where(f'{v.expr} - {mean}')}",
+                            f"{m2} = {reduce_sum(f'{d} * {d}')}"], [mean, m2]
+        rb = self.blocks.nodes[j].rb
+        s, q = f"acc{self.fresh()}", f"acc{self.fresh()}"
+        out = [f"{s} = tl.full([XBLOCK, {rb}], 0, {dt})", *self._nest(head, lines + [
+            f"{s} = {s} + {where(v.expr)}"]), f"{mean} = {reduce_sum(s)} / {n}"]
+        head, lines, v, rmask = emit()
+        d = f"d{self.fresh()}"
+        out += [f"{q} = tl.full([XBLOCK, {rb}], 0, {dt})", *self._nest(head, lines + [
+            f"{d} = {where(f'{v.expr} - {mean}')}", f"{q} = {q} + {d} * {d}"]),
+                f"{m2} = {reduce_sum(q)}"]
+        return out, [mean, m2]
+
+    def _argreduce(self, j, body, emit) -> tuple[list, list]:
+        rtype = body.reduction_type
+        combine = "aotc_argmax" if rtype == R.ARGMAX else "aotc_argmin"
+        dt = value_dtype(body.dtype)
+        fill = constant((_ACC[R.MAX] if rtype == R.ARGMAX else _ACC[R.MIN])[0](dt), dt)
+        rb, idt = self.blocks.nodes[j].rb, "tl.int64" if self.wide else "tl.int32"
+        head, lines, v, rmask = emit()
+        idx, res = f"idx{self.fresh()}", f"arg{self.fresh()}"
+        val = f"tl.where({rmask}, {v.expr}, {fill})" if rmask else v.expr
+        lines.append(f"{idx} = tl.broadcast_to(rindex{j}, [XBLOCK, {rb}]).to({idt})")
+        final = lambda vals, ids: (f"_, {res} = tl.reduce(({vals}, {ids}), 1, {combine}, "
+                                   f"keep_dims=True)")
+        if not head:
+            return lines + [final(val, idx), f"{res} = {res}.to(tl.int64)"], [res]
+        av, ai = f"accv{self.fresh()}", f"acci{self.fresh()}"
+        nv, ni = f"nv{self.fresh()}", f"ni{self.fresh()}"
+        lines += [f"{nv}, {ni} = {combine}({av}, {ai}, {val}, {idx})",
+                  f"{av} = tl.where({rmask}, {nv}, {av})" if rmask else f"{av} = {nv}",
+                  f"{ai} = tl.where({rmask}, {ni}, {ai})" if rmask else f"{ai} = {ni}"]
+        return ([f"{av} = tl.full([XBLOCK, {rb}], {fill}, {TL[dt]})",
+                 f"{ai} = tl.full([XBLOCK, {rb}], {2**31 - 1}, {idt})", *self._nest(head, lines),
+                 final(av, ai), f"{res} = {res}.to(tl.int64)"], [res])
 
     # ------------------------------------------------------------------------------ kernel
     def _nodes(self) -> list:
-        lines = [self._node(j, node) for j, node in enumerate(self.k.nodes)]
-        constants = {n for n, b in self.buffers.items() if b.constant}
-        return [ln for node in hoist_loads(lines, self.shared, constants) for ln in node]
+        return [ln for j, node in enumerate(self.k.nodes) for ln in self._node(j, node)]
 
     def _fast_path(self) -> tuple[str, list] | None:
         """(condition, body) for calls whose dynamic sizes fit the blocks: one block per loop,
