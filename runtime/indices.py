@@ -46,7 +46,29 @@ def first_bad(t: torch.Tensor, lo: int, hi: int) -> tuple[int, tuple] | None:
 def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
     """The error for kernel step `step` having met an out-of-range index. `tensors`: kernel
     argument position -> the tensor passed there (where still at hand); `inputs`: the plan's
-    inputs, to search when an argument came from one."""
+    inputs, to search when an argument came from one. Kernels of one shape share their error
+    code (codegen/triton/build.py share_codes), so where `step`'s own arguments hold no bad
+    index, the other steps storing its code are searched too (through the plan's inputs)."""
+    found = _find_bad(plan, step, tensors, inputs, symbols)
+    code = getattr(getattr(step, "launch", None), "error_code", None)
+    for other in (s for s in plan.steps if code and s is not step and s.kind is StepKind.KERNEL
+                  and s.launch is not None and s.launch.error_code == code):
+        if found is not None:
+            break
+        found = _find_bad(plan, other, {}, inputs, symbols)
+    if found is not None:
+        return found
+    ops = sorted({c.op for c in step.checks}) or ["an indexing op"]
+    return GuardError(f"an index is out of range in {', '.join(ops)} (kernel {step.name})",
+                      where=f"kernel {step.name}", expected="indices within the indexed dim",
+                      found="an index out of range",
+                      fix="check the values of integer index inputs (e.g. token ids below the "
+                          "vocabulary size)")
+
+
+def _find_bad(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError | None:
+    """The error naming the first out-of-range index one of `step`'s checks finds in the
+    tensors at hand or the plan's inputs, else None."""
     names = {i: plan.slots[s].name for i, s in enumerate(plan.inputs)}
     for check in step.checks:
         size = ex.evaluate(check.size, symbols) if not isinstance(check.size, int) else check.size
@@ -59,15 +81,10 @@ def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
             candidates.append(inputs[origin])
         for t in candidates:
             found = first_bad(t, lo, hi) if isinstance(t, torch.Tensor) else None
-            if found is None:
-                continue
-            return _out_of_range(found, names.get(origin), origin, check.op, size, check.wraps)
-    ops = sorted({c.op for c in step.checks}) or ["an indexing op"]
-    return GuardError(f"an index is out of range in {', '.join(ops)} (kernel {step.name})",
-                      where=f"kernel {step.name}", expected="indices within the indexed dim",
-                      found="an index out of range",
-                      fix="check the values of integer index inputs (e.g. token ids below the "
-                          "vocabulary size)")
+            if found is not None:
+                return _out_of_range(found, names.get(origin), origin, check.op, size,
+                                     check.wraps)
+    return None
 
 
 def _out_of_range(found: tuple, name: str | None, origin: int | None, op: str, size: int,

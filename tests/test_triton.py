@@ -134,7 +134,10 @@ def test_cross_compiled_cubins_and_launch_specs(cross, name):
         assert names[:len(spec["params"])] == [p["name"] for p in spec["params"]]
         assert spec["params"] and all(p["type"] for p in spec["params"])
         assert set(names[len(spec["params"]):]) <= {"global_scratch", "profile_scratch"}
-        assert arch["symbol"] == k and arch["num_warps"] == spec["num_warps"]
+        # the cubin's entry: this kernel's, or the first kernel's of the same shape, whose
+        # cubin it is (tests/test_kernel_shapes.py)
+        assert arch["symbol"] in native["kernels"] and arch["num_warps"] == spec["num_warps"]
+        assert cubin == (path / f"kernels/{arch['symbol']}.sm_90.cubin").read_bytes()
         assert arch["shared"] >= 0 and len(spec["grid"]) == 3
     plan = json.loads((path / "plans/forward.json").read_text())
     kernels = [s for s in plan["steps"] if s["kind"] == "kernel"]

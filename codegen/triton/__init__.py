@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aotc.codegen.triton.build import arch_number, compile_kernels, triton_version
+from aotc.codegen.triton.build import arch_number, share_codes, triton_version, unique_builds
 from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.runtime import format as fmt
 
@@ -51,13 +51,17 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
     for each of `archs`. Kernels that index with runtime values get error codes from
     `first_code` on (unique within an artifact). With a `tuner` (autotune.Tuner), each kernel
     is built with the block config it chose, and its launch spec records the tuning. `hints`:
-    the size symbols' examples and maxima (blocks.SizeHints), for dynamic dims."""
+    the size symbols' examples and maxima (blocks.SizeHints), for dynamic dims. Kernels of
+    one shape (build.kernel_shape: the same text but for names) share an error code and
+    compile once."""
     tuned = tuner.tune(kernels, buffers, stored, first_code) if tuner is not None else {}
-    files, specs, jobs = {}, {}, []
+    files, specs, jobs, sources = {}, {}, [], []
     for i, k in enumerate(kernels):
-        config, record = tuned.get(k.name, (None, None))
-        ks = k.source() if hasattr(k, "source") else \
-            kernel_source(k, buffers, stored, first_code + i, config, hints)
+        config = tuned.get(k.name, (None, None))[0]
+        sources.append(k.source() if hasattr(k, "source") else
+                       kernel_source(k, buffers, stored, first_code + i, config, hints))
+    for k, ks in zip(kernels, share_codes(sources)):
+        record = tuned.get(k.name, (None, None))[1]
         text = module_text(ks)
         specs[k.name] = launch_spec(ks)
         if record is not None:
@@ -66,7 +70,7 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
         jobs += [(ks, text, arch, ()) for arch in archs]
         if ks.aligned:   # a variant for when the sizes in addresses are divisible by 16
             jobs += [(ks, text, arch, ks.aligned) for arch in archs]
-    for (ks, _, arch, aligned), (cubin, meta) in zip(jobs, compile_kernels(jobs)):
+    for (ks, _, arch, aligned), (cubin, meta) in zip(jobs, unique_builds(jobs)):
         path = fmt.triton_cubin_file(ks.name, arch, "div16" if aligned else None)
         files[path] = cubin
         if aligned:

@@ -15,6 +15,7 @@ re-exporting an unchanged model does not recompile.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -199,6 +200,66 @@ def compile_kernels(jobs: list, workers: int | None = None) -> list:
             return [build(job) for job in jobs]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(build, jobs))
+
+
+def kernel_shape(ks, arch: str, sizes16: tuple = ()) -> tuple:
+    """What a kernel's cubin depends on, its names aside: its text with the kernel's name
+    and each parameter's replaced by their place (comments dropped: they name buffers but
+    compile to nothing), the parameters' types, constexprs, warps, stages, arch, and which
+    sizes are built divisible by 16. Two kernels of one shape compile to the same code."""
+    names = [ks.name, *ks.signature]
+    where = {n: f"aotc_p{i}" for i, n in enumerate(names)}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    text = "\n".join(ln for ln in ks.text.splitlines() if not ln.lstrip().startswith("#"))
+    return (pattern.sub(lambda m: where[m.group(1)], text), tuple(ks.signature.values()),
+            tuple(sorted(ks.constexprs.items())), ks.num_warps, ks.num_stages, arch,
+            tuple(i for i, n in enumerate(ks.signature) if n in sizes16))
+
+
+_CODE = re.compile(r"(tl\.store\([^\n]*\baotc_err\b[^\n]*?, )(\d+)(, bad\d+\))")
+
+
+def _coded(ks, code: int):
+    """`ks` storing `code` where it stored its own error code."""
+    text = _CODE.sub(lambda m: m.group(1) + str(code) + m.group(3)
+                     if int(m.group(2)) == ks.error_code else m.group(0), ks.text)
+    return dataclasses.replace(ks, text=text, error_code=code)
+
+
+def share_codes(sources: list) -> list:
+    """The kernel sources with one error code per kernel shape: a kernel that differs from an
+    earlier one only in its names and in the code it stores for an index out of range (each
+    layer's rotary embedding, checking the position) stores that one's code instead, so the
+    two compile once (`unique_builds`). A flagged code names every step that stores it; the
+    runtime searches them all for the bad index (runtime/indices.py index_error)."""
+    first, out = {}, []
+    for ks in sources:
+        if ks.error_code is None:
+            out.append(ks)
+            continue
+        code = first.setdefault(kernel_shape(_coded(ks, 0), ""), ks.error_code)
+        out.append(ks if code == ks.error_code else _coded(ks, code))
+    return out
+
+
+def unique_builds(jobs: list, workers: int | None = None) -> list:
+    """`compile_kernels(jobs)`, compiling each kernel shape (`kernel_shape`) once: a job of a
+    shape compiled before gets that cubin and launch metadata, its parameters renamed to its
+    own (the symbol stays the first kernel's: the cubin's entry). A decoder's layers are
+    kernels of a few shapes repeated; LLaMA-1B's decode and prefill compile ~20 shapes instead
+    of ~300 kernels."""
+    keys = [kernel_shape(job[0], *job[2:]) for job in jobs]
+    first: dict = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    built = dict(zip(sorted(set(first.values())),
+                     compile_kernels([jobs[i] for i in sorted(set(first.values()))], workers)))
+    out = []
+    for job, key in zip(jobs, keys):
+        cubin, meta = built[first[key]]
+        params = [dict(p, name=n) for p, n in zip(meta["params"], job[0].signature)]
+        out.append((cubin, dict(meta, params=params + meta["params"][len(params):])))
+    return out
 
 
 def _compile(fn, ks, arch: str, sizes16: tuple = ()) -> tuple[bytes, dict]:

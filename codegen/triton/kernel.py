@@ -470,7 +470,12 @@ class KernelWriter:
                     *("    " + ln for ln in body)]
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
-        ins = sorted(self.reads - set(written))
+        # inputs in the order the body first names them, not by name: kernels that differ
+        # only in their buffers' names (a decoder's layers) have the same text once the
+        # parameters are numbered, and compile once (build.unique_builds)
+        first = {n: i for i, n in enumerate(dict.fromkeys(re.findall(r"\bbuf\d+\b",
+                                                                      "\n".join(body))))}
+        ins = sorted(self.reads - set(written), key=lambda n: (first.get(n, len(first)), n))
         text = "\n".join(body + self._rows()) + " ".join(
             texpr(n.numel) for n in self.blocks.nodes)
         sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))

@@ -1,0 +1,60 @@
+"""Time one export with cold compile caches, and count its kernels and the cubins compiled.
+
+    python scripts/export_time.py --model llama-1b-layers [--target cuda:sm_90] [--out DIR]
+
+Models (random weights, built here): `llama-1b-layers` (samples/llama.py at its 1b widths and
+16 layers, vocabulary 512, bf16, a decode=True generator with a 1216-position cache) and
+`bert-base` (transformers' BertModel(BertConfig()), 2 x 64 tokens). Triton's cache and aotc's
+C++ build cache point at fresh temporary directories, so every kernel compiles. Prints one JSON
+line: seconds, kernels, distinct cubin entries. To compare trees, run this file with each
+tree's aotc importable (PYTHONPATH), one after the other on a quiet machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _model(name: str):
+    import torch
+    torch.manual_seed(0)
+    if name == "llama-1b-layers":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples"))
+        from llama import Net
+        model = Net(size="1b", vocab=512).to(torch.bfloat16).eval()
+        return model, (torch.randint(0, 512, (1, 16)),), {"decode": True, "max_cache_len": 1216}
+    if name == "bert-base":
+        from transformers import BertConfig, BertModel
+        return BertModel(BertConfig()).eval(), (torch.randint(0, 30000, (2, 64)),), {}
+    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, bert-base")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-1b-layers")
+    ap.add_argument("--target", default="cuda:sm_90")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
+        os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "xdg")
+        import aotc
+        model, inputs, options = _model(args.model)
+        out = args.out or Path(tmp) / "m.aotc"
+        t = time.perf_counter()
+        aotc.export(model, inputs, out, target=args.target, **options)
+        seconds = time.perf_counter() - t
+        specs = [json.loads(p.read_text()) for p in (out / "kernels").glob("*.json")]
+        entries = {a["symbol"] for s in specs for a in s.get("archs", {}).values()}
+        print(json.dumps({"model": args.model, "target": args.target, "aotc": aotc.__file__,
+                          "export_s": round(seconds, 1), "kernels": len(specs),
+                          "cubins_compiled": len(entries)}))
+
+
+if __name__ == "__main__":
+    main()
