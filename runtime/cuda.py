@@ -168,6 +168,7 @@ class CudaKernels(TritonKernels):
         self.context = driver().primary_context(index)
         driver().make_current(self.context)
         self.modules: list = []
+        self.loaded: dict = {}     # (cubin bytes, symbol, shared) -> (CUfunction, CUmodule)
         self.launchers = {name: self._load(name, spec) for name, spec in self.specs.items()}
         weakref.finalize(self, _unload, self.context, self.modules)
 
@@ -181,11 +182,16 @@ class CudaKernels(TritonKernels):
                             None if div16 is None else (*self._function(div16), div16))
 
     def _function(self, build) -> tuple:
-        """(CUfunction, CUmodule) of the cubin `build` names."""
-        module, fn = driver().function(self.artifact.read(build.cubin), build.symbol,
-                                       build.shared)
-        self.modules.append(module)
-        return fn, module
+        """(CUfunction, CUmodule) of the cubin `build` names, each distinct cubin loaded once:
+        the kernels of one shape carry the same bytes (codegen/shapes.py), so a decoder's
+        layers share their modules."""
+        image = self.artifact.read(build.cubin)
+        key = (image, build.symbol, build.shared)
+        if key not in self.loaded:
+            module, fn = driver().function(image, build.symbol, build.shared)
+            self.modules.append(module)
+            self.loaded[key] = (fn, module)
+        return self.loaded[key]
 
     def kernel(self, name: str, nargs: int, nsizes: int, dtypes: list[str]) -> "CudaLauncher":
         self.check_step(name, nargs, nsizes, dtypes)

@@ -3,7 +3,8 @@
     python scripts/export_time.py --model llama-1b-layers [--target cuda:sm_90] [--out DIR]
 
 Models (random weights, built here): `llama-1b-layers` (samples/llama.py at its 1b widths and
-16 layers, vocabulary 512, bf16, a decode=True generator with a 1216-position cache) and
+16 layers, vocabulary 512, bf16, a decode=True generator with a 1216-position cache),
+`llama-small` (samples/llama.py's default size, fp32, a generator with a 256-position cache) and
 `bert-base` (transformers' BertModel(BertConfig()), 2 x 64 tokens). Triton's cache and aotc's
 C++ build cache point at fresh temporary directories, so every kernel compiles. Prints one JSON
 line: seconds, kernels, distinct cubin entries. To compare trees, run this file with each
@@ -28,10 +29,15 @@ def _model(name: str):
         from llama import Net
         model = Net(size="1b", vocab=512).to(torch.bfloat16).eval()
         return model, (torch.randint(0, 512, (1, 16)),), {"decode": True, "max_cache_len": 1216}
+    if name == "llama-small":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples"))
+        from llama import Net
+        return Net().eval(), (torch.randint(0, 32000, (1, 16)),), {"decode": True,
+                                                                    "max_cache_len": 256}
     if name == "bert-base":
         from transformers import BertConfig, BertModel
         return BertModel(BertConfig()).eval(), (torch.randint(0, 30000, (2, 64)),), {}
-    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, bert-base")
+    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, llama-small, bert-base")
 
 
 def main() -> None:

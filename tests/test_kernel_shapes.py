@@ -122,3 +122,61 @@ def test_a_shared_code_names_the_input_that_holds_the_bad_index(tmp_path, runner
         with pytest.raises(aotc.GuardError) as e:
             m(bad_i, bad_j)
         assert e.value.where == f"input {name}", e.value
+
+
+class Blocks(torch.nn.Module):
+    """Four blocks of one shape (an encoder's layers, small)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU())
+            for _ in range(4))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x).softmax(-1)
+        return x
+
+
+def test_cpu_kernels_of_one_shape_are_one_function(tmp_path):
+    import re
+    model, x = Blocks().eval(), torch.randn(3, 16)
+    path = aotc.export(model, (x,), tmp_path / "b.aotc")
+    source = (path / "kernels" / "kernels.cpp").read_text()
+    defined = set(re.findall(r'^extern "C" int (kernel\d+)\(', source, re.M))
+    rows = dict(re.findall(r'\{"(kernel\d+)", \(void\*\)&(kernel\d+),', source))
+    assert set(rows.values()) == defined and len(defined) < len(rows) / 2, (defined, rows)
+    assert any(name != fn for name, fn in rows.items())
+    from aotc.runtime.cpp_runner import runner_status
+    for runner in ("python", "cpp") if runner_status()[0] is not None else ("python",):
+        m = aotc.load(path, runner=runner)
+        for _ in range(2):
+            x = torch.randn(3, 16)
+            torch.testing.assert_close(m(x), model(x))
+
+
+def test_a_gpu_loads_each_distinct_cubin_once(decoder, monkeypatch):
+    # CudaKernels._function with a driver that counts loads: one module per distinct
+    # (cubin, entry), whichever kernels share it
+    from aotc.runtime import cuda
+
+    class Driver:
+        loads = 0
+
+        def function(self, image, symbol, shared):
+            Driver.loads += 1
+            return f"module{Driver.loads}", f"fn{Driver.loads}"
+    monkeypatch.setattr(cuda, "driver", lambda: Driver())
+    art = aotc.runtime.artifact.Artifact(decoder)
+    kernels = object.__new__(cuda.CudaKernels)
+    kernels.artifact, kernels.modules, kernels.loaded = art, [], {}
+    specs = {n: art.launch(n, set().union(*(set(e.symbols)
+                                            for e in art.manifest.entries.values())))
+             for n in art.manifest.target.native.kernels}
+    got = {n: kernels._function(s.archs["sm_90"][0]) for n, s in specs.items()}
+    distinct = {(art.read(s.archs["sm_90"][0].cubin), s.archs["sm_90"][0].symbol)
+                for s in specs.values()}
+    assert Driver.loads == len(distinct) == len(kernels.modules) < len(specs)
+    for n, s in specs.items():
+        assert got[n] == got[s.archs["sm_90"][0].symbol]

@@ -6,6 +6,7 @@ from pathlib import Path
 from aotc.codegen.cpp.build import build_libraries, compiler, compiler_version, resolve_isa
 from aotc.codegen.cpp.kernel import kernel_source
 from aotc.codegen.cpp.room import ROOM_MARKER
+from aotc.codegen.shapes import numbered
 from aotc.runtime.dtypes import dtype_name
 
 PRELUDE = "\n".join((Path(__file__).parent / name).read_text()
@@ -24,18 +25,23 @@ __all__ = ["generate", "resolve_isa", "compiler_description"]
 def generate(groups: list, levels: tuple):
     """Kernels of one or more graphs, given as (kernels, buffers, stored) groups, into one
     source and one library per CPU level: (source text, {level: library bytes},
-    {kernel name: (buffers read, written, sizes)})."""
-    bodies, signatures, entries = [], {}, []
+    {kernel name: (buffers read, written, sizes)}). Kernels of one shape (the same source but
+    for names, codegen/shapes.py) are one function, under each of their names in the table."""
+    bodies, signatures, entries, shapes = [], {}, [], {}
     for kernels, buffers, stored in groups:
         for k in kernels:
             src, ins, outs, sizes = kernel_source(k, buffers, stored)
-            bodies.append(src)
             signatures[k.name] = (ins, outs, sizes)
             dtypes = ",".join(dtype_name(buffers[n].dtype) for n in (*ins, *outs)) + ROOM_MARKER
-            entries.append((k.name, _prototype(src, k.name), len(ins) + len(outs), len(sizes),
-                            dtypes))
+            # a kernel of a shape compiled before (codegen/shapes.py) is that one's function
+            first = shapes.setdefault(numbered(src, [k.name, *ins, *outs], "//"), k.name)
+            if first == k.name:
+                bodies.append(src)
+            entries.append((k.name, _prototype(src, k.name) if first == k.name else None,
+                            len(ins) + len(outs), len(sizes), dtypes, first))
     table = THREADS_UNIT + kernel_table(entries)
-    header = (f"// aotc generated kernels: {len(bodies)} kernels, built for -march="
+    header = (f"// aotc generated kernels: {len(entries)} kernels, {len(bodies)} functions (kernels of "
+              f"one shape share one), built for -march="
               f"{', '.join(levels)}\n")
     source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
@@ -51,13 +57,15 @@ def _prototype(src: str, name: str) -> str:
 def kernel_table(entries: list) -> str:
     """The library's table of kernels, the only way the runtime finds them
     (runtime/native.py): name, address, pointer and size argument counts, pointer dtypes
-    (then ROOM_MARKER: the kernel takes the room of its pointers, codegen/cpp/room.py)."""
+    (then ROOM_MARKER: the kernel takes the room of its pointers, codegen/cpp/room.py). An
+    entry (name, prototype, nargs, nsizes, types, function) of a kernel whose shape an earlier
+    one has is that one's function, and has no prototype of its own."""
     lines = ["#include <cstdint>",
              "struct aotc_kernel_entry { const char* name; void* fn; int nargs; int nsizes; "
              "const char* types; };"]
-    lines += [proto for _, proto, *_ in entries]
-    rows = [f'    {{"{name}", (void*)&{name}, {nargs}, {nsizes}, "{types}"}},'
-            for name, _, nargs, nsizes, types in entries]
+    lines += [proto for _, proto, *_ in entries if proto is not None]
+    rows = [f'    {{"{name}", (void*)&{fn}, {nargs}, {nsizes}, "{types}"}},'
+            for name, _, nargs, nsizes, types, fn in entries]
     lines += ["static const aotc_kernel_entry aotc_kernels[] = {", *rows,
               '    {nullptr, nullptr, 0, 0, nullptr}', "};",
               'extern "C" const aotc_kernel_entry* aotc_kernel_table(int* n) {',

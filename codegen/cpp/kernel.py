@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from aotc.codegen.shapes import first_use_order
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product, simplify_index)
 from aotc.codegen.cpp.loopshape import column_nodes, merge_reduced_dims
@@ -441,7 +442,7 @@ class KernelWriter:
         """The function around the statements `body`."""
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
-        ins = sorted(self.reads - set(written))
+        ins = first_use_order(self.reads - set(written), "\n".join(body))   # codegen/shapes.py
         params = [f"const {STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in ins]
         params += [f"{STORAGE[self.buffers[n].dtype]}* __restrict__ {n}" for n in outs]
         room = room_check([self.buffers[n] for n in (*ins, *outs)])

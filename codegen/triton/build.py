@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from aotc.codegen.shapes import numbered
 from aotc.errors import LoweringError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.interpret import interpreter_env
@@ -207,11 +208,7 @@ def kernel_shape(ks, arch: str, sizes16: tuple = ()) -> tuple:
     and each parameter's replaced by their place (comments dropped: they name buffers but
     compile to nothing), the parameters' types, constexprs, warps, stages, arch, and which
     sizes are built divisible by 16. Two kernels of one shape compile to the same code."""
-    names = [ks.name, *ks.signature]
-    where = {n: f"aotc_p{i}" for i, n in enumerate(names)}
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    text = "\n".join(ln for ln in ks.text.splitlines() if not ln.lstrip().startswith("#"))
-    return (pattern.sub(lambda m: where[m.group(1)], text), tuple(ks.signature.values()),
+    return (numbered(ks.text, [ks.name, *ks.signature], "#"), tuple(ks.signature.values()),
             tuple(sorted(ks.constexprs.items())), ks.num_warps, ks.num_stages, arch,
             tuple(i for i, n in enumerate(ks.signature) if n in sizes16))
 

@@ -35,6 +35,7 @@ import torch
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
+from aotc.codegen.shapes import first_use_order
 from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
                                         plan_blocks)
 from aotc.codegen.triton.build import PDL_PARAM, KernelSource, pdl_body
@@ -470,12 +471,7 @@ class KernelWriter:
                     *("    " + ln for ln in body)]
         written = [b.name for b in self.k.writes]
         outs = [n for n in written if n in self.stored]
-        # inputs in the order the body first names them, not by name: kernels that differ
-        # only in their buffers' names (a decoder's layers) have the same text once the
-        # parameters are numbered, and compile once (build.unique_builds)
-        first = {n: i for i, n in enumerate(dict.fromkeys(re.findall(r"\bbuf\d+\b",
-                                                                      "\n".join(body))))}
-        ins = sorted(self.reads - set(written), key=lambda n: (first.get(n, len(first)), n))
+        ins = first_use_order(self.reads - set(written), "\n".join(body))   # codegen/shapes.py
         text = "\n".join(body + self._rows()) + " ".join(
             texpr(n.numel) for n in self.blocks.nodes)
         sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
