@@ -163,6 +163,12 @@ CHANGELOG = {
 #   2026-11-30  kernels/<name>.json archs.<arch>.div16: a second cubin of a kernel with size
 #               parameters, compiled for sizes divisible by 16 (launched when they are; the
 #               plain cubin, valid for every size, otherwise)
+#   2026-12-06  kernels of one shape (the same code but for names, codegen/shapes.py) share:
+#               a cubin (each kernel's file holds the same bytes, its "symbol" the first
+#               kernel's name), an error code (a flagged code names every step storing it),
+#               a C++ function (several table entries at one address). Nothing a reader of
+#               version 17 checks changes; one that maps a code to its first step alone may
+#               name another kernel of the shape in an index error's message
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
