@@ -250,6 +250,26 @@ def test_the_tuner_runs_every_candidate(name, tmp_path, monkeypatch):
     assert "(heuristic XBLOCK" in text
 
 
+def test_kernels_of_one_shape_are_tuned_once(tmp_path, monkeypatch):
+    # two softmaxes of one shape around a product: the second kernel takes the first's choice
+    # (codegen/triton/build.py code_free_shape) without candidates of its own
+    def fn(x, w):
+        return torch.mm(torch.softmax(x, -1) * 2, w).softmax(-1) * 2
+    args = (torch.randn(8, 32), torch.randn(32, 32))
+    monkeypatch.setattr(autotune, "local_tuner",
+                        lambda archs, sizes: (Bench(tmp_path, favour_last).tuner(), None))
+    p = compile_function(fn, args, tmp_path / "s.aotc", target=TARGET, autotune=True)
+    native = fmt.read_manifest(p).target.native
+    records = {k: json.loads((p / fmt.triton_launch_file(k)).read_text())["autotune"]
+               for k in native.kernels}
+    first, second = sorted(records, key=lambda k: int(k.rpartition("kernel")[2]))
+    assert "candidates" in records[first] and "candidates" not in records[second]
+    assert records[second]["skipped"] == f"the shape of {first}, tuned there"
+    assert records[second]["chosen"] == records[first]["chosen"] != records[first]["heuristic"]
+    assert native.autotune["tuned"] == 1 and native.autotune["kernels"] == 2
+    assert_matches(aotc.load(p, device="cpu", interpret=True)(*args), fn(*args))
+
+
 def test_dynamic_dims_are_tuned_at_their_example_sizes(tmp_path, monkeypatch):
     class Net(torch.nn.Module):
         def forward(self, x):

@@ -34,7 +34,7 @@ import torch
 
 from aotc.codegen.triton import module_text
 from aotc.codegen.triton.blocks import BlockConfig, SizeHints, heuristic_config, plan_blocks
-from aotc.codegen.triton.build import compile_kernels
+from aotc.codegen.triton.build import code_free_shape, compile_kernels
 from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.errors import LoweringError, TargetError
 from aotc.exporter.symbols import SymbolNamer
@@ -124,12 +124,20 @@ class Tuner:
         from `first_code` as `generate` numbers them. The candidates of all kernels compile
         at once, in parallel, each under a name of its own (`<kernel>_c<j>`, which tells
         candidates apart in records and tests): these cubins are only timed, never shipped;
-        `generate` builds the chosen config under the kernel's name."""
+        `generate` builds the chosen config under the kernel's name. Kernels of one shape
+        (build.code_free_shape) are tuned once: the others take the first one's choice."""
         start = time.perf_counter()
-        tried = {}
+        tried, same, shapes = {}, {}, {}
         for i, k in enumerate(kernels):
             if hasattr(k, "source"):    # written by hand: its blocks are its own
                 continue
+            # a kernel of a shape tuned here already (a decoder's layers) takes its choice
+            shape = code_free_shape(kernel_source(k, buffers, stored, first_code + i, None,
+                                                  self.hints))
+            if shape in shapes:
+                same[k.name] = shapes[shape]
+                continue
+            shapes[shape] = k.name
             configs = candidates(k, buffers, self.hints)
             sources = [kernel_source(dataclasses.replace(k, name=f"{k.name}_c{j}"), buffers,
                                      stored, first_code + i, c, self.hints)
@@ -147,6 +155,11 @@ class Tuner:
                 out[name] = (h, record)
             else:
                 out[name] = self._choose(cands, [next(builds) for _ in cands], buffers)
+            self.records[name] = out[name][1]
+        for name, first in same.items():
+            chosen, record = out[first]
+            out[name] = (chosen, {"chosen": record["chosen"], "heuristic": record["heuristic"],
+                                  "skipped": f"the shape of {first}, tuned there"})
             self.records[name] = out[name][1]
         self.seconds += time.perf_counter() - start
         return out

@@ -223,6 +223,11 @@ def _coded(ks, code: int):
     return dataclasses.replace(ks, text=text, error_code=code)
 
 
+def code_free_shape(ks) -> tuple:
+    """`kernel_shape` for any arch, whatever error code `ks` stores."""
+    return kernel_shape(_coded(ks, 0) if ks.error_code is not None else ks, "")
+
+
 def share_codes(sources: list) -> list:
     """The kernel sources with one error code per kernel shape: a kernel that differs from an
     earlier one only in its names and in the code it stores for an index out of range (each
@@ -234,7 +239,7 @@ def share_codes(sources: list) -> list:
         if ks.error_code is None:
             out.append(ks)
             continue
-        code = first.setdefault(kernel_shape(_coded(ks, 0), ""), ks.error_code)
+        code = first.setdefault(code_free_shape(ks), ks.error_code)
         out.append(ks if code == ks.error_code else _coded(ks, code))
     return out
 
