@@ -49,15 +49,13 @@ def index_error(plan, step, tensors: dict, inputs, symbols: dict) -> GuardError:
     inputs, to search when an argument came from one. Kernels of one shape share their error
     code (codegen/triton/build.py share_codes), so where `step`'s own arguments hold no bad
     index, the other steps storing its code are searched too (through the plan's inputs)."""
-    found = _find_bad(plan, step, tensors, inputs, symbols)
     code = getattr(getattr(step, "launch", None), "error_code", None)
-    for other in (s for s in plan.steps if code and s is not step and s.kind is StepKind.KERNEL
-                  and s.launch is not None and s.launch.error_code == code):
+    others = [s for s in plan.steps if code and s is not step and s.kind is StepKind.KERNEL
+              and s.launch is not None and s.launch.error_code == code]
+    for s, at_hand in [(step, tensors), *((o, {}) for o in others)]:
+        found = _find_bad(plan, s, at_hand, inputs, symbols)
         if found is not None:
-            break
-        found = _find_bad(plan, other, {}, inputs, symbols)
-    if found is not None:
-        return found
+            return found
     ops = sorted({c.op for c in step.checks}) or ["an indexing op"]
     return GuardError(f"an index is out of range in {', '.join(ops)} (kernel {step.name})",
                       where=f"kernel {step.name}", expected="indices within the indexed dim",

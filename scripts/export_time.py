@@ -7,8 +7,9 @@ Models (random weights, built here): `llama-1b-layers` (samples/llama.py at its 
 `llama-small` (samples/llama.py's default size, fp32, a generator with a 256-position cache) and
 `bert-base` (transformers' BertModel(BertConfig()), 2 x 64 tokens). Triton's cache and aotc's
 C++ build cache point at fresh temporary directories, so every kernel compiles. Prints one JSON
-line: seconds, kernels, and how many distinct ones were compiled (cubin entries; C++ functions). To compare trees, run this file with each
-tree's aotc importable (PYTHONPATH), one after the other on a quiet machine.
+line: seconds, kernels, and how many distinct ones were compiled (cubin entries; C++
+functions). To compare trees, run this file with each tree's aotc importable (PYTHONPATH),
+one after the other on a quiet machine.
 """
 from __future__ import annotations
 

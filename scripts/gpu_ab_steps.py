@@ -40,14 +40,10 @@ def export(path: Path, model_name: str) -> None:
 
 
 def _run(m, prompt) -> tuple[float, torch.Tensor]:
-    m.reset()
-    tokens = [m.prefill(prompt).argmax(-1, keepdim=True)]
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(STEPS):
-        tokens.append(m.decode(tokens[-1]).argmax(-1, keepdim=True))
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / STEPS, torch.cat(tokens, 1)
+    """(seconds a step, the greedy tokens) of STEPS decode steps after a prefill."""
+    from benchmarks.generate import decode_time
+    seconds, tokens = decode_time(m, prompt, STEPS)
+    return seconds / STEPS, tokens
 
 
 def time_all(paths: list[Path], rounds: int, vocab: int) -> None:

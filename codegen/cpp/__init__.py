@@ -40,9 +40,8 @@ def generate(groups: list, levels: tuple):
             entries.append((k.name, _prototype(src, k.name) if first == k.name else None,
                             len(ins) + len(outs), len(sizes), dtypes, first))
     table = THREADS_UNIT + kernel_table(entries)
-    header = (f"// aotc generated kernels: {len(entries)} kernels, {len(bodies)} functions (kernels of "
-              f"one shape share one), built for -march="
-              f"{', '.join(levels)}\n")
+    header = (f"// aotc generated kernels: {len(entries)} kernels, {len(bodies)} functions "
+              f"(kernels of one shape share one), built for -march={', '.join(levels)}\n")
     source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
     units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
              for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [table]

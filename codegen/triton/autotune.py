@@ -131,17 +131,15 @@ class Tuner:
         for i, k in enumerate(kernels):
             if hasattr(k, "source"):    # written by hand: its blocks are its own
                 continue
-            # a kernel of a shape tuned here already (a decoder's layers) takes its choice
-            shape = code_free_shape(kernel_source(k, buffers, stored, first_code + i, None,
-                                                  self.hints))
-            if shape in shapes:
+            configs = candidates(k, buffers, self.hints)
+            at = (k, buffers, stored, first_code + i)
+            sources = [self._source(*at, 0, configs[0])]   # the heuristic's: a kernel of a
+            shape = code_free_shape(sources[0])   # shape tuned here already (a decoder's
+            if shape in shapes:                   # layers) takes that one's choice
                 same[k.name] = shapes[shape]
                 continue
             shapes[shape] = k.name
-            configs = candidates(k, buffers, self.hints)
-            sources = [kernel_source(dataclasses.replace(k, name=f"{k.name}_c{j}"), buffers,
-                                     stored, first_code + i, c, self.hints)
-                       for j, c in enumerate(configs)]
+            sources += [self._source(*at, j, c) for j, c in enumerate(configs) if j]
             tried[k.name] = [(c, ks, module_text(ks)) for c, ks in zip(configs, sources)]
         jobs = [(ks, text, self.arch) for cands in tried.values() if len(cands) > 1
                 for _, ks, text in cands]
@@ -163,6 +161,11 @@ class Tuner:
             self.records[name] = out[name][1]
         self.seconds += time.perf_counter() - start
         return out
+
+    def _source(self, k, buffers: dict, stored: set, code: int, j: int, config):
+        """Candidate j of kernel `k`: its source with `config`, named `<kernel>_c<j>`."""
+        return kernel_source(dataclasses.replace(k, name=f"{k.name}_c{j}"), buffers, stored,
+                             code, config, self.hints)
 
     def summary(self) -> dict:
         """The manifest's account of the tuning (target.native.autotune)."""

@@ -254,8 +254,8 @@ def unique_builds(jobs: list, workers: int | None = None) -> list:
     first: dict = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)
-    built = dict(zip(sorted(set(first.values())),
-                     compile_kernels([jobs[i] for i in sorted(set(first.values()))], workers)))
+    firsts = sorted(set(first.values()))
+    built = dict(zip(firsts, compile_kernels([jobs[i] for i in firsts], workers)))
     out = []
     for job, key in zip(jobs, keys):
         cubin, meta = built[first[key]]
