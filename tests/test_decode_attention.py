@@ -15,10 +15,7 @@ from aotc.runtime.attention import attention
 
 
 def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0,
-           sinks=False, d=16, dv=None, packed=False, early=None, prologue=None):
-    """`prologue` (rows of a table): q (and a packed key) computed by the split kernel, as
-    raw * table[pos] (an index checked against the table's rows), from buffers raw and table;
-    returns the error flag."""
+           sinks=False, d=16, dv=None, packed=False, early=None):
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
@@ -29,12 +26,6 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     q = torch.randn(batch, heads, 1, d, generator=g).to(dtype)
     k, v = (torch.randn(batch, kv_heads, max_len, n, generator=g).to(dtype) for n in (d, dv))
     new = [torch.randn(batch, kv_heads, 1, n, generator=g).to(dtype) for n in (d, dv)]
-    if prologue:
-        raw = torch.randn(batch, heads + kv_heads * packed, 1, d, generator=g).to(dtype)
-        table = torch.randn(prologue, d, generator=g).to(dtype)
-        computed = (raw.float() * table[min(pos, prologue - 1)].float()).to(dtype)
-        q = computed[:, :heads]
-        new[0] = computed[:, heads:] if packed else new[0]
     want_k, want_v = k.clone(), v.clone()
     if write:
         want_k[:, :, pos], want_v[:, :, pos] = new[0][:, :, 0], new[1][:, :, 0]
@@ -49,10 +40,6 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
                               stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
     qin = torch.cat([q, new[0]], dim=1) if packed else q   # the new key after q's heads
     qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((qin, k, v, position)))
-    tensors = {"buf1": k, "buf2": v, "buf3": position}
-    if prologue:
-        qb, buffers = _prologue(raw, table, buf(11, raw), buf(12, table), pb)
-        tensors.update(buf11=raw, buf12=table)
     # NaN where no program stores: the combine reads the chunks up to the position only
     parts = [torch.full(s, float("nan")) for s in partial_shapes(q, kb, vb)]
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
@@ -63,19 +50,13 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
         qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
         sinks=buf(10, sink) if sinks else None, packed=packed,
         early=write if early is None else early)
-    tensors.update({b.name: t for b, t in zip((*nbufs, *pbufs, buf(7, out)), (*extra, *parts,
-                                                                              out))})
-    tensors.update({"buf0": qin, "aotc_err": torch.zeros(1, dtype=torch.int32)})
-    if sinks:
-        tensors["buf10"] = sink
-    for hk, name in ((split, "kernel0"), (combine, "kernel1")):
+    for hk, name, args in ((split, "kernel0", (qin, k, v, position, *extra, *parts)),
+                           (combine, "kernel1", (*parts, position, *([sink] if sinks else []), out))):
         hk.name = name
-        ks = hk.source(buffers, 7) if prologue else hk.source()
+        ks = hk.source()
         fn = import_kernel(module_text(ks), name, f"{name}.py")
         with mended_bf16():
-            fn[tuple(int(x) for x in ks.grid)](*(tensors[n] for n in ks.signature))
-    if prologue and pos >= prologue:
-        return tensors["aotc_err"]
+            fn[tuple(int(x) for x in ks.grid)](*args)
     want = attention(q.float(), want_k[:, :, lo:pos + 1].float(),
                      want_v[:, :, lo:pos + 1].float(), None, 0.25, softcap,
                      sinks=sink.float() if sinks else None)
@@ -84,43 +65,6 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     if write:   # the cache holds the new row now, and the rest as it was
         torch.testing.assert_close(k[:, :, lo:pos + 1], want_k[:, :, lo:pos + 1])
         torch.testing.assert_close(v[:, :, lo:pos + 1], want_v[:, :, lo:pos + 1])
-    return tensors["aotc_err"]
-
-
-def _prologue(raw, table, rb, tb, pb):
-    """A Prologue computing raw * table[pos] over raw's shape, and the buffers it reads."""
-    import sympy
-
-    from aotc.codegen.ir import Op
-    from aotc.codegen.triton.prologue import make_prologue
-    rows, d = raw.shape[1], raw.shape[3]
-
-    def loader(h, idx):
-        b, r, _, j = idx
-        x = h.load(rb.name, b * rows * d + r * d + j)
-        p = h.indirect(h.load(pb.name, sympy.Integer(0)), table.shape[0], wraps=False,
-                       op="aten::embedding.default")
-        return h.op(Op.MUL, x, h.load(tb.name, p * d + j))
-    return (make_prologue("prologue", raw.shape, raw.dtype, loader),
-            {b.name: b for b in (rb, tb, pb)})
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("packed,write,d", [(True, True, 16), (True, True, 12),
-                                            (False, True, 80), (False, False, 16)])
-def test_a_computed_q_and_key_are_computed_by_the_split_kernel(packed, write, d, dtype):
-    """A prologue (codegen/triton/prologue.py): q, and a key packed after q's heads, computed
-    where the split kernel loaded them (heads padded to 16 rows, dims below and above a power
-    of two masked), equal to attention over the values a kernel of their own would store."""
-    err = _check(2, 4, 2, 96, 70, write, dtype, d=d, packed=packed, prologue=128)
-    assert int(err[0]) == 0
-
-
-def test_a_prologue_index_out_of_range_stores_the_kernels_error_code():
-    """The prologue's index checks are the split kernel's: a position past the table flags its
-    code (and reads row 0 instead: no address outside the table)."""
-    err = _check(1, 4, 2, 96, 70, True, torch.float32, packed=True, prologue=50)
-    assert int(err[0]) == 7
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -232,10 +176,9 @@ def test_flash_decoding_kernels_with_any_head_sizes(d, dv, window, write, dtype)
 
 
 def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
-    """The LLaMA sample exported for CUDA at batch 2 (its rotary q and new key computed by the
-    attention's split kernel itself, never stored: no kernel of their own; attention over 3
-    chunks of the cache) generates what its CPU artifact does through Triton's interpreter,
-    and again after a reset."""
+    """The LLaMA sample exported for CUDA at batch 2 (its q and new key packed into one
+    buffer, attention over 3 chunks of the cache) generates what its CPU artifact does
+    through Triton's interpreter, and again after a reset."""
     pytest.importorskip("triton")
     import json
 
@@ -246,10 +189,7 @@ def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
     path = aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=160,
                        target="cuda:sm_90")
     slots = json.loads((path / "plans" / "decode.json").read_text())["slots"]
-    assert [2, 4 + 2, 1, 16] not in [s.get("shape") for s in slots]   # q's heads, the key's
-    splits = [p for p in (path / "kernels").glob("decode_*.py") if "aotc_prologue(" in
-              p.read_text()]
-    assert len(splits) == 2            # one split kernel a layer computes them
+    assert [2, 4 + 2, 1, 16] in [s.get("shape") for s in slots]   # q's heads, then the key's
     want = aotc.load(aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True,
                                  max_cache_len=160)).generate(ids, 6)
     gen = aotc.load(path, device="cpu", interpret=True)

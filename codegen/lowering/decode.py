@@ -48,8 +48,7 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     qk = packed(g, q, new[0]) if new else None
     if qk is not None:       # q and the new key in one buffer: one kernel computes both
         new = new[1:]
-    qb = prologue(qk or q) or dense(g, qk or q)
-    kb, vb, pb, *nb = (dense(g, t) for t in (k_cache, v_cache, position, *new))
+    qb, kb, vb, pb, *nb = (dense(g, t) for t in (qk or q, k_cache, v_cache, position, *new))
     partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
                 for shape in partial_shapes(q, kb, vb)]
     out = g._buffer(g.new_slot((*q.shape[:3], vb.shape[3]), q.dtype))
@@ -105,17 +104,6 @@ def packed(g, q, key):
     shape = [q.shape[0], q.shape[1] + key.shape[1], *q.shape[2:]]
     meta = {"shape": shape, "dtype": str(q.dtype).removeprefix("torch.")}
     return cat(g, [meta], [q, key], dim=1)
-
-
-def prologue(tv):
-    """A computed q (a rotary embedding of the product's rows, say) as a Prologue the split
-    kernel computes itself, where it would have loaded it from a kernel of its own (that
-    kernel's launch cost more than its work: codegen/triton/prologue.py); None for a buffer,
-    a view of one, or a value of dynamic size."""
-    from aotc.codegen.triton.prologue import make_prologue
-    if not _computed(tv):
-        return None
-    return make_prologue("prologue", tv.shape, tv.dtype, tv.loader, tv.origins)
 
 
 def _computed(tv) -> bool:

@@ -15,7 +15,6 @@ The grid and every size are static, so decode replays as one CUDA graph.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,11 +35,6 @@ class HandKernel(Kernel):
     mutates: tuple = ()       # of `ins`, those it writes in place (the caches it writes)
     early: bool = False       # reads `read_early` before the PDL wait
     read_early: tuple = ()    # of `ins`, those it may read before the wait (position, caches)
-    prologue: object = None   # a value it computes instead of loading (codegen/triton/prologue)
-
-    def __post_init__(self):
-        if self.prologue is not None:   # its index checks become the kernel's plan checks
-            self.nodes = [self.prologue.node]
 
     @property
     def writes(self) -> list:
@@ -48,19 +42,10 @@ class HandKernel(Kernel):
 
     @property
     def reads(self) -> set[str]:
-        return {b.name for b in self.ins} | set(self.prologue.reads if self.prologue else ())
+        return {b.name for b in self.ins}
 
-    def source(self, buffers: dict | None = None, error_code: int = 1):
-        """The KernelSource; one with a prologue needs the buffers its body reads, and the
-        code its index checks store."""
-        if self.prologue is None:
-            return self.make(self.name, self.ins, self.outs)
-        from aotc.codegen.triton.prologue import prologue_helper
-        helper = prologue_helper(self.prologue, buffers, error_code)
-        own = {b.name for b in self.ins}
-        extra = tuple(buffers[n] for n in helper.params if n != "aotc_err" and n not in own)
-        return self.make(self.name, (*extra, *self.ins), self.outs,
-                         (helper, len(extra), error_code if helper.uses_err else None))
+    def source(self):
+        return self.make(self.name, self.ins, self.outs)
 
 
 def plan_splits(max_len: int) -> tuple[int, int]:
@@ -77,7 +62,7 @@ def plan_splits(max_len: int) -> tuple[int, int]:
 
 _SPLIT = '''
 @triton.jit
-def {name}({lead}{k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
+def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     bh = tl.program_id(0)
     s = tl.program_id(1)
     b = bh // {hkv}
@@ -102,7 +87,9 @@ def {name}({lead}{k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
                  mask=kmask[:, None] & dmask[None, :], other=0.0)
     vt = tl.load({v} + vbase + keys[:, None] * {dv} + vdims[None, :],
                  mask=kmask[:, None] & vmask[None, :], other=0.0)
-{wait}{q_load}    m_i = tl.full([{gp}], float("-inf"), tl.float32)
+{wait}    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
+                other=0.0)
+    m_i = tl.full([{gp}], float("-inf"), tl.float32)
     l_i = tl.full([{gp}], 0.0, tl.float32)
     acc = tl.full([{gp}, {dvp}], 0.0, tl.float32)
 {prelude}    for n0 in range({start}, span, {block}):
@@ -154,15 +141,7 @@ def {name}({mo}, {mm}, {ml}, {pos}, {sink_param}{o}):
 # caches at the position by the program whose chunk holds it, and used in place of the
 # cache's row there (the program reads what it has in registers, never what it
 # or another program just stored)
-_Q_LOAD = """    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
-                other=0.0)
-"""
-# q computed by the kernel's prologue (codegen/triton/prologue.py) from what it is made of
-_Q_PROLOGUE = """    q = tl.where(hmask[:, None] & dmask[None, :], {call}, 0.0)
-"""
-_K_LOAD = "tl.load({kn} + {krow} * {d} + dims, mask=dmask, other=0.0)"
-_K_PROLOGUE = "tl.reshape({call}, [{dp}])"
-_WRITE_PRELUDE = '''    k_new = {k_new}
+_WRITE_PRELUDE = '''    k_new = tl.load({kn} + {krow} * {d} + dims, mask=dmask, other=0.0)
     v_new = tl.load({vn} + (b * {hkv} + g) * {dv} + vdims, mask=vmask, other=0.0)
     mine = (at // {chunk} == s) & (at < {m})   # block masks below: the interpreter refuses
     # a scalar one; a position past the cache (a damaged manifest) writes nothing
@@ -187,33 +166,22 @@ _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)
 
 
 def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
-                num_stages: int | None = None, waits_itself: bool = False,
-                error_code: int | None = None):
+                num_stages: int | None = None, waits_itself: bool = False):
     """The KernelSource of a hand-written kernel over whole Buffers `ins` and `outs` (pointer
     parameters in that order, no size parameters or constexprs: every size is in its text);
-    `waits_itself`: the text places the PDL wait (build.with_pdl); with an `error_code`, the
-    kernel takes `aotc_err` last and stores that code into it for an index out of range."""
+    `waits_itself`: the text places the PDL wait (build.with_pdl)."""
     from aotc.codegen.triton.build import KernelSource, with_pdl
     from aotc.codegen.triton.printer import POINTER
-    signature = {b.name: POINTER[b.dtype] for b in (*ins, *outs)}
-    if error_code is not None:
-        signature["aotc_err"] = "*i32"
     return KernelSource(name=name, text=with_pdl(text.lstrip("\n"), name, waits_itself),
                         ins=[b.name for b in ins],
-                        outs=[b.name for b in outs], sizes=[], signature=signature,
+                        outs=[b.name for b in outs], sizes=[],
+                        signature={b.name: POINTER[b.dtype] for b in (*ins, *outs)},
                         constexprs={}, grid=[str(g) for g in grid], num_warps=num_warps,
-                        error_code=error_code, num_stages=num_stages)
+                        error_code=None, num_stages=num_stages)
 
 
-def _split_source(name: str, ins, outs, prologue=None, **sizes):
-    """`prologue`: (HelperSource, how many of `ins` lead for it alone, its error code)."""
-    names = [b.name for b in ins]
-    helper, lead, error_code = prologue or (None, 0, None)
-    if helper is not None:     # q (and a packed key) computed: its operands lead the ins
-        names = [None, *names[lead:]]
-    else:
-        lead = 1
-    q, k, v, pos, *new = names
+def _split_source(name: str, ins, outs, **sizes):
+    q, k, v, pos, *new = (b.name for b in ins)
     mo, mm, ml = (b.name for b in outs)
     write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
     if new:
@@ -221,29 +189,19 @@ def _split_source(name: str, ins, outs, prologue=None, **sizes):
         kn, vn = (q, *new) if packed else new
         krow = (f"(b * {sizes['qheads']} + {sizes['heads']} + g)" if packed
                 else f"(b * {sizes['hkv']} + g)")
-        k_new = (_K_PROLOGUE.format(call=helper.call(f"(tl.full([1, 1], 0, tl.int32) + {krow})",
-                                                     1, sizes["dp"]), **sizes)
-                 if packed and helper is not None else
-                 _K_LOAD.format(kn=kn, krow=krow, **sizes))
         write = {"params": "".join(f"{n}, " for n in new), "key_new": _WRITE_KEY,
                  "value_new": _WRITE_VALUE,
-                 "prelude": _WRITE_PRELUDE.format(k_new=k_new, vn=vn, k=k, v=v, **sizes)}
-    q_load = (_Q_PROLOGUE.format(call=helper.call("qrows[:, None]", sizes["gp"], sizes["dp"]))
-              if helper is not None else _Q_LOAD.format(q=q, **sizes))
+                 "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, krow=krow, **sizes)}
     window, softcap = sizes["window"], sizes["softcap"]
     extra = {"window_start": _WINDOW_START.format(**sizes) if window else "",
              "start": "first" if window else "0",
              "window_mask": " & (keys >= lo)" if window else "",
              "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
     early = sizes.pop("early")
-    text = _SPLIT.format(name=name, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
-                         **extra, **sizes, wait=_WAIT if early else "", q_load=q_load,
-                         lead="".join(f"{b.name}, " for b in ins[:lead]))
-    if helper is not None and helper.uses_err:
-        text = text.replace(f"{ml}):", f"{ml}, aotc_err):", 1)
+    text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
+                         **extra, **sizes, wait=_WAIT if early else "")
     grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
-    return hand_source(name, (helper.text if helper is not None else "") + text, ins, outs,
-                       grid, waits_itself=early, error_code=error_code)
+    return hand_source(name, text, ins, outs, grid, waits_itself=early)
 
 
 def _combine_source(name: str, ins, outs, **sizes):
@@ -272,9 +230,7 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     writes them at pos; `window`
     (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
     the combine kernel adds each head's `sinks` [H] logit to its softmax. `packed`: q's buffer
-    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value. q may
-    be a Prologue (codegen/triton/prologue.py) instead of a Buffer: the split kernel computes
-    it (and a packed key) from what it is made of, where it would have loaded it.
+    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value.
 
     `early` (with `new` only; the caller proves it): no kernel of the step before these writes
     the caches or the position, so both kernels read the position, and the split kernel its
@@ -296,17 +252,11 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
                  window=int(window), softcap=float(softcap))
     mo, mm, ml = partials
-    from aotc.codegen.triton.prologue import Prologue
-    computed = isinstance(q, Prologue)
-    if computed:
-        q = dataclasses.replace(q, rblock=sizes["dp"])
-    split = HandKernel(name="kernel_split", prefix=(), ins=(*(() if computed else (q,)), k, v,
-                                                            pos, *new),
-                       prologue=q if computed else None,
+    split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
                        outs=(mo, mm, ml), mutates=(k, v) if new else (), early=early,
                        read_early=(k, v, pos),
-                       make=lambda n, i, o, *pro: _split_source(n, i, o, *pro, **sizes,
-                                                                early=split.early))
+                       make=lambda n, i, o: _split_source(n, i, o, **sizes,
+                                                          early=split.early))
     sink = (sinks,) if sinks is not None else ()
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, pos, *sink),
                          outs=(out,), early=early, read_early=(pos,),

@@ -302,19 +302,13 @@ class KernelWriter:
                  else self.pointwise(j, node))
         return (["tl.debug_barrier()"] if self.barrier else []) + lines
 
-    @staticmethod
-    def stored_value(value: TVal, dtype) -> str:
-        """`value` as a store into a buffer of `dtype` converts it (halves rounded once)."""
-        v = value.expr
-        if value.const is None and dtype in HALF and value.dtype != dtype:
-            v = cast(to_half(v, value.axes, value.dtype, dtype), value.axes, TL[dtype])
-        elif value.const is None and value_dtype(value.dtype) != dtype:
-            v = cast(v, value.axes, TL[dtype])
-        return v
-
     def _store(self, h: TritonHandler, buf, index, value: TVal, axes) -> str:
         mask, _ = h.mask_for(axes)
-        v = self.stored_value(value, buf.dtype)
+        v = value.expr
+        if value.const is None and buf.dtype in HALF and value.dtype != buf.dtype:
+            v = cast(to_half(v, value.axes, value.dtype, buf.dtype), value.axes, TL[buf.dtype])
+        elif value.const is None and value_dtype(value.dtype) != buf.dtype:
+            v = cast(v, value.axes, TL[buf.dtype])
         self.written.add(buf.name)
         return f"tl.store({h.pointer(buf.name, index, axes)}, {v}{', ' + mask if mask else ''})"
 
