@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace aotc::fe {
 
@@ -218,10 +219,28 @@ Spec parse(const Artifact& art, const std::string& name) {
   return s;
 }
 
+// The cubins loaded into one context: each distinct (bytes, symbol, shared) once, as
+// runtime/cuda.py `_function` loads them (a decoder's layers are kernels of a few shapes whose
+// specs name identical cubins: codegen/shapes.py).
+struct Loaded {
+  std::vector<intptr_t>& modules;
+  std::map<std::tuple<std::string, std::string, int64_t>, intptr_t> functions;
+
+  intptr_t function(intptr_t context, const Bytes& image, const std::string& symbol, int64_t shared) {
+    auto key = std::make_tuple(std::string(reinterpret_cast<const char*>(image.data), image.size),
+                               symbol, shared);
+    auto it = functions.find(key);
+    if (it != functions.end()) return it->second;
+    CudaFunction fn = cuda_load(context, image.data, symbol, shared);
+    modules.push_back(fn.module);
+    return functions.emplace(std::move(key), fn.function).first->second;
+  }
+};
+
 // The launcher of `spec`'s build for `arch`, its cubins loaded into `context`.
 std::shared_ptr<const Launcher> make_launcher(const Artifact& art, const std::string& name, const Spec& spec,
                                               const std::string& arch, intptr_t context, int32_t device,
-                                              std::vector<intptr_t>& modules) {
+                                              Loaded& modules) {
   const auto& [plain, div16] = spec.archs.at(arch);
   CudaKernelSpec s;
   s.name = name;
@@ -240,10 +259,7 @@ std::shared_ptr<const Launcher> make_launcher(const Artifact& art, const std::st
     s.inputs.push_back(spec.inputs.count(p.name) != 0);
   }
   auto loaded = [&](const Build& b) {
-    auto image = art.read(b.cubin);
-    CudaFunction fn = cuda_load(context, image->data, b.symbol, b.shared);
-    modules.push_back(fn.module);
-    return fn.function;
+    return modules.function(context, *art.read(b.cubin), b.symbol, b.shared);
   };
   s.function = loaded(plain);
   if (div16) {
@@ -288,8 +304,9 @@ void CudaKernels::load(const Artifact& art, int32_t device) {
     if (!spec.archs.count(arch_))
       throw TargetError("kernel " + name + " has no cubin for " + arch_, art.where("kernels/" + name + ".json"),
                         arch_, "archs without it", "re-export the model for this GPU");
+  Loaded loaded{modules_, {}};
   for (auto& [name, spec] : parsed_->specs)
-    kernels_[name].launcher->real = make_launcher(art, name, spec, arch_, context_, device, modules_);
+    kernels_[name].launcher->real = make_launcher(art, name, spec, arch_, context_, device, loaded);
   parsed_.reset();
 }
 
