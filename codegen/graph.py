@@ -283,11 +283,11 @@ class GraphLowering:
                            origins=base.origins)
 
     def reduction(self, ranges, rranges, rtype: ReductionType, dtype, fn, origin: str,
-                  outputs: int = 1, out_dtypes=None, split: bool = True) -> list[TensorValue]:
+                  outputs: int = 1, out_dtypes=None) -> list[TensorValue]:
         ranges = tuple(sym(d) for d in ranges)
         rranges = tuple(sym(d) for d in rranges)
         origins = _merge(self.arg_origins, (origin,))
-        if self.split_reductions and split and outputs == 1 and out_dtypes is None:
+        if self.split_reductions and outputs == 1 and out_dtypes is None:
             split = self._split(ranges, rranges, rtype, dtype, fn, origins)
             if split is not None:
                 rranges, fn = split

@@ -109,12 +109,9 @@ def var(g, metas, x, dims=None, *, correction=None, keepdim=False):
 def argreduce(g, metas, x, dim=None, keepdim=False):
     if dim is None:
         return None
-    from aotc.codegen.lowering.split_arg import split_argreduce
     dims = _dims(x, dim)
     rtype = R.ARGMAX if g.current_op == aten.argmax.default else R.ARGMIN
-    red = split_argreduce(g, x, dims[0], rtype, acc_dtype(x.dtype)) if len(dims) == 1 else None
-    if red is None:   # one stage
-        red, = reduce(g, x, dims, rtype, acc_dtype(x.dtype), "argmax", out_dtypes=[torch.int64])
+    red, = reduce(g, x, dims, rtype, acc_dtype(x.dtype), "argmax", out_dtypes=[torch.int64])
     return _finish(g, metas, red, dims, keepdim, None, "arg")
 
 
