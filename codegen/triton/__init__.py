@@ -51,9 +51,9 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
     for each of `archs`. Kernels that index with runtime values get error codes from
     `first_code` on (one per kernel shape: `share_codes`). With a `tuner` (autotune.Tuner),
     each kernel is built with the block config it chose, and its launch spec records the
-    tuning. `hints`:
-    the size symbols' examples and maxima (blocks.SizeHints), for dynamic dims. Kernels of
-    one shape (build.kernel_shape: the same text but for names) compile once."""
+    tuning. `hints`: the size symbols' examples and maxima (blocks.SizeHints), for dynamic
+    dims. Kernels of one shape (build.kernel_shape: the same text but for names) compile
+    once."""
     tuned = tuner.tune(kernels, buffers, stored, first_code) if tuner is not None else {}
     files, specs, jobs, sources = {}, {}, [], []
     for i, k in enumerate(kernels):

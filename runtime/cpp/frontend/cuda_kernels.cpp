@@ -240,7 +240,7 @@ struct Loaded {
 // The launcher of `spec`'s build for `arch`, its cubins loaded into `context`.
 std::shared_ptr<const Launcher> make_launcher(const Artifact& art, const std::string& name, const Spec& spec,
                                               const std::string& arch, intptr_t context, int32_t device,
-                                              Loaded& modules) {
+                                              Loaded& cubins) {
   const auto& [plain, div16] = spec.archs.at(arch);
   CudaKernelSpec s;
   s.name = name;
@@ -259,7 +259,7 @@ std::shared_ptr<const Launcher> make_launcher(const Artifact& art, const std::st
     s.inputs.push_back(spec.inputs.count(p.name) != 0);
   }
   auto loaded = [&](const Build& b) {
-    return modules.function(context, *art.read(b.cubin), b.symbol, b.shared);
+    return cubins.function(context, *art.read(b.cubin), b.symbol, b.shared);
   };
   s.function = loaded(plain);
   if (div16) {

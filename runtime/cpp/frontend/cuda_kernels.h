@@ -5,9 +5,9 @@
 // it); each kernel's launch spec (kernels/<name>.json, hashed like every file) is read field
 // by field (what runtime/schema/launch.py requires, unknown fields refused) and its cubin,
 // and the variant for sizes divisible by 16 where there is one, loaded from the verified
-// bytes into the device's primary context (torch's), each distinct cubin once (the kernels of one
-// shape share theirs). Every launch spec is read before the GPU is
-// touched, so a malformed one is refused on any host. A runner file's kernel step binds only
+// bytes into the device's primary context (torch's), each distinct cubin once (the kernels of
+// one shape share theirs). Every launch spec is read before the GPU is touched, so a malformed
+// one is refused on any host. A runner file's kernel step binds only
 // to a kernel whose launch spec declares the same buffers (count and dtypes), sizes and
 // error code, and whose cubin takes exactly those parameters.
 #pragma once
