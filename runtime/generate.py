@@ -29,6 +29,7 @@ import weakref
 import torch
 
 from aotc.errors import GuardError, UsageError
+from aotc.runtime.greedy import GreedyGraph
 from aotc.runtime.module import CompiledModule
 from aotc.runtime.sampling import Choice
 
@@ -40,6 +41,7 @@ class GenerativeModule(CompiledModule):
         self.position = 0
         self.lock = threading.RLock()
         self.family = weakref.WeakSet([self])     # the sessions over these weights
+        self.greedy: GreedyGraph | None = None    # the fused greedy step, once greedy decodes
 
     def session(self) -> "GenerativeModule":
         """Another sequence batch's generator over the same loaded weights and kernels: its own
@@ -50,7 +52,7 @@ class GenerativeModule(CompiledModule):
         other.state = {n: torch.zeros_like(t) for n, t in self.state.items()}
         other.entries = self.bound_entries(other.state)
         other.graphs = other._graphs(self.options["cuda_graph"], self.options["cuda_graph_cache"])
-        other.position, other.lock = 0, threading.RLock()
+        other.position, other.lock, other.greedy = 0, threading.RLock(), None
         self.family.add(other)
         return other
 
@@ -161,9 +163,11 @@ class GenerativeModule(CompiledModule):
         shared = pick.sample and self.manifest.tensor_parallel is not None
         with self.lock:
             logits = self.prefill(input_ids)
+            fused = self._fused(pick)
             done, history = None, input_ids.to(self.device) if pick.wants_history else None
+            picked, fed = None, False   # the fused step's token; whether it holds the input
             for i in range(max_new_tokens):
-                nxt = pick(logits, generator, history)
+                nxt = picked if picked is not None else pick(logits, generator, history)
                 if shared:
                     torch.distributed.broadcast(nxt, src=0)
                 if done is not None:
@@ -174,9 +178,35 @@ class GenerativeModule(CompiledModule):
                 if eos_token_id is not None:
                     done = nxt == eos_token_id if done is None else done | (nxt == eos_token_id)
                     if i % 16 == 15 and bool(done.all()):   # a read of the device, now and then
-                        return
+                        break
                 if i + 1 < max_new_tokens:
-                    logits = self.decode(nxt)
+                    picked = self._fused_step(fused, None if fed else nxt)
+                    fed = picked is not None
+                    logits = self.decode(nxt) if picked is None else None
+            if fused is not None:
+                fused.check()
+
+    def _fused(self, pick) -> GreedyGraph | None:
+        """The session's fused greedy step (runtime/greedy.py), where its picks are greedy ones
+        and decode replays a CUDA graph."""
+        graphed = self.graphs.get(self.generation.decode)
+        if pick.sample or pick.wants_history or graphed is None:
+            return None
+        if self.greedy is None:
+            self.greedy = GreedyGraph(graphed, list(self.state.values()), self.device)
+        return self.greedy
+
+    def _fused_step(self, fused: GreedyGraph | None, token) -> torch.Tensor | None:
+        """The next token from one replay of the fused step, or None where it cannot run (the
+        caller runs a plain decode step). The stream checked that the cache has room."""
+        if fused is None or not fused.usable():
+            return None
+        entry = self.entries[self.generation.decode]
+        symbols = entry.guards.bind((token,)) if fused.graph is None else None
+        picked = fused.step(token, symbols)
+        if picked is not None:
+            self.position += 1
+        return picked
 
     def signature(self, entry: str | None = None) -> str:
         return super().signature(entry or self.generation.prefill)

@@ -185,23 +185,32 @@ class GraphedEntry:
 
 
 def capture(fn, static_in: list, symbols: dict, device: torch.device, *, warmups: int,
-            pool=None, error_mode: str = "global") -> tuple:
+            pool=None, error_mode: str = "global", then=None) -> tuple:
     """Capture plan function `fn` on `static_in` into a CUDA graph, after `warmups` plain runs
     on a side stream (lazy initialisation stays off the graph): (graph, its outputs, the error
-    flags its kernels write during a replay, to be checked after it). RuntimeError if
-    something in the plan cannot be captured."""
+    flags its kernels write during a replay, to be checked after it). `then(outputs, flags)`,
+    if given, runs after the plan in the warm-ups and the capture (torch ops on its results,
+    captured with it) and its return value is the graph's outputs. RuntimeError if something
+    in the plan cannot be captured."""
+    def run(flags: list):
+        out = fn(tuple(static_in), symbols)
+        return out if then is None else then(out, flags)
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream), torch.no_grad():
         for _ in range(warmups):
-            fn(tuple(static_in), symbols)
+            held: list = []
+            with fn.deferred_flags(held):
+                run(held)
+            for flag in held:
+                fn.check_flag(flag, tuple(static_in), symbols)
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     flags: list = []   # inside the capture a flag cannot be read: kept for after each replay
     with fn.deferred_flags(flags), torch.cuda.graph(graph, pool=pool,
                                                    capture_error_mode=error_mode), \
             torch.no_grad():
-        out = fn(tuple(static_in), symbols)
+        out = run(flags)
     return graph, out, flags
 
 

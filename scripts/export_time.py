@@ -1,14 +1,18 @@
-"""Time one export with cold compile caches, and count its kernels and the cubins compiled.
+"""Time one export with cold compile caches, count its kernels and the cubins compiled, and
+measure its peak host memory.
 
     python scripts/export_time.py --model llama-1b-layers [--target cuda:sm_90] [--out DIR]
 
 Models (random weights, built here): `llama-1b-layers` (samples/llama.py at its 1b widths and
 16 layers, vocabulary 512, bf16, a decode=True generator with a 1216-position cache),
+`llama-1b` (the generation benchmark's: the same at vocabulary 32000, built on the meta device
+and materialised in bf16, so building never holds more than the model),
 `llama-small` (samples/llama.py's default size, fp32, a generator with a 256-position cache) and
 `bert-base` (transformers' BertModel(BertConfig()), 2 x 64 tokens). Triton's cache and aotc's
 C++ build cache point at fresh temporary directories, so every kernel compiles. Prints one JSON
-line: seconds, kernels, and how many distinct ones were compiled (cubin entries; C++
-functions). To compare trees, run this file with each tree's aotc importable (PYTHONPATH),
+line: seconds, kernels, how many distinct ones were compiled (cubin entries; C++ functions),
+the weights' bytes, the resident memory when export began and the process's peak after it
+(ru_maxrss; the build's own peak where that is higher). To compare trees, run this file with each tree's aotc importable (PYTHONPATH),
 one after the other on a quiet machine.
 """
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -30,6 +35,12 @@ def _model(name: str):
         from llama import Net
         model = Net(size="1b", vocab=512).to(torch.bfloat16).eval()
         return model, (torch.randint(0, 512, (1, 16)),), {"decode": True, "max_cache_len": 1216}
+    if name == "llama-1b":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from benchmarks.generate_models import build_model
+        model = build_model("llama-1b", torch.device("cpu"), torch.bfloat16)[0]
+        return model, (torch.randint(0, 32000, (1, 128)),), {"decode": True,
+                                                              "max_cache_len": 1216}
     if name == "llama-small":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples"))
         from llama import Net
@@ -38,7 +49,8 @@ def _model(name: str):
     if name == "bert-base":
         from transformers import BertConfig, BertModel
         return BertModel(BertConfig()).eval(), (torch.randint(0, 30000, (2, 64)),), {}
-    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, llama-small, bert-base")
+    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, llama-1b, llama-small, "
+                     "bert-base")
 
 
 def main() -> None:
@@ -53,13 +65,23 @@ def main() -> None:
         import aotc
         model, inputs, options = _model(args.model)
         out = args.out or Path(tmp) / "m.aotc"
+        before = _resident()
         t = time.perf_counter()
         aotc.export(model, inputs, out, target=args.target, **options)
         seconds = time.perf_counter() - t
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         kernels, compiled = _counts(out)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
         print(json.dumps({"model": args.model, "target": args.target, "aotc": aotc.__file__,
                           "export_s": round(seconds, 1), "kernels": kernels,
-                          "compiled": compiled}))
+                          "compiled": compiled, "weights_gb": round(weights / 1e9, 2),
+                          "rss_before_gb": round(before / 1e9, 2),
+                          "peak_rss_gb": round(peak / 1e9, 2)}))
+
+
+def _resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _counts(out: Path) -> tuple[int, int]:

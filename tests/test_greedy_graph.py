@@ -1,0 +1,173 @@
+"""The fused greedy step (runtime/greedy.py): decode, argmax and feedback in one CUDA graph.
+
+Without a GPU the graphs are stand-ins that rerun what a capture would record (the plan, then
+the fused step's argmax, feedback and flag folding) on every replay, so the generator's logic
+is tested here: the tokens equal the plain path's, sessions keep their own fused step, a
+capture that picks differently is not used, and an index a kernel flags during the fused
+steps is still a GuardError. tests/test_cuda_graph.py and scripts/gpu_check.py run the real
+graphs on a GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import GuardError
+from aotc.runtime.graphs import GraphedEntry
+from aotc.runtime.greedy import CHECK_EVERY, GreedyGraph
+from conftest import llama_sample
+
+
+class _HostGraph:
+    """What a replay of the fused step does, on the CPU."""
+
+    def __init__(self, fused, static_in, symbols, tamper=None):
+        self.fused, self.static_in, self.symbols, self.tamper = fused, static_in, symbols, tamper
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        if self.tamper is not None:
+            self.tamper(self)
+        fn, flags = self.fused.function, []
+        with fn.deferred_flags(flags):
+            out = fn(tuple(self.static_in), self.symbols)
+        self.fused._then(out, flags)
+
+
+class HostGreedy(GreedyGraph):
+    def __init__(self, *args, tamper=None, **kw):
+        super().__init__(*args, **kw)
+        self.tamper, self.captures = tamper, 0
+
+    def _record(self, static_in, symbols):
+        self.captures += 1
+        return _HostGraph(self, static_in, symbols, self.tamper), (static_in[0],), []
+
+
+class HostDecode(GraphedEntry):
+    def _record(self, static_in, symbols, *, warmups):
+        fn = self.entry.function
+        out = fn(tuple(static_in), symbols)
+        graph = type("G", (), {"replay": lambda g: [d.copy_(s) for d, s in
+                                                     zip(out, fn(tuple(static_in), symbols))]})
+        return graph(), out, []
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
+    return aotc.export(llama_sample(), (ids,), tmp_path_factory.mktemp("fused") / "l.aotc",
+                       decode=True, max_cache_len=96), ids
+
+
+def _fused(path, **kw):
+    """A loaded generator whose decode 'replays a graph' and whose greedy steps are fused."""
+    m = aotc.load(path, runner="python")
+    decode = m.generation.decode
+    m.graphs = {decode: HostDecode(m.entries[decode], m.device, state=list(m.state.values()))}
+    m.greedy = HostGreedy(m.graphs[decode], list(m.state.values()), m.device, **kw)
+    return m
+
+
+def test_fused_steps_generate_the_plain_tokens(artifact):
+    path, ids = artifact
+    want = aotc.load(path).generate(ids, 40)
+    m = _fused(path)
+    assert torch.equal(m.generate(ids, 40), want)
+    assert m.greedy.status() == "graph" and m.greedy.captures == 1
+    assert m.greedy.graph.replays == 40 - 2 + 1      # step 1 plain (captures decode), +1 check
+    assert m.position == 9 + 39
+    assert torch.equal(m.generate(ids, 40), want)     # again: the token is fed in afresh
+    assert m.greedy.captures == 1
+    streamed = list(m.stream(ids, 40))
+    assert all(t.shape == (2, 1) for t in streamed)
+    assert torch.equal(torch.cat([ids, *streamed], 1), want)
+    assert len({t.data_ptr() for t in streamed}) == 40  # each step's tokens are the caller's
+
+
+def test_sessions_fuse_their_own_steps(artifact):
+    path, ids = artifact
+    m = _fused(path)
+    want = aotc.load(path).generate(ids, 24)
+    other = m.session()
+    assert other.greedy is None and m.greedy is not None
+    assert torch.equal(m.generate(ids, 24), want)
+    assert other.generate(ids[:, :5], 4).shape == (2, 9)
+
+
+def test_eos_and_sampling_keep_their_semantics(artifact):
+    path, ids = artifact
+    plain, m = aotc.load(path), _fused(path)
+    first = plain.generate(ids, 12)
+    eos = int(first[0, 9 + 3])
+    want = plain.generate(ids, 12, eos_token_id=eos)
+    assert torch.equal(m.generate(ids, 12, eos_token_id=eos), want)
+    g = lambda: torch.Generator().manual_seed(3)   # noqa: E731
+    sampled = dict(do_sample=True, top_k=20)
+    assert torch.equal(m.generate(ids, 12, generator=g(), **sampled),
+                       plain.generate(ids, 12, generator=g(), **sampled))
+    assert torch.equal(m.generate(ids, 12, repetition_penalty=1.3),
+                       plain.generate(ids, 12, repetition_penalty=1.3))
+
+
+def test_a_capture_that_picks_otherwise_is_not_used(artifact):
+    path, ids = artifact
+
+    def wrong(graph):   # the first replay is the capture's check: feed another token
+        if graph.replays == 1:
+            graph.static_in[0].add_(1)
+    m = _fused(path, tamper=wrong)
+    assert torch.equal(m.generate(ids, 20), aotc.load(path).generate(ids, 20))
+    assert "other tokens than a plain step" in m.greedy.status()
+    assert not m.greedy.usable()
+
+
+def test_an_index_flagged_in_a_fused_step_is_a_guard_error(artifact):
+    path, ids = artifact
+
+    def bad(graph):     # a token past the vocabulary reaches the embedding at replay 5
+        if graph.replays == 5:
+            graph.static_in[0].fill_(10 ** 6)
+    m = _fused(path, tamper=bad)
+    with pytest.raises(GuardError, match="out of range|index"):
+        m.generate(ids, 8)          # the flag is read when the generation ends
+    m.reset()
+    m.greedy.tamper = bad
+    m.greedy.graph.tamper, m.greedy.graph.replays = bad, 0
+    steps = m.stream(ids, 60)
+    with pytest.raises(GuardError):
+        for i, _ in enumerate(steps):
+            assert i < 5 + CHECK_EVERY + 2   # read within CHECK_EVERY steps
+
+
+# ------------------------------------------------------------------------------ on a GPU
+def gpu(fn):
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(),
+                                              reason="needs a CUDA GPU")(fn))
+
+
+@gpu
+def test_fused_steps_on_a_gpu(tmp_path):
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1)).cuda()
+    path = aotc.export(llama_sample().cuda(), (ids,), tmp_path / "l.aotc", decode=True,
+                       max_cache_len=96, target="cuda")
+    m = aotc.load(path)
+    m.reset()
+    logits = m.prefill(ids)
+    plain = [logits.argmax(-1, keepdim=True)]
+    for _ in range(39):
+        plain.append(m.decode(plain[-1]).argmax(-1, keepdim=True))
+    want = torch.cat([ids, *plain], 1)
+    assert m.greedy is None                          # decode and argmax, not fused
+    assert torch.equal(m.generate(ids, 40), want)
+    assert m.greedy.status() == "graph"
+    assert torch.equal(m.generate(ids, 40), want)
+    session = m.session()
+    assert torch.equal(session.generate(ids, 40), want) and session.greedy is not m.greedy
+    bad = m.greedy.token
+    steps = m.stream(ids, 40)
+    next(steps), next(steps), next(steps)           # fused steps under way
+    bad.fill_(10 ** 6)                               # past the vocabulary: flagged
+    with pytest.raises(GuardError):
+        list(steps)
