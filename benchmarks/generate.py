@@ -10,8 +10,10 @@ Per model and batch, in one process: the decoder is built with seeded random wei
 dtype, exported with `decode=True`, and the three systems run the same steps (exporter/
 generate.py's PrefillStep/DecodeStep over the same caches: transformers' own model code for
 transformers models; eager and reduce-overhead attend the whole cache with a mask, as a static
-cache does). Decode is timed as `--steps` greedy steps after a prefill (the argmax fed back),
-prefill at each prompt length, both interleaved across systems, medians of `--repeats`.
+cache does). Decode is timed as `--steps` greedy steps after a prefill, each system through its
+own greedy loop (benchmarks/generate_systems.py: the argmax inside the step, compiled with it
+for reduce-overhead; aotc's `stream`, one fused graph replay a token on a GPU), prefill at each
+prompt length, both interleaved across systems, medians of `--repeats`.
 The roofline of a decode step is the bytes it must read (every weight once, plus the live
 part of the cache) over the device's copy rate measured in the same run (`copy_` of a large
 buffer: bytes read plus written, per second); aotc's fraction of it is reported. Greedy tokens
@@ -69,6 +71,20 @@ def decode_time(system, prompt: torch.Tensor, steps: int) -> tuple[float, torch.
     return time.perf_counter() - t, torch.cat(tokens, dim=1)
 
 
+def greedy_time(system, prompt: torch.Tensor, steps: int) -> tuple[float, torch.Tensor]:
+    """(seconds for `steps` greedy decode steps after a prefill, the tokens), through the
+    system's own greedy loop (`system.greedy`, benchmarks/generate_systems.py)."""
+    device = prompt.device
+    system.reset()
+    loop = system.greedy(prompt, steps + 1)
+    tokens = [next(loop)]
+    sync(device)
+    t = time.perf_counter()
+    tokens.extend(loop)
+    sync(device)
+    return time.perf_counter() - t, torch.cat(tokens, dim=1)
+
+
 def prefill_time(system, prompt: torch.Tensor) -> float:
     system.reset()
     sync(prompt.device)
@@ -108,10 +124,10 @@ def bench_point(name: str, batch: int, args, device, dtype, rate: float) -> dict
         first = args.prompts[0]
         for s in systems.values():   # warm up: compile, capture graphs, fill caches
             for _ in range(2):
-                decode_time(s, prompts[first], 4)
+                greedy_time(s, prompts[first], 4)
                 for p in prompts.values():
                     prefill_time(s, p)
-        dec = interleaved(systems, lambda s: decode_time(s, prompts[first], args.steps),
+        dec = interleaved(systems, lambda s: greedy_time(s, prompts[first], args.steps),
                           args.repeats)
         pre = {t: interleaved(systems, lambda s: prefill_time(s, p), args.repeats)
                for t, p in prompts.items()}

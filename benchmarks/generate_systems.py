@@ -1,5 +1,8 @@
 """The three systems of the generation benchmark, each with its own cache and the same
-interface: prefill(ids) -> logits, decode(ids) -> logits, reset()."""
+interface: prefill(ids) -> logits, decode(ids) -> logits, reset(), and greedy(ids, n): each
+system's own greedy loop, an iterator of n steps' tokens [batch, 1] after a prefill (the torch
+systems pick with an argmax inside the step, compiled with it for reduce-overhead, as
+gpt-fast-style decoding does; aotc through its module's `stream`)."""
 from __future__ import annotations
 
 import copy
@@ -32,6 +35,17 @@ class Eager:
     def reset(self):
         reset_state(self.g)
 
+    @torch.no_grad()
+    def greedy(self, ids, n: int):
+        token = self.prefill(ids).argmax(-1, keepdim=True)
+        yield token
+        for _ in range(n - 1):
+            token = self.pick(token)
+            yield token
+
+    def pick(self, ids):
+        return self.decode_step(ids).argmax(-1, keepdim=True)
+
 
 class Compiled(Eager):
     """The same steps under torch.compile(mode="reduce-overhead") (CUDA graphs on a GPU)."""
@@ -39,13 +53,19 @@ class Compiled(Eager):
     def __init__(self, model, batch: int, cache: int):
         super().__init__(copy.deepcopy(model), batch, cache)
         mode = "reduce-overhead" if next(model.parameters()).is_cuda else None
+        step = self.decode_step
         self.prefill_step = torch.compile(self.prefill_step, mode=mode, dynamic=True)
-        self.decode_step = torch.compile(self.decode_step, mode=mode, fullgraph=True)
+        self.decode_step = torch.compile(step, mode=mode, fullgraph=True)
+        self.pick_step = torch.compile(lambda ids: step(ids).argmax(-1, keepdim=True),
+                                       mode=mode, fullgraph=True)
 
     @torch.no_grad()
     def decode(self, ids):
         out = self.decode_step(ids)
         return out.clone()    # a graph's output is overwritten by its next replay
+
+    def pick(self, ids):
+        return self.pick_step(ids).clone()
 
 
 class Loaded:
@@ -60,6 +80,9 @@ class Loaded:
 
     def reset(self):
         self.m.reset()
+
+    def greedy(self, ids, n: int):
+        return self.m.stream(ids, n)
 
 
 class Aotc(Loaded):
