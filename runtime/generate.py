@@ -15,6 +15,8 @@ anything runs, and greedy generation needs no read of the device until it return
 
 On a GPU, decode (static shapes) replays one CUDA graph per step and prefill one per prompt
 length it has seen twice (runtime/graphs.py); their captures leave the state as one call would.
+Greedy `generate`/`stream` there replay one graph a token that also picks the token and feeds
+it back (runtime/greedy.py).
 A module holds one sequence batch's state: calls that use it are serialised by a lock.
 `m.session()` gives another over the same weights and kernels (its own caches, position, lock
 and graphs), so independent streams run side by side, one thread each.

@@ -12,15 +12,14 @@ and materialised in bf16, so building never holds more than the model),
 C++ build cache point at fresh temporary directories, so every kernel compiles. Prints one JSON
 line: seconds, kernels, how many distinct ones were compiled (cubin entries; C++ functions),
 the weights' bytes, the resident memory when export began and the process's peak after it
-(ru_maxrss; the build's own peak where that is higher). To compare trees, run this file with each tree's aotc importable (PYTHONPATH),
-one after the other on a quiet machine.
+(VmHWM; the build's own peak where that is higher). To compare trees, run this file with each
+tree's aotc importable (PYTHONPATH), one after the other on a quiet machine.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -65,11 +64,11 @@ def main() -> None:
         import aotc
         model, inputs, options = _model(args.model)
         out = args.out or Path(tmp) / "m.aotc"
-        before = _resident()
+        before = _status("VmRSS")
         t = time.perf_counter()
         aotc.export(model, inputs, out, target=args.target, **options)
         seconds = time.perf_counter() - t
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = _status("VmHWM")
         kernels, compiled = _counts(out)
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         print(json.dumps({"model": args.model, "target": args.target, "aotc": aotc.__file__,
@@ -79,9 +78,11 @@ def main() -> None:
                           "peak_rss_gb": round(peak / 1e9, 2)}))
 
 
-def _resident() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _status(key: str) -> int:
+    """A figure of /proc/self/status in bytes (VmHWM starts afresh at exec, as ru_maxrss,
+    which counts the parent's pages at fork, does not)."""
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith(key + ":"))
 
 
 def _counts(out: Path) -> tuple[int, int]:

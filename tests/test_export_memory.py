@@ -1,8 +1,9 @@
 """Export's host memory: capture does not copy the model's parameters (exporter/capture.py).
 
 Dynamo keeps a real-valued twin of each tensor it meets while exporting; for parameters that
-twin is a second copy of the model. Measured in a fresh process (its peak resident memory),
-so the rest of the suite's memory does not blur it."""
+twin is a second copy of the model. Measured in a fresh process, so the rest of the suite's
+memory does not blur it: its peak resident memory (VmHWM, reset just before the capture), not
+ru_maxrss, which counts the pytest process's pages at fork."""
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ import torch
 from aotc.exporter.capture import capture, parameters_shared
 
 _CHILD = r"""
-import json, resource, torch
+import json, torch
 from aotc.exporter.capture import capture
 
-def resident():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+def status(key):   # this process's own figures (ru_maxrss would count the parent's at fork)
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith(key + ":"))
 
 class Net(torch.nn.Module):
     def __init__(self):
@@ -38,9 +39,11 @@ x = torch.randn(2, 4096)
 net(x)                                             # the forward's own working memory
 small = torch.nn.Linear(4, 4)                      # Dynamo's and export's code, imported
 capture(small, (torch.randn(1, 4),), strict=True, source=None)
-before = resident()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")                                   # the peak starts again from here
+before = status("VmRSS")
 ep = capture(net, (x,), strict=True, source=None)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM")
 weights = sum(p.numel() * p.element_size() for p in net.parameters())
 print(json.dumps({"before": before, "peak": peak, "weights": weights,
                   "nodes": len(ep.graph.nodes)}))
