@@ -179,7 +179,10 @@ def main(argv=None) -> None:
     path = args.out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {"models": {}}
     runs = results.get("meta", {}).get("runs", [])
+    before = results.get("meta", {}).get("baseline")
     results["meta"] = meta(args)
+    if results["meta"]["baseline"] is None:    # a run without one keeps an earlier run's
+        results["meta"]["baseline"] = before
     results["meta"]["runs"] = runs + [{k: results["meta"][k] for k in
                                        ("command", "commit", "modified", "started")}]
     measure(args, results)

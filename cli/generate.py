@@ -1,8 +1,8 @@
 """`aotc generate`: generation on random token ids, timed (tokens/s, prefill latency).
 
 Each run resets the cache, prefills the prompt, then decodes one token per sequence per step
-(the argmax of the last logits fed back, or with a sampling Choice a token drawn from them, each run
-from the same seed); medians over the runs after the first. The first run
+through the module's `stream` (greedy, or with a sampling Choice a token drawn from the logits,
+each run from the same seed); medians over the runs after the first. The first run
 also gives the cold numbers: load, and load plus the first token.
 """
 from __future__ import annotations
@@ -22,17 +22,20 @@ def _sync(device) -> None:
 
 def timed_generation(m, prompt: torch.Tensor, new_tokens: int, pick=GREEDY,
                      seed: int = 0) -> dict:
-    """One generation: (prefill seconds, decode seconds for new_tokens - 1 steps, tokens)."""
+    """One generation through the module's own loop (`m.stream`: on a GPU, greedy steps replay
+    the fused greedy graph): (prefill seconds, to the first token; decode seconds for
+    new_tokens - 1 steps; tokens)."""
     m.reset()
     gen = torch.Generator(m.device).manual_seed(seed)
     _sync(m.device)
     t0 = time.perf_counter()
-    logits = m.prefill(prompt)
-    tokens = [pick(logits, gen)]
+    steps = m.stream(prompt, new_tokens, do_sample=pick.sample, temperature=pick.temperature,
+                     top_k=pick.top_k, top_p=pick.top_p, min_p=pick.min_p,
+                     repetition_penalty=pick.repetition_penalty, generator=gen)
+    tokens = [next(steps)]
     _sync(m.device)
     t1 = time.perf_counter()
-    for _ in range(new_tokens - 1):
-        tokens.append(pick(m.decode(tokens[-1]), gen))
+    tokens.extend(steps)
     _sync(m.device)
     t2 = time.perf_counter()
     return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "tokens": torch.cat(tokens, dim=1)}

@@ -79,6 +79,9 @@ class GreedyGraph:
         except RuntimeError as e:
             restore()
             return self._off(f"capture failed: {str(e).splitlines()[0]}")
+        except BaseException:   # a flagged index in a trial run: the state as it was
+            restore()
+            raise
         restore()
         with torch.no_grad():
             want = self.function((token,), symbols)[0].argmax(-1, keepdim=True)
