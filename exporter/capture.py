@@ -145,11 +145,12 @@ def parameters_shared():
     read only where tracing asks for a concrete value (a branch on a constant tensor, a
     function marked assume-constant). Twins of the parameters are a second copy of the model
     held until the capture ends, and clone_input's own temporary is a third: exporting a
-    generator of 1.7 GB of bf16 weights peaked at 8.6 GB of host memory (two captures): about
-    five times the weights, which a 7B model's export cannot have on most hosts. Parameters are not written by an inference forward, so the
-    twin can be the parameter itself: the peak stays at the model plus what the capture needs
-    itself. Buffers (a KV cache the forward updates in place) are still copied. Where torch's
-    Dynamo has no such function, capture copies as before."""
+    generator of 1.7 GB of bf16 weights peaked at 6.9-8.6 GB of host memory (two captures),
+    four to five times the weights, which a 7B model's export cannot have on most hosts.
+    Parameters are not written by an inference forward, so the twin can be the parameter
+    itself: the peak stays at the model plus what the capture needs itself. Buffers (a KV
+    cache the forward updates in place) are still copied. Where torch's Dynamo has no such
+    function, capture copies as before."""
     builder = _dynamo_builder()
     if builder is None:
         yield

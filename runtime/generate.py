@@ -196,6 +196,7 @@ class GenerativeModule(CompiledModule):
             return None
         if self.greedy is None:
             self.greedy = GreedyGraph(graphed, list(self.state.values()), self.device)
+        self.greedy.begin()
         return self.greedy
 
     def _fused_step(self, fused: GreedyGraph | None, token) -> torch.Tensor | None:

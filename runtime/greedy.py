@@ -45,6 +45,13 @@ class GreedyGraph:
         """Whether steps can replay it now (capturing it first if need be)."""
         return self.reason is None and self.graphed.status() == "graph"
 
+    def begin(self) -> None:
+        """A generation starts: flags of one that ended unread (a stream closed early) are
+        dropped; its kernels touched no memory out of range."""
+        self.steps = 0
+        if self.sticky is not None:
+            self.sticky.zero_()
+
     def step(self, token: torch.Tensor | None, symbols) -> torch.Tensor | None:
         """The next token [batch, 1] after feeding `token` (None: the one the last replay
         picked), or None if the fused graph cannot be used (run the plain step instead)."""
