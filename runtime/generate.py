@@ -31,12 +31,14 @@ import weakref
 import torch
 
 from aotc.errors import GuardError, UsageError
+from aotc.runtime.graphs import StickyFlag
 from aotc.runtime.greedy import GreedyGraph
 from aotc.runtime.module import CompiledModule
 from aotc.runtime.sampling import Choice
 
 
 class GenerativeModule(CompiledModule):
+    fold_flags = True    # plain decode steps of a generation read their index flags in batches
     def __init__(self, artifact, device, **kwargs):
         super().__init__(artifact, device, **kwargs)
         self.generation = self.manifest.generation
@@ -161,32 +163,56 @@ class GenerativeModule(CompiledModule):
         return self._steps(input_ids, max_new_tokens, eos_token_id, pick, generator)
 
     def _steps(self, input_ids, max_new_tokens, eos_token_id, pick, generator):
-        # a tensor-parallel artifact's ranks sample rank 0's draw (their own could differ)
-        shared = pick.sample and self.manifest.tensor_parallel is not None
         with self.lock:
             logits = self.prefill(input_ids)
             fused = self._fused(pick)
-            done, history = None, input_ids.to(self.device) if pick.wants_history else None
-            picked, fed = None, False   # the fused step's token; whether it holds the input
-            for i in range(max_new_tokens):
-                nxt = picked if picked is not None else pick(logits, generator, history)
-                if shared:
-                    torch.distributed.broadcast(nxt, src=0)
-                if done is not None:
-                    nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
-                yield nxt
-                if history is not None:
-                    history = torch.cat([history, nxt], 1)
-                if eos_token_id is not None:
-                    done = nxt == eos_token_id if done is None else done | (nxt == eos_token_id)
-                    if i % 16 == 15 and bool(done.all()):   # a read of the device, now and then
-                        break
-                if i + 1 < max_new_tokens:
-                    picked = self._fused_step(fused, None if fed else nxt)
-                    fed = picked is not None
-                    logits = self.decode(nxt) if picked is None else None
+            with self._folded_flags(fused) as folded:
+                yield from self._loop(input_ids, logits, max_new_tokens, eos_token_id, pick,
+                                      generator, fused)
+                if folded is not None:
+                    folded.check(self.entries[self.generation.decode].function)
             if fused is not None:
                 fused.check()
+
+    def _loop(self, input_ids, logits, max_new_tokens, eos_token_id, pick, generator, fused):
+        """The tokens of each step, after the prefill's `logits`."""
+        # a tensor-parallel artifact's ranks sample rank 0's draw (their own could differ)
+        shared = pick.sample and self.manifest.tensor_parallel is not None
+        done, history = None, input_ids.to(self.device) if pick.wants_history else None
+        picked, fed = None, False   # the fused step's token; whether it holds the input
+        for i in range(max_new_tokens):
+            nxt = picked if picked is not None else pick(logits, generator, history)
+            if shared:
+                torch.distributed.broadcast(nxt, src=0)
+            if done is not None:
+                nxt = torch.where(done, torch.full_like(nxt, eos_token_id), nxt)
+            yield nxt
+            if history is not None:
+                history = torch.cat([history, nxt], 1)
+            if eos_token_id is not None:
+                done = nxt == eos_token_id if done is None else done | (nxt == eos_token_id)
+                if i % 16 == 15 and bool(done.all()):   # a read of the device, now and then
+                    return
+            if i + 1 < max_new_tokens:
+                picked = self._fused_step(fused, None if fed else nxt)
+                fed = picked is not None
+                logits = self.decode(nxt) if picked is None else None
+
+    @contextlib.contextmanager
+    def _folded_flags(self, fused):
+        """While a generation's plain decode steps replay a graph (sampling, a repetition
+        penalty): their index flags folded and read every CHECK_EVERY steps and at the end
+        (runtime/graphs.py StickyFlag), not after each step, so the host runs ahead of the
+        device. `fold_flags = False` reads them after each step."""
+        graphed = self.graphs.get(self.generation.decode)
+        if graphed is None or fused is not None or not self.fold_flags:
+            yield None
+            return
+        graphed.folding = StickyFlag(self.device)
+        try:
+            yield graphed.folding
+        finally:
+            graphed.folding = None
 
     def _fused(self, pick) -> GreedyGraph | None:
         """The session's fused greedy step (runtime/greedy.py), where its picks are greedy ones

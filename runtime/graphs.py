@@ -42,6 +42,42 @@ from aotc.runtime.executor import step_bound
 
 MAX_GRAPHS = 8      # graphs one dynamic entry keeps (aotc.load(cuda_graph_cache=))
 _SEEN = 64          # sizes remembered as called once, waiting for a second call
+CHECK_EVERY = 16    # replays between reads of a StickyFlag
+
+
+class StickyFlag:
+    """The index-check flags of many replays folded into one (the largest code), read every
+    `CHECK_EVERY` replays and when asked: a generation's steps need no read of the device
+    each. A kernel that flags an index skips the access, so the replays between a flag and its
+    read touch no memory out of range; the read raises the plan's GuardError."""
+
+    def __init__(self, device: torch.device):
+        self.flag = torch.zeros(1, dtype=torch.int32, device=device)
+        self.pending = 0    # replays folded since the last read
+
+    def fold(self, flag: torch.Tensor) -> None:
+        torch.maximum(self.flag, flag, out=self.flag)
+
+    def replayed(self, function, inputs) -> None:
+        self.pending += 1
+        if self.pending >= CHECK_EVERY:
+            self.check(function, inputs)
+
+    def check(self, function, inputs=None) -> None:
+        """Raise the GuardError of an index flagged since the last read (`function`: the
+        plan function whose kernels wrote the flags)."""
+        if self.pending == 0:
+            return
+        self.pending = 0
+        if int(self.flag.item()):
+            bad = self.flag.clone()
+            self.flag.zero_()
+            function.check_flag(bad, inputs)
+
+    def clear(self) -> None:
+        """Drop what was folded and not read (a generation closed early)."""
+        self.pending = 0
+        self.flag.zero_()
 
 
 @dataclass(slots=True)
@@ -72,6 +108,7 @@ class GraphedEntry:
         self.reason: str | None = None     # why graphs are off for this entry, if they are
         self.full: str | None = None       # why new sizes are no longer captured, if they are not
         self.pool = None
+        self.folding: StickyFlag | None = None   # set: replays fold their flags into it
         self.lock = threading.Lock()
         bound = sorted(step_bound(entry.plan))
         if bound:   # reading such a size waits for the GPU, which a capture cannot
@@ -119,7 +156,11 @@ class GraphedEntry:
         for dst, src in zip(g.static_in, args):
             dst.copy_(src)
         g.graph.replay()
-        for flag in g.flags:   # index checks made during the replay
+        if self.folding is not None and g.flags:   # read later, with other replays' flags
+            for flag in g.flags:
+                self.folding.fold(flag)
+            self.folding.replayed(self.entry.function, args)
+        for flag in g.flags if self.folding is None else ():   # index checks of the replay
             self.entry.function.check_flag(flag, args)
         return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in g.static_out)
 

@@ -9,9 +9,10 @@ it all, and the host only clones the token out (the tokens it yields are its own
 
 - the graph's input buffer is its own: each replay reads the token the previous one wrote;
 - index checks still hold: the kernels that check indices write their flags during the replay
-  and the graph folds them into one sticky flag, read every `CHECK_EVERY` steps and when the
-  generation ends, so an out-of-range index is still a GuardError (a kernel that flags an index
-  skips the access, so the steps in between touch no memory out of range);
+  and the graph folds them into one sticky flag (runtime/graphs.py StickyFlag), read every
+  `CHECK_EVERY` steps and when the generation ends, so an out-of-range index is still a
+  GuardError (a kernel that flags an index skips the access, so the steps in between touch no
+  memory out of range);
 - it is captured once per session, after the decode entry's own graph was captured and checked
   against a plain run (runtime/graphs.py), and checked itself: its first replay must pick the
   token a plain decode step and argmax pick from the same state, or it is not used
@@ -21,9 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from aotc.runtime.graphs import capture
-
-CHECK_EVERY = 16    # steps between reads of the sticky index flag
+from aotc.runtime.graphs import StickyFlag, capture
 
 
 class GreedyGraph:
@@ -34,9 +33,8 @@ class GreedyGraph:
         self.function = graphed.entry.function
         self.graph = None
         self.token: torch.Tensor | None = None     # the graph's input: the token it reads
-        self.sticky: torch.Tensor | None = None    # every replay's index flags, folded
+        self.sticky: StickyFlag | None = None      # every replay's index flags, folded
         self.reason: str | None = None             # why it is not used, if it is not
-        self.steps = 0                             # replays since the flag was last read
 
     def status(self) -> str:
         return self.reason or ("graph" if self.graph is not None else "pending")
@@ -48,9 +46,8 @@ class GreedyGraph:
     def begin(self) -> None:
         """A generation starts: flags of one that ended unread (a stream closed early) are
         dropped; its kernels touched no memory out of range."""
-        self.steps = 0
         if self.sticky is not None:
-            self.sticky.zero_()
+            self.sticky.clear()
 
     def step(self, token: torch.Tensor | None, symbols) -> torch.Tensor | None:
         """The next token [batch, 1] after feeding `token` (None: the one the last replay
@@ -60,25 +57,18 @@ class GreedyGraph:
         if token is not None:
             self.token.copy_(token)
         self.graph.replay()
-        self.steps += 1
-        if self.steps >= CHECK_EVERY:
-            self.check()
+        self.sticky.replayed(self.function, (self.token,))
         return self.token.clone()
 
     def check(self) -> None:
         """Raise the GuardError of an index a kernel flagged since the last check."""
-        if self.sticky is None or self.steps == 0:
-            return
-        self.steps = 0
-        if int(self.sticky.item()):
-            flag = self.sticky.clone()
-            self.sticky.zero_()
-            self.function.check_flag(flag, (self.token,))
+        if self.sticky is not None:
+            self.sticky.check(self.function, (self.token,))
 
     # ------------------------------------------------------------------------------ capture
     def _capture(self, token, symbols) -> bool:
         self.token = token.clone()
-        self.sticky = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.sticky = StickyFlag(self.device)
         snapshot = [t.clone() for t in self.state]
         restore = lambda: [t.copy_(s) for t, s in zip(self.state, snapshot)]   # noqa: E731
         try:
@@ -94,13 +84,11 @@ class GreedyGraph:
             want = self.function((token,), symbols)[0].argmax(-1, keepdim=True)
         restore()
         self.token.copy_(token)
-        self.sticky.zero_()
         self.graph.replay()
         restore()
-        self.sticky.zero_()
+        self.sticky.clear()
         if not torch.equal(self.token, want):
             return self._off("the fused greedy step picks other tokens than a plain step")
-        self.steps = 0
         return True
 
     def _record(self, static_in: list, symbols) -> tuple:
@@ -115,7 +103,7 @@ class GreedyGraph:
         """After the plan, inside the graph: the argmax fed back, the flags folded."""
         self.token.copy_(outputs[0].argmax(-1, keepdim=True))
         for flag in flags:
-            torch.maximum(self.sticky, flag, out=self.sticky)
+            self.sticky.fold(flag)
         return (self.token,)
 
     def _off(self, reason: str) -> bool:

@@ -1,12 +1,17 @@
 """GPU checks of the fused greedy step (runtime/greedy.py) and of export's memory.
 
     python scripts/gpu_greedy.py ab --model llama-1b [--rounds 10] [--batch 1]
+    python scripts/gpu_greedy.py sampled --model llama-1b [--rounds 10]
     python scripts/gpu_greedy.py export-memory --model llama-1b
 
 `ab`: one artifact, loaded once; rounds alternate 128 greedy steps after a 128-token prompt
 driven the plain way (decode, then an eager argmax, as benchmarks/generate.py drove every
 system before) and through `m.stream` (the fused step: one graph replay a token). Prints each
 way's median step, the ratio, and whether the tokens are the same.
+
+`sampled`: the same, with sampled steps (top_k 50, top_p 0.9, one seed) through `m.stream`,
+alternating index flags read after every step (`fold_flags = False`) and folded, read every 16
+(runtime/graphs.py StickyFlag).
 
 `export-memory`: the model built on the GPU in bf16, exported as a generator; the GPU memory
 export allocated beyond the model (torch.cuda.max_memory_allocated), and whether this torch's
@@ -63,7 +68,8 @@ def ab(args) -> None:
                 target="cuda")
     del model
     m = aotc.load(path)
-    ways = {"plain": _plain, "fused": _fused}
+    ways = {"plain": _plain, "fused": _fused} if args.what == "ab" else \
+        {"plain": _sampled(False), "fused": _sampled(True)}
     tokens = {n: f(m, prompt)[1] for n, f in ways.items()}     # warm: graphs captured
     times = {n: [] for n in ways}
     for r in range(args.rounds):
@@ -71,14 +77,30 @@ def ab(args) -> None:
             times[n].append(ways[n](m, prompt)[0])
     med = {n: statistics.median(t) for n, t in times.items()}
     same = torch.equal(tokens["plain"], tokens["fused"])
-    print(json.dumps({"model": args.model, "batch": args.batch, "rounds": args.rounds,
+    print(json.dumps({"what": args.what, "model": args.model, "batch": args.batch,
+                      "rounds": args.rounds,
                       "plain_us": round(med["plain"] * 1e6, 1),
                       "fused_us": round(med["fused"] * 1e6, 1),
                       "plain_over_fused": round(med["plain"] / med["fused"], 4),
                       "spread_us": {n: [round(min(t) * 1e6, 1), round(max(t) * 1e6, 1)]
                                     for n, t in times.items()},
-                      "same_tokens": same, "fused_status": m.greedy.status(),
+                      "same_tokens": same, "fused_status": m.greedy.status() if m.greedy else None,
                       "device": torch.cuda.get_device_name()}))
+
+
+def _sampled(fold: bool):
+    def run(m, prompt) -> tuple[float, torch.Tensor]:
+        m.reset()
+        m.fold_flags = fold
+        steps = m.stream(prompt, STEPS + 1, do_sample=True, top_k=50, top_p=0.9,
+                         generator=torch.Generator("cuda").manual_seed(0))
+        tokens = [next(steps)]
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        tokens += list(steps)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) / STEPS, torch.cat(tokens, 1)
+    return run
 
 
 def export_memory(args) -> None:
@@ -104,12 +126,12 @@ def export_memory(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("ab", "export-memory"))
+    ap.add_argument("what", choices=("ab", "sampled", "export-memory"))
     ap.add_argument("--model", default="llama-1b", choices=sorted(CACHE))
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
-    ab(args) if args.what == "ab" else export_memory(args)
+    export_memory(args) if args.what == "export-memory" else ab(args)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_greedy.sh OUT
 #
-# Settings: TESTS (pytest files run first), AB_MODELS (model:batch pairs), ROUNDS.
+# Settings: TESTS (pytest files run first), AB_MODELS (model:batch pairs; "" skips),
+# SAMPLED_MODELS (the same for sampled steps), ROUNDS.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_greedy.sh OUT}
 mkdir -p "$OUT" /tmp/aotc-root /tmp/aotc-base
@@ -20,11 +21,17 @@ PYTHONPATH=/tmp/aotc-root:$PWD/tests timeout -k 5 240 python3 -m pytest -q -p no
     ${TESTS:-tests/test_greedy_graph.py tests/test_cuda_graph.py} \
     > "$OUT/tests.txt" 2>&1
 echo "tests rc=$?"; tail -n 3 "$OUT/tests.txt"
-for mb in ${AB_MODELS:-llama-1b:1 gpt2:1}; do
+for mb in ${AB_MODELS-llama-1b:1 gpt2:1}; do
     PYTHONPATH=/tmp/aotc-root timeout -k 5 200 python3 scripts/gpu_greedy.py ab \
         --model "${mb%%:*}" --batch "${mb##*:}" --rounds "${ROUNDS:-10}" \
         > "$OUT/ab-${mb%%:*}-b${mb##*:}.txt" 2>&1
     echo "ab $mb rc=$?"; tail -n 1 "$OUT/ab-${mb%%:*}-b${mb##*:}.txt"
+done
+for mb in ${SAMPLED_MODELS:-}; do   # sampled steps: flags read each step against folded
+    PYTHONPATH=/tmp/aotc-root timeout -k 5 200 python3 scripts/gpu_greedy.py sampled \
+        --model "${mb%%:*}" --batch "${mb##*:}" --rounds "${ROUNDS:-10}" \
+        > "$OUT/sampled-${mb%%:*}-b${mb##*:}.txt" 2>&1
+    echo "sampled $mb rc=$?"; tail -n 1 "$OUT/sampled-${mb%%:*}-b${mb##*:}.txt"
 done
 if [[ -d .ab/base ]]; then
     ln -sfn "$PWD/.ab/base" /tmp/aotc-base/aotc

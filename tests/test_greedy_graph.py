@@ -13,8 +13,8 @@ import torch
 
 import aotc
 from aotc.errors import GuardError
-from aotc.runtime.graphs import GraphedEntry
-from aotc.runtime.greedy import CHECK_EVERY, GreedyGraph
+from aotc.runtime.graphs import CHECK_EVERY, GraphedEntry
+from aotc.runtime.greedy import GreedyGraph
 from conftest import llama_sample
 
 
@@ -142,7 +142,7 @@ def test_an_index_flagged_in_a_fused_step_is_a_guard_error(artifact):
 
     def flagged(graph):  # a kernel's flag, as a GPU replay leaves it (the CPU raises at once)
         if graph.replays == 5:
-            graph.fused.sticky.fill_(1)
+            graph.fused.sticky.flag.fill_(1)
     m.greedy.graph.tamper, m.greedy.graph.replays = flagged, 0
     steps = m.stream(ids, 12)
     for _ in range(8):                  # flagged at replay 5, closed before any read
@@ -150,6 +150,45 @@ def test_an_index_flagged_in_a_fused_step_is_a_guard_error(artifact):
     steps.close()
     m.greedy.graph.tamper = None        # the next generation does not inherit the flag
     assert torch.equal(m.generate(ids, 12), aotc.load(path).generate(ids, 12))
+
+
+class FlaggingDecode(HostDecode):
+    """A decode 'graph' whose kernels flag an index at replay `at` (counting the capture's)."""
+    at = 6
+
+    def _record(self, static_in, symbols, *, warmups):
+        graph, out, _ = super()._record(static_in, symbols, warmups=warmups)
+        flag, plain, count = torch.zeros(1, dtype=torch.int32), graph.replay, [0]
+
+        def replay():
+            plain()
+            count[0] += 1
+            flag.fill_(7 if count[0] == self.at else 0)
+        graph.replay = replay
+        return graph, out, [flag]
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_sampled_steps_read_their_index_flags_in_batches(artifact, fold):
+    path, ids = artifact
+    m = aotc.load(path, runner="python")
+    decode = m.generation.decode
+    m.graphs = {decode: FlaggingDecode(m.entries[decode], m.device,
+                                       state=list(m.state.values()))}
+    m.fold_flags = fold
+    steps = m.stream(ids, 60, do_sample=True, top_k=20, generator=torch.Generator().manual_seed(0))
+    seen = 0
+    with pytest.raises(GuardError):
+        for _ in steps:
+            seen += 1
+    # decode call k replays for the k+1-th time (the capture's check replays once): flagged in
+    # the fifth; read after it (fold=False) or within CHECK_EVERY replays of it
+    assert (5 < seen <= 5 + CHECK_EVERY) if fold else seen == 5
+    assert m.graphs[decode].folding is None
+    m.graphs[decode].at = -1
+    m.reset()
+    assert m.generate(ids, 20, do_sample=True, generator=torch.Generator().manual_seed(0)) \
+        .shape == (2, 29)
 
 
 # ------------------------------------------------------------------------------ on a GPU
@@ -176,6 +215,10 @@ def test_fused_steps_on_a_gpu(tmp_path):
     assert torch.equal(m.generate(ids, 40), want)
     session = m.session()
     assert torch.equal(session.generate(ids, 40), want) and session.greedy is not m.greedy
+    g = lambda: torch.Generator("cuda").manual_seed(0)   # noqa: E731
+    folded = m.generate(ids, 40, do_sample=True, top_k=50, generator=g())
+    m.fold_flags = False
+    assert torch.equal(m.generate(ids, 40, do_sample=True, top_k=50, generator=g()), folded)
     bad = m.greedy.token
     steps = m.stream(ids, 40)
     next(steps), next(steps), next(steps)           # fused steps under way
