@@ -47,9 +47,10 @@ def _plain(m, prompt) -> tuple[float, torch.Tensor]:
     return seconds / STEPS, tokens
 
 
-def _fused(m, prompt) -> tuple[float, torch.Tensor]:
+def _fused(m, prompt, **sampling) -> tuple[float, torch.Tensor]:
+    """(seconds a step, tokens) of STEPS steps of `m.stream` after its first token."""
     m.reset()
-    steps = m.stream(prompt, STEPS + 1)
+    steps = m.stream(prompt, STEPS + 1, **sampling)
     tokens = [next(steps)]
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -90,16 +91,9 @@ def ab(args) -> None:
 
 def _sampled(fold: bool):
     def run(m, prompt) -> tuple[float, torch.Tensor]:
-        m.reset()
         m.fold_flags = fold
-        steps = m.stream(prompt, STEPS + 1, do_sample=True, top_k=50, top_p=0.9,
-                         generator=torch.Generator("cuda").manual_seed(0))
-        tokens = [next(steps)]
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        tokens += list(steps)
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t) / STEPS, torch.cat(tokens, 1)
+        return _fused(m, prompt, do_sample=True, top_k=50, top_p=0.9,
+                      generator=torch.Generator("cuda").manual_seed(0))
     return run
 
 
