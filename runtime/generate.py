@@ -39,6 +39,7 @@ from aotc.runtime.sampling import Choice
 
 class GenerativeModule(CompiledModule):
     fold_flags = True    # plain decode steps of a generation read their index flags in batches
+
     def __init__(self, artifact, device, **kwargs):
         super().__init__(artifact, device, **kwargs)
         self.generation = self.manifest.generation

@@ -10,7 +10,8 @@ same work on every call with the same sizes, so it is captured into a CUDA graph
   when the next call replays the graph;
 - Triton kernels that check indices write one error flag during the replay; it is read after
   the replay (one 4-byte read, only in plans that have such kernels), so out-of-range indices
-  still raise;
+  still raise; while a generation sets `folding` (a StickyFlag), replays fold their flags into
+  it instead and it is read every CHECK_EVERY replays;
 - before a graph is used, the call that captured it is checked against a plain run of the
   same inputs (and the artifact's recorded samples where their sizes match): any difference
   turns graphs off for this entry, with the reason kept in `reason`, and calls run the plain
