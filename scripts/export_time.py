@@ -6,7 +6,8 @@ measure its peak host memory.
 Models (random weights, built here): `llama-1b-layers` (samples/llama.py at its 1b widths and
 16 layers, vocabulary 512, bf16, a decode=True generator with a 1216-position cache),
 `llama-1b` (the generation benchmark's: the same at vocabulary 32000, built on the meta device
-and materialised in bf16, so building never holds more than the model),
+and materialised in bf16, so building never holds more than the model), `llama-7b` (the
+same at size 7b: hidden 4096, 32 layers, 13.5 GB of bf16 weights),
 `llama-small` (samples/llama.py's default size, fp32, a generator with a 256-position cache) and
 `bert-base` (transformers' BertModel(BertConfig()), 2 x 64 tokens). Triton's cache and aotc's
 C++ build cache point at fresh temporary directories, so every kernel compiles. Prints one JSON
@@ -34,10 +35,10 @@ def _model(name: str):
         from llama import Net
         model = Net(size="1b", vocab=512).to(torch.bfloat16).eval()
         return model, (torch.randint(0, 512, (1, 16)),), {"decode": True, "max_cache_len": 1216}
-    if name == "llama-1b":
+    if name in ("llama-1b", "llama-7b"):
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from benchmarks.generate_models import build_model
-        model = build_model("llama-1b", torch.device("cpu"), torch.bfloat16)[0]
+        model = build_model(name, torch.device("cpu"), torch.bfloat16)[0]
         return model, (torch.randint(0, 32000, (1, 128)),), {"decode": True,
                                                               "max_cache_len": 1216}
     if name == "llama-small":
@@ -48,7 +49,7 @@ def _model(name: str):
     if name == "bert-base":
         from transformers import BertConfig, BertModel
         return BertModel(BertConfig()).eval(), (torch.randint(0, 30000, (2, 64)),), {}
-    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, llama-1b, llama-small, "
+    raise SystemExit(f"unknown model {name!r}: llama-1b-layers, llama-1b, llama-7b, llama-small, "
                      "bert-base")
 
 
