@@ -222,7 +222,7 @@ class GenerativeModule(CompiledModule):
         if pick.sample or pick.wants_history or graphed is None:
             return None
         if self.greedy is None:
-            self.greedy = GreedyGraph(graphed, list(self.state.values()), self.device)
+            self.greedy = GreedyGraph(graphed)
         self.greedy.begin()
         return self.greedy
 

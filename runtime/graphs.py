@@ -171,8 +171,7 @@ class GraphedEntry:
             self._evict()
         static_in = [torch.empty(a.shape, dtype=a.dtype, device=self.device).copy_(a)
                      for a in args]
-        snapshot = [t.clone() for t in self.state]
-        restore = lambda: [t.copy_(s) for t, s in zip(self.state, snapshot)]   # noqa: E731
+        restore = self.snapshot()
         try:
             graph, out, flags = self._record(static_in, symbols, warmups=1 if self.dynamic else 2)
         except RuntimeError as e:   # something in the plan cannot be captured
@@ -190,6 +189,12 @@ class GraphedEntry:
             return None
         self.graphs[key] = g
         return g
+
+    def snapshot(self):
+        """A function that puts the state back as it is now (a capture's trial runs update
+        it; the call that captures must update it once)."""
+        held = [t.clone() for t in self.state]
+        return lambda: [t.copy_(h) for t, h in zip(self.state, held)]
 
     def _record(self, static_in: list, symbols: dict, *, warmups: int) -> tuple:
         """(graph, its outputs, its error flags): the override point for tests without a GPU."""

@@ -28,8 +28,8 @@ from aotc.runtime.graphs import StickyFlag, capture
 class GreedyGraph:
     """One session's fused greedy step over its decode entry (a GraphedEntry)."""
 
-    def __init__(self, graphed, state: list, device: torch.device):
-        self.graphed, self.state, self.device = graphed, state, device
+    def __init__(self, graphed):
+        self.graphed, self.device = graphed, graphed.device   # its state: graphed.state
         self.function = graphed.entry.function
         self.graph = None
         self.token: torch.Tensor | None = None     # the graph's input: the token it reads
@@ -69,8 +69,7 @@ class GreedyGraph:
     def _capture(self, token, symbols) -> bool:
         self.token = token.clone()
         self.sticky = StickyFlag(self.device)
-        snapshot = [t.clone() for t in self.state]
-        restore = lambda: [t.copy_(s) for t, s in zip(self.state, snapshot)]   # noqa: E731
+        restore = self.graphed.snapshot()
         try:
             self.graph, _, _ = self._record([self.token], symbols)
         except RuntimeError as e:

@@ -66,7 +66,7 @@ def _fused(path, **kw):
     m = aotc.load(path, runner="python")
     decode = m.generation.decode
     m.graphs = {decode: HostDecode(m.entries[decode], m.device, state=list(m.state.values()))}
-    m.greedy = HostGreedy(m.graphs[decode], list(m.state.values()), m.device, **kw)
+    m.greedy = HostGreedy(m.graphs[decode], **kw)
     return m
 
 
