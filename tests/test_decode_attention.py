@@ -8,6 +8,8 @@ positions count; with a softcap, scores are soft-capped; with sinks, each head's
 one more logit. In bf16 the reference is float32 attention of the same bf16 values."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -15,7 +17,10 @@ from aotc.runtime.attention import attention
 
 
 def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap=0.0,
-           sinks=False, d=16, dv=None, packed=False, early=None):
+           sinks=False, d=16, dv=None, early=None, prologue=None, key=False):
+    """`prologue` (rows of a table): q (and with `key` the new key) computed by the split
+    kernel, as raw * table[pos] (an index checked against the table's rows), from buffers raw
+    and table (a weight); returns the error flag."""
     pytest.importorskip("triton")
     from aotc.codegen.ir import Buffer, contiguous_strides, sym
     from aotc.codegen.triton import module_text
@@ -26,6 +31,11 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     q = torch.randn(batch, heads, 1, d, generator=g).to(dtype)
     k, v = (torch.randn(batch, kv_heads, max_len, n, generator=g).to(dtype) for n in (d, dv))
     new = [torch.randn(batch, kv_heads, 1, n, generator=g).to(dtype) for n in (d, dv)]
+    if prologue:
+        raw = [torch.randn(batch, n, 1, d, generator=g).to(dtype) for n in (heads, kv_heads)]
+        table = torch.randn(prologue, d, generator=g).to(dtype)
+        q, kn = ((r.float() * table[min(pos, prologue - 1)].float()).to(dtype) for r in raw)
+        new[0] = kn if key else new[0]
     want_k, want_v = k.clone(), v.clone()
     if write:
         want_k[:, :, pos], want_v[:, :, pos] = new[0][:, :, 0], new[1][:, :, 0]
@@ -38,25 +48,35 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     sink = (torch.randn(heads, generator=g) * 3).to(dtype) if sinks else None
     buf = lambda i, t: Buffer(name=f"buf{i}", slot=i, shape=tuple(map(sym, t.shape)),  # noqa
                               stride=contiguous_strides(tuple(map(sym, t.shape))), dtype=t.dtype)
-    qin = torch.cat([q, new[0]], dim=1) if packed else q   # the new key after q's heads
-    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((qin, k, v, position)))
+    qb, kb, vb, pb = (buf(i, t) for i, t in enumerate((q, k, v, position)))
+    tensors = {"buf0": q, "buf1": k, "buf2": v, "buf3": position}
+    extra = tuple(new) if write else ()
+    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(extra))
+    if prologue:
+        tb = dataclasses.replace(buf(12, table), constant=True)
+        qb, computed_key, buffers = _prologue(raw, [buf(11, raw[0]), buf(13, raw[1])], tb, pb)
+        nbufs = (computed_key, *nbufs[1:]) if key and write else nbufs
+        tensors.update(buf11=raw[0], buf12=table, buf13=raw[1])
     # NaN where no program stores: the combine reads the chunks up to the position only
     parts = [torch.full(s, float("nan")) for s in partial_shapes(q, kb, vb)]
     pbufs = [buf(4 + i, t) for i, t in enumerate(parts)]
     out = torch.empty(batch, heads, 1, dv, dtype=dtype)
-    extra = (tuple(new[1:]) if packed else tuple(new)) if write else ()
-    nbufs = tuple(buf(8 + i, t) for i, t in enumerate(extra))
     split, combine = decode_attention_kernels(
         qb, kb, vb, pb, pbufs, buf(7, out), 0.25, nbufs, window=window, softcap=softcap,
-        sinks=buf(10, sink) if sinks else None, packed=packed,
-        early=write if early is None else early)
-    for hk, name, args in ((split, "kernel0", (qin, k, v, position, *extra, *parts)),
-                           (combine, "kernel1", (*parts, position, *([sink] if sinks else []), out))):
+        sinks=buf(10, sink) if sinks else None, early=write if early is None else early)
+    tensors.update({f"buf{8 + i}": t for i, t in enumerate(extra)})
+    tensors.update({b.name: t for b, t in zip((*pbufs, buf(7, out)), (*parts, out))})
+    tensors["aotc_err"] = torch.zeros(1, dtype=torch.int32)
+    if sinks:
+        tensors["buf10"] = sink
+    for hk, name in ((split, "kernel0"), (combine, "kernel1")):
         hk.name = name
-        ks = hk.source()
+        ks = hk.source(buffers, 7) if prologue else hk.source()
         fn = import_kernel(module_text(ks), name, f"{name}.py")
         with mended_bf16():
-            fn[tuple(int(x) for x in ks.grid)](*args)
+            fn[tuple(int(x) for x in ks.grid)](*(tensors[n] for n in ks.signature))
+    if prologue and pos >= prologue:
+        return tensors["aotc_err"]
     want = attention(q.float(), want_k[:, :, lo:pos + 1].float(),
                      want_v[:, :, lo:pos + 1].float(), None, 0.25, softcap,
                      sinks=sink.float() if sinks else None)
@@ -65,6 +85,48 @@ def _check(batch, heads, kv_heads, max_len, pos, write, dtype, window=0, softcap
     if write:   # the cache holds the new row now, and the rest as it was
         torch.testing.assert_close(k[:, :, lo:pos + 1], want_k[:, :, lo:pos + 1])
         torch.testing.assert_close(v[:, :, lo:pos + 1], want_v[:, :, lo:pos + 1])
+    return tensors["aotc_err"]
+
+
+def _prologue(raw, raw_bufs, tb, pb):
+    """Prologues computing raw * table[pos] over each raw's shape (q's, the key's), and the
+    buffers they read."""
+    import sympy
+
+    from aotc.codegen.ir import Op
+    from aotc.codegen.triton.prologue import make_prologue
+
+    def loader(rb, rows, d):
+        def load(h, idx):
+            b, r, _, j = idx
+            x = h.load(rb.name, b * rows * d + r * d + j)
+            p = h.indirect(h.load(pb.name, sympy.Integer(0)), int(tb.shape[0]), wraps=False,
+                           op="aten::embedding.default")
+            return h.op(Op.MUL, x, h.load(tb.name, p * d + j))
+        return load
+    made = [make_prologue(f"prologue_{role}", t.shape, t.dtype, loader(b, t.shape[1], t.shape[3]))
+            for role, t, b in zip("qk", raw, raw_bufs)]
+    return (*made, {b.name: b for b in (*raw_bufs, tb, pb)})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("key,write,d,early", [
+    (True, True, 16, True), (True, True, 12, True), (False, True, 80, True),
+    (True, True, 16, False), (False, False, 16, None)])
+def test_a_computed_q_and_key_are_computed_by_the_split_kernel(key, write, d, early, dtype):
+    """Prologues (codegen/triton/prologue.py): q, and the new key, computed where the split
+    kernel loaded them (heads padded to 16 rows, dims below and above a power of two masked),
+    their position and table rows before the wait where the kernel reads early, equal to
+    attention over the values a kernel of their own would store."""
+    err = _check(2, 4, 2, 96, 70, write, dtype, d=d, key=key, prologue=128, early=early)
+    assert int(err[0]) == 0
+
+
+def test_a_prologue_index_out_of_range_stores_the_kernels_error_code():
+    """The prologue's index checks are the split kernel's: a position past the table flags its
+    code (and reads row 0 instead: no address outside the table)."""
+    err = _check(1, 4, 2, 96, 70, True, torch.float32, key=True, prologue=50)
+    assert int(err[0]) == 7
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -129,11 +191,11 @@ def test_flash_decoding_kernels_with_attention_sinks(window, pos, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("batch,heads,kv_heads,pos,window,d", [
     (1, 4, 2, 70, 0, 16), (2, 8, 2, 199, 0, 16), (2, 4, 4, 0, 0, 16), (3, 6, 2, 130, 20, 24)])
-def test_the_new_key_packed_after_the_query_heads(batch, heads, kv_heads, pos, window, d, dtype):
-    """Computed q and key (a rotary embedding of each) come in one buffer [B, H + Hkv, 1, D]
-    that one kernel writes (codegen/lowering/decode.py): the split kernel reads each
-    sequence's query heads and its key from their own rows, at every batch and head count."""
-    _check(batch, heads, kv_heads, 200, pos, True, dtype, window, d=d, packed=True)
+def test_computed_q_and_key_at_any_batch_and_head_count(batch, heads, kv_heads, pos, window, d,
+                                                        dtype):
+    """Computed q and key (a rotary embedding of each) read each sequence's query heads and
+    its key from their own rows, at every batch and head count, with a window too."""
+    _check(batch, heads, kv_heads, 200, pos, True, dtype, window, d=d, key=True, prologue=256)
 
 
 # ------------------------------------------------------------- hostile plans calling the op
@@ -176,9 +238,10 @@ def test_flash_decoding_kernels_with_any_head_sizes(d, dv, window, write, dtype)
 
 
 def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
-    """The LLaMA sample exported for CUDA at batch 2 (its q and new key packed into one
-    buffer, attention over 3 chunks of the cache) generates what its CPU artifact does
-    through Triton's interpreter, and again after a reset."""
+    """The LLaMA sample exported for CUDA at batch 2 (its rotary q and new key computed by the
+    attention's split kernel itself, never stored: no kernel of their own; attention over 3
+    chunks of the cache) generates what its CPU artifact does through Triton's interpreter,
+    and again after a reset."""
     pytest.importorskip("triton")
     import json
 
@@ -189,7 +252,10 @@ def test_a_cuda_generator_at_batch_2_decodes_through_the_interpreter(tmp_path):
     path = aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=160,
                        target="cuda:sm_90")
     slots = json.loads((path / "plans" / "decode.json").read_text())["slots"]
-    assert [2, 4 + 2, 1, 16] in [s.get("shape") for s in slots]   # q's heads, then the key's
+    assert [2, 4 + 2, 1, 16] not in [s.get("shape") for s in slots]   # q's heads, the key's
+    splits = [p for p in (path / "kernels").glob("decode_*.py")
+              if all(f"    {v} = " in p.read_text() for v in ("q_value", "key_value"))]
+    assert len(splits) == 2            # one split kernel a layer computes them
     want = aotc.load(aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True,
                                  max_cache_len=160)).generate(ids, 6)
     gen = aotc.load(path, device="cpu", interpret=True)

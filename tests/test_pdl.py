@@ -110,6 +110,61 @@ def test_only_weights_and_unwritten_state_are_read_before_the_wait(decoder):
     assert attention >= 2 * 2, "each layer's split and combine kernels read the state early"
 
 
+def test_computed_attention_operands_read_position_and_tables_before_the_wait(decoder):
+    # the split kernel computes the rotary q and key itself (codegen/triton/prologue.py): the
+    # position, its table rows and the index arithmetic run before the wait, the loads of the
+    # q/k/v product's rows after it
+    art = aotc.runtime.artifact.Artifact(decoder)
+    split = 0
+    for name in art.manifest.target.native.kernels:
+        text = art.read(f"kernels/{name}.py").decode()
+        if "    q_value = " not in text:
+            continue
+        split += 1
+        wait = text.index("gdc_wait()")
+        assert text.count("q_value_tmp", 0, wait) and text.count("key_value_tmp", 0, wait)
+        assert " = tl.load(" in text[wait:text.index("    q_value = ")]
+    assert split >= 2, "one split kernel a layer computes q and the key"
+
+
+def test_one_program_norms_load_their_weight_row_before_the_wait(decoder):
+    # latency-bound kernels (build.few_programs) load every weight they can before the wait: a
+    # decode step's RMSNorm its weight row, which it used to load after its reduction
+    import json
+    import re
+    art = aotc.runtime.artifact.Artifact(decoder)
+    constants = _constant_slots(art.plan("decode"))
+    norms = 0
+    for name in art.manifest.target.native.kernels:
+        text = art.read(f"kernels/{name}.py").decode()
+        grid = json.loads(art.read(f"kernels/{name}.json"))["grid"]
+        if not name.startswith("decode_") or grid != ["1", "1", "1"] or "rsqrt" not in text:
+            continue
+        wait = text.index("gdc_wait()")
+        early = set(re.findall(r"tl\.load\((buf\d+)", text[:wait]))
+        late = set(re.findall(r"tl\.load\((buf\d+)", text[wait:]))
+        assert early and early <= constants, (name, early)
+        assert not late & early, name
+        norms += 1
+    assert norms >= 2 * 2, "two RMSNorms a layer"
+
+
+def test_hoisting_before_the_wait_keeps_every_value():
+    from aotc.codegen.triton.build import hoist_early
+    lines = ["a = tl.load(buf1)",            # a weight: early
+             "y = tl.load(buf2) + x",        # a kernel's output: late (reads outer x)
+             "c = a * 2",
+             "tl.store(aotc_err + 0, 3, c)",  # stores stay after the wait
+             "x = c + 1",                    # would change what the late y read: late
+             "d = c + 1",
+             "c = y",                        # reassigns c: late
+             "e = c + d",                    # reads the late c: late
+             "f = tl.load(buf3 + d)"]        # buf3 is not early: late
+    before, after = hoist_early(lines, {"buf1"})
+    assert before == ["a = tl.load(buf1)", "c = a * 2", "d = c + 1"]
+    assert after == [ln for ln in lines if ln not in before]
+
+
 def test_one_row_products_load_their_weights_before_the_wait(decoder):
     art = aotc.runtime.artifact.Artifact(decoder)
     text = art.read("kernels/decode_kernel1.py").decode()

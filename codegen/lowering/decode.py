@@ -45,10 +45,11 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     if not all(isinstance(d, int) or getattr(d, "is_Integer", False)
                for t in (q, k_cache, v_cache) for d in t.shape):
         return None
-    qk = packed(g, q, new[0]) if new else None
-    if qk is not None:       # q and the new key in one buffer: one kernel computes both
-        new = new[1:]
-    qb, kb, vb, pb, *nb = (dense(g, t) for t in (qk or q, k_cache, v_cache, position, *new))
+    # a computed q and new key (a rotary embedding of the product's rows, say) are computed by
+    # the split kernel itself, where it would have loaded them from a kernel of their own
+    qb, *nb = (prologue(t, role) or dense(g, t) for t, role in zip((q, *new[:1]), "qk"))
+    kb, vb, pb, *rest = (dense(g, t) for t in (k_cache, v_cache, position, *new[1:]))
+    nb += rest
     partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
                 for shape in partial_shapes(q, kb, vb)]
     out = g._buffer(g.new_slot((*q.shape[:3], vb.shape[3]), q.dtype))
@@ -58,7 +59,7 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     early = bool(nb) and not written_before(g.out.steps, {kb.slot, vb.slot, pb.slot})
     g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb,
                                                 window=window, softcap=softcap, sinks=sb,
-                                                packed=qk is not None, early=early))
+                                                early=early))
     return g.realized(out.slot)
 
 
@@ -91,19 +92,15 @@ def written_before(steps: list, slots: set) -> bool:
     return False
 
 
-def packed(g, q, key):
-    """q [B, H, 1, D] and this step's key [B, Hkv, 1, D] as one value [B, H + Hkv, 1, D] where
-    both are computed values, not buffers or views of one (a rotary embedding of each, say:
-    one kernel then computes both, where each would have had its own), else None. The split
-    kernel reads q's heads and the key's from it (codegen/triton/decode_attention.py)."""
-    from aotc.codegen.lowering.misc import cat
-    if not (_computed(q) and _computed(key)) or \
-            q.dtype != key.dtype or len(q.shape) != 4 or len(key.shape) != 4 or \
-            (q.shape[0], q.shape[2], q.shape[3]) != (key.shape[0], key.shape[2], key.shape[3]):
+def prologue(tv, role: str = "q"):
+    """A computed q or key (a rotary embedding of the product's rows, say) as a Prologue the
+    split kernel computes itself, where it would have loaded it from a kernel of its own (that
+    kernel's launch cost more than its work: codegen/triton/prologue.py); None for a buffer,
+    a view of one, or a value of dynamic size."""
+    from aotc.codegen.triton.prologue import make_prologue
+    if not _computed(tv):
         return None
-    shape = [q.shape[0], q.shape[1] + key.shape[1], *q.shape[2:]]
-    meta = {"shape": shape, "dtype": str(q.dtype).removeprefix("torch.")}
-    return cat(g, [meta], [q, key], dim=1)
+    return make_prologue(f"prologue_{role}", tv.shape, tv.dtype, tv.loader, tv.origins)
 
 
 def _computed(tv) -> bool:

@@ -58,7 +58,7 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
     files, specs, jobs, sources = {}, {}, [], []
     for i, k in enumerate(kernels):
         config = tuned.get(k.name, (None, None))[0]
-        sources.append(k.source() if hasattr(k, "source") else
+        sources.append(k.source(buffers, first_code + i) if hasattr(k, "source") else
                        kernel_source(k, buffers, stored, first_code + i, config, hints))
     for k, ks in zip(kernels, share_codes(sources)):
         record = tuned.get(k.name, (None, None))[1]

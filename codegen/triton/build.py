@@ -73,7 +73,7 @@ PDL_WAIT = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()")
 _DEPENDENT = re.compile(r"\btl\.(store|atomic_\w+)\(|\baotc_err\b|\b(buf\d+)\b")
 
 
-def pdl_body(body: list[str], buffers: dict) -> list[str]:
+def pdl_body(body: list[str], buffers: dict, grid=None) -> list[str]:
     """A generated kernel's body lines with programmatic dependent launch: the trigger that
     lets the next kernel launch first, then the body with the wait for the predecessor placed
     before the first top-level statement that stores, or names a buffer of `buffers` that is
@@ -81,11 +81,18 @@ def pdl_body(body: list[str], buffers: dict) -> list[str]:
     (program ids, index arithmetic, weight loads) runs while the predecessor finishes: one-row
     products start streaming their weights during the previous kernel's last wave. A statement
     is a top-level line with the lines indented under it (a loop, an `if` with its `else`), so
-    the wait is never inside a loop or a branch; comments never count."""
+    the wait is never inside a loop or a branch; comments never count. A kernel of
+    `few_programs(grid)` also loads the rest of its weights before the wait (hoist_early): it is
+    bound by latency, and a weight row it loaded after its reduction (an RMSNorm's) was a
+    memory round trip more on the step's critical path."""
     constants = {n for n, b in buffers.items() if b.constant}
     groups = _statements(body)
     at = next((i for i, g in enumerate(groups)
                if any(_depends(ln, constants) for ln in g)), len(groups))
+    if few_programs(grid):
+        early, late = hoist_early(groups[at:], constants)
+        groups = [*groups[:at], *early, *late]
+        at += len(early)
     # Only what precedes the first dependent statement runs before the wait: moving later
     # independent loads above it too (the up projection's weights beside the gate's, 7922397)
     # made LLaMA's decode step 5-10% slower on the H200 (their loads queue ahead of the
@@ -110,6 +117,59 @@ def _depends(line: str, constants: set[str]) -> bool:
         return False
     return any(m.group(2) is None or m.group(2) not in constants
                for m in _DEPENDENT.finditer(line))
+
+
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_TARGETS = re.compile(r"^\s*(?:for\s+)?([A-Za-z_][\w, ]*?)\s*(?:[-+*/]?=(?!=)|\bin\b)")
+_SIMPLE = re.compile(r"^(\w+) = ")
+# kernels of at most this many programs are bound by latency, not bytes: every weight load of
+# theirs goes before the PDL wait (a decode step's RMSNorm reads its weight row there)
+HOIST_PROGRAMS = 8
+
+
+def hoist_early(lines: list, early: set[str]) -> tuple[list, list]:
+    """Statements split into those that may run before the PDL wait and the rest, each in
+    their order. A statement is a line, or a list of lines (a loop or branch with its body,
+    which never moves). A one-line `name = ...` goes first where it stores nothing, names no
+    buffer outside `early` (buffers no kernel of the step writes before this one: weights,
+    tables, a position the caller proved early), uses no name a later-placed statement may
+    assign, and assigns no name that one may use or assign (so moving it up changes no value).
+    The index arithmetic and table rows of a computed operand, or a norm's weight row, then
+    overlap the kernel before; what is left after the wait is the loads of that kernel's
+    output and the arithmetic on them."""
+    groups = [g if isinstance(g, list) else [g] for g in lines]
+    code = [[ln for ln in g if not ln.lstrip().startswith("#")] for g in groups]
+    assigned = {n.strip() for g in code for ln in g if (m := _TARGETS.match(ln))
+                for n in m.group(1).split(",")}
+    before, after = [], []
+    late_defs, late_uses = set(), set()
+    for g, c in zip(groups, code):
+        if not c:                  # a comment stays with what follows it
+            after.append(g)
+            continue
+        m = _SIMPLE.match(c[0]) if len(c) == 1 else None
+        text = "\n".join(c)
+        names = set(_NAME.findall(text[m.end():] if m else text)) & assigned
+        if (m and "aotc_err" not in text and not re.search(r"\btl\.(store|atomic_\w+)\(", text)
+                and set(re.findall(r"\bbuf\d+\b", text)) <= early
+                and not names & late_defs and m.group(1) not in late_uses | late_defs):
+            before.append(g)
+            continue
+        after.append(g)
+        late_uses |= names
+        targets = _TARGETS.match(c[0]) if len(c) == 1 else None
+        late_defs |= names if len(c) > 1 else \
+            {n.strip() for n in targets.group(1).split(",")} if targets else set()
+    unwrap = (lambda gs: gs) if any(isinstance(g, list) for g in lines) else \
+        (lambda gs: [g[0] for g in gs])
+    return unwrap(before), unwrap(after)
+
+
+def few_programs(grid) -> bool:
+    """Whether a grid (three Python expressions) is static and has at most HOIST_PROGRAMS."""
+    if grid is None or not all(str(d).isdigit() for d in grid):
+        return False
+    return int(grid[0]) * int(grid[1]) * int(grid[2]) <= HOIST_PROGRAMS
 
 
 def with_pdl(text: str, name: str, waits_itself: bool = False) -> str:
@@ -213,7 +273,7 @@ def kernel_shape(ks, arch: str, sizes16: tuple = ()) -> tuple:
             tuple(i for i, n in enumerate(ks.signature) if n in sizes16))
 
 
-_CODE = re.compile(r"(tl\.store\([^\n]*\baotc_err\b[^\n]*?, )(\d+)(, bad\d+\))")
+_CODE = re.compile(r"(tl\.store\([^\n]*\baotc_err\b[^\n]*?, )(\d+)(, (?:\w+_)?bad\d+\))")
 
 
 def _coded(ks, code: int):

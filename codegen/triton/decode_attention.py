@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from aotc.codegen.scheduler import Kernel
+from aotc.codegen.triton.build import hoist_early
 
 BLOCK_N = 32
 CHUNK = 2 * BLOCK_N            # keys per program
@@ -35,6 +36,11 @@ class HandKernel(Kernel):
     mutates: tuple = ()       # of `ins`, those it writes in place (the caches it writes)
     early: bool = False       # reads `read_early` before the PDL wait
     read_early: tuple = ()    # of `ins`, those it may read before the wait (position, caches)
+    prologues: tuple = ()     # (role, Prologue): values it computes instead of loading them
+
+    def __post_init__(self):
+        if self.prologues:    # their index checks become the kernel's plan checks
+            self.nodes = [p.node for _, p in self.prologues]
 
     @property
     def writes(self) -> list:
@@ -42,10 +48,15 @@ class HandKernel(Kernel):
 
     @property
     def reads(self) -> set[str]:
-        return {b.name for b in self.ins}
+        return {b.name for b in self.ins} | {n for _, p in self.prologues for n in p.reads}
 
-    def source(self):
-        return self.make(self.name, self.ins, self.outs)
+    def source(self, buffers: dict | None = None, error_code: int = 1):
+        """The KernelSource; one with prologues needs the buffers their bodies read, and the
+        code their index checks store."""
+        if not self.prologues:
+            return self.make(self.name, self.ins, self.outs)
+        return self.make(self.name, self.ins, self.outs,
+                         (dict(self.prologues), buffers, error_code))
 
 
 def plan_splits(max_len: int) -> tuple[int, int]:
@@ -62,7 +73,7 @@ def plan_splits(max_len: int) -> tuple[int, int]:
 
 _SPLIT = '''
 @triton.jit
-def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
+def {name}({lead}{k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     bh = tl.program_id(0)
     s = tl.program_id(1)
     b = bh // {hkv}
@@ -76,7 +87,7 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
     dmask = dims < {d}
     vdims = tl.arange(0, {dvp})
     vmask = vdims < {dv}
-    qrows = b * {qheads} + g * {group} + heads
+    qrows = b * {heads} + g * {group} + heads
     base = (b * {hkv} + g) * {m} * {d}
     vbase = (b * {hkv} + g) * {m} * {dv}
     span = tl.minimum(n_valid - s * {chunk}, {chunk})     # keys of this chunk up to pos
@@ -87,9 +98,7 @@ def {name}({q}, {k}, {v}, {pos}, {params}{mo}, {mm}, {ml}):
                  mask=kmask[:, None] & dmask[None, :], other=0.0)
     vt = tl.load({v} + vbase + keys[:, None] * {dv} + vdims[None, :],
                  mask=kmask[:, None] & vmask[None, :], other=0.0)
-{wait}    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
-                other=0.0)
-    m_i = tl.full([{gp}], float("-inf"), tl.float32)
+{wait}{q_load}    m_i = tl.full([{gp}], float("-inf"), tl.float32)
     l_i = tl.full([{gp}], 0.0, tl.float32)
     acc = tl.full([{gp}, {dvp}], 0.0, tl.float32)
 {prelude}    for n0 in range({start}, span, {block}):
@@ -136,12 +145,19 @@ def {name}({mo}, {mm}, {ml}, {pos}, {sink_param}{o}):
 '''
 
 
-# `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]; the key
-# may be packed after q's heads, in rows [B, H + Hkv] of q's buffer) are written into the
-# caches at the position by the program whose chunk holds it, and used in place of the
+# `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]) are
+# written into the caches at the position by the program whose chunk holds it, and used in place of the
 # cache's row there (the program reads what it has in registers, never what it
 # or another program just stored)
-_WRITE_PRELUDE = '''    k_new = tl.load({kn} + {krow} * {d} + dims, mask=dmask, other=0.0)
+_Q_LOAD = """    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
+                other=0.0)
+"""
+# q computed by the kernel's prologue (codegen/triton/prologue.py) from what it is made of
+_Q_PROLOGUE = """    q = tl.where(hmask[:, None] & dmask[None, :], q_value, 0.0)
+"""
+_K_LOAD = "tl.load({kn} + (b * {hkv} + g) * {d} + dims, mask=dmask, other=0.0)"
+_K_PROLOGUE = "tl.reshape(key_value, [{dp}])"
+_WRITE_PRELUDE = '''    k_new = {k_new}
     v_new = tl.load({vn} + (b * {hkv} + g) * {dv} + vdims, mask=vmask, other=0.0)
     mine = (at // {chunk} == s) & (at < {m})   # block masks below: the interpreter refuses
     # a scalar one; a position past the cache (a damaged manifest) writes nothing
@@ -166,42 +182,81 @@ _WRITE_VALUE = "        vt = tl.where((keys == at)[:, None], v_new[None, :], vt)
 
 
 def hand_source(name: str, text: str, ins, outs, grid, num_warps: int = 4,
-                num_stages: int | None = None, waits_itself: bool = False):
+                num_stages: int | None = None, waits_itself: bool = False,
+                error_code: int | None = None):
     """The KernelSource of a hand-written kernel over whole Buffers `ins` and `outs` (pointer
     parameters in that order, no size parameters or constexprs: every size is in its text);
-    `waits_itself`: the text places the PDL wait (build.with_pdl)."""
+    `waits_itself`: the text places the PDL wait (build.with_pdl); with an `error_code`, the
+    kernel takes `aotc_err` last and stores that code into it for an index out of range."""
     from aotc.codegen.triton.build import KernelSource, with_pdl
     from aotc.codegen.triton.printer import POINTER
+    signature = {b.name: POINTER[b.dtype] for b in (*ins, *outs)}
+    if error_code is not None:
+        signature["aotc_err"] = "*i32"
     return KernelSource(name=name, text=with_pdl(text.lstrip("\n"), name, waits_itself),
                         ins=[b.name for b in ins],
-                        outs=[b.name for b in outs], sizes=[],
-                        signature={b.name: POINTER[b.dtype] for b in (*ins, *outs)},
+                        outs=[b.name for b in outs], sizes=[], signature=signature,
                         constexprs={}, grid=[str(g) for g in grid], num_warps=num_warps,
-                        error_code=None, num_stages=num_stages)
+                        error_code=error_code, num_stages=num_stages)
 
 
-def _split_source(name: str, ins, outs, **sizes):
-    q, k, v, pos, *new = (b.name for b in ins)
+def _split_source(name: str, ins, outs, computed=None, **sizes):
+    """`computed`: (the Prologues by role, "q" and "key", the step's buffers, the kernel's
+    error code) for a q and a new key the kernel computes instead of loading them."""
+    prologues, buffers, error_code = computed or ({}, {}, None)
+    names = [b.name for b in ins]
+    q = None if "q" in prologues else names.pop(0)
+    k, v, pos, *new = names
     mo, mm, ml = (b.name for b in outs)
+    early = sizes.pop("early")
+    lines, lead, uses_err = _prologue_lines(prologues, buffers, error_code, sizes)
+    own = {b.name for b in ins}
+    lead = tuple(buffers[n] for n in lead if n not in own)
+    safe = {n for n in (b.name for b in lead) if buffers[n].constant} | {pos}
+    before, after = hoist_early(lines, safe) if early else ([], lines)
     write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
-    if new:
-        packed = sizes["qheads"] != sizes["heads"]       # the key in q's buffer, after q's heads
-        kn, vn = (q, *new) if packed else new
-        krow = (f"(b * {sizes['qheads']} + {sizes['heads']} + g)" if packed
-                else f"(b * {sizes['hkv']} + g)")
+    if new or "key" in prologues:
+        kn, vn = (None, *new) if "key" in prologues else new
+        k_new = (_K_PROLOGUE if "key" in prologues else _K_LOAD).format(kn=kn, **sizes)
         write = {"params": "".join(f"{n}, " for n in new), "key_new": _WRITE_KEY,
                  "value_new": _WRITE_VALUE,
-                 "prelude": _WRITE_PRELUDE.format(kn=kn, vn=vn, k=k, v=v, krow=krow, **sizes)}
+                 "prelude": _WRITE_PRELUDE.format(k_new=k_new, vn=vn, k=k, v=v, **sizes)}
+    q_load = "".join(f"    {ln}\n" for ln in after) + \
+        (_Q_PROLOGUE if "q" in prologues else _Q_LOAD).format(q=q, **sizes)
     window, softcap = sizes["window"], sizes["softcap"]
     extra = {"window_start": _WINDOW_START.format(**sizes) if window else "",
              "start": "first" if window else "0",
              "window_mask": " & (keys >= lo)" if window else "",
              "capped": _SOFTCAP.format(softcap=repr(softcap)) if softcap else ""}
-    early = sizes.pop("early")
-    text = _SPLIT.format(name=name, q=q, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
-                         **extra, **sizes, wait=_WAIT if early else "")
+    wait = "".join(f"    {ln}\n" for ln in before) + _WAIT if early else ""
+    text = _SPLIT.format(name=name, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
+                         **extra, **sizes, wait=wait, q_load=q_load,
+                         lead="".join(f"{b.name}, " for b in (*lead, *ins[:q is not None])))
+    if uses_err:
+        text = text.replace(f"{ml}):", f"{ml}, aotc_err):", 1)
     grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)
-    return hand_source(name, text, ins, outs, grid, waits_itself=early)
+    return hand_source(name, text, (*lead, *ins), outs, grid, waits_itself=early,
+                       error_code=error_code if uses_err else None)
+
+
+def _prologue_lines(prologues: dict, buffers: dict, error_code, sizes) -> tuple:
+    """(statements computing `q_value` [gp, dp] for the program's query heads and `key_value`
+    [1, dp] for its KV head, as far as `prologues` has them; the buffers they read; whether
+    they store the error code)."""
+    from aotc.codegen.triton.prologue import prologue_lines
+    # the padding heads' rows are past the value's (its loads masked off), not the next group's
+    rows = {"q": ("tl.where(hmask, qrows, {rows})[:, None]".format(
+                rows=sizes["batch"] * sizes["heads"]), sizes["gp"]),
+            "key": ("(tl.full([1, 1], 0, tl.int32) + (b * {hkv} + g))".format(**sizes), 1)}
+    lines, reads, uses_err = [], [], False
+    for role, prologue in prologues.items():
+        at, xblock = rows[role]
+        src = prologue_lines(prologue, buffers, error_code, target=f"{role}_value", rows=at,
+                             xblock=xblock, rblock=sizes["dp"])
+        lines += src.lines
+        reads += src.params
+        uses_err |= src.uses_err
+    return lines, list(dict.fromkeys(reads)), uses_err
 
 
 def _combine_source(name: str, ins, outs, **sizes):
@@ -220,17 +275,19 @@ def _combine_source(name: str, ins, outs, **sizes):
 
 def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), *,
                              window: int = 0, softcap: float = 0.0,
-                             sinks=None, packed: bool = False,
-                             early: bool = False) -> list[HandKernel]:
+                             sinks=None, early: bool = False) -> list[HandKernel]:
     """The split and combine kernels for Buffers q [B, H, 1, D], key cache [B, Hkv, M, D],
     value cache [B, Hkv, M, Dv] (Dv may differ from D, as multi-head latent attention's),
     pos, partial buffers (o [B*H*splits, Dv], m and l [B*H*splits], float32) and the output
     [B, H, 1, Dv]; head sizes that are not powers of two are padded to one in registers and
     masked. With `new` (key [B, Hkv, 1, D], value [B, Hkv, 1, Dv]), the split kernel first
-    writes them at pos; `window`
-    (> 0) attends only the last `window` positions, `softcap` (> 0) soft-caps the scores, and
-    the combine kernel adds each head's `sinks` [H] logit to its softmax. `packed`: q's buffer
-    is [B, H + Hkv, 1, D], the new key after q's heads, and `new` holds only the value.
+    writes them at pos; `window` (> 0) attends only the last `window` positions, `softcap`
+    (> 0) soft-caps the scores, and the combine kernel adds each head's `sinks` [H] logit to
+    its softmax. q and the new key may be Prologues (codegen/triton/prologue.py) instead of
+    Buffers: the split kernel computes them (a rotary embedding of the product's rows, say)
+    from what they are made of, where it would have loaded them, and with `early` the part of
+    that which reads no kernel's output (the position, its table rows, index arithmetic) runs
+    before the wait (build.hoist_early).
 
     `early` (with `new` only; the caller proves it): no kernel of the step before these writes
     the caches or the position, so both kernels read the position, and the split kernel its
@@ -240,23 +297,28 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     must be complete by then: codegen/lowering/decode.py `fence_early_reads` keeps `early`
     only where an extern step (launched without PDL: the position's write-back) follows the
     last write of what they read early."""
+    from aotc.codegen.triton.prologue import Prologue
     early = bool(early and new)
-    batch, qheads, _, d = (int(x) for x in q.shape)
+    batch, heads, _, d = (int(x) for x in q.shape)
     hkv, m, dv = int(k.shape[1]), int(k.shape[2]), int(v.shape[3])
-    heads = qheads - hkv if packed else qheads
     chunk, splits = plan_splits(m)
     group = heads // hkv
-    sizes = dict(batch=batch, heads=heads, qheads=qheads, hkv=hkv, group=group,
+    sizes = dict(batch=batch, heads=heads, hkv=hkv, group=group,
                  gp=max(16, pow2(group)), d=d, dp=max(16, pow2(d)), dv=dv, dvp=max(16, pow2(dv)),
                  m=m, chunk=chunk, block=BLOCK_N, splits=splits, sp=pow2(splits),
                  scale=repr(float(scale)), precision=dot_precision(q.dtype),
                  window=int(window), softcap=float(softcap))
     mo, mm, ml = partials
-    split = HandKernel(name="kernel_split", prefix=(), ins=(q, k, v, pos, *new),
+    computed = tuple((role, t) for role, t in zip(("q", "key"), (q, *new[:1]))
+                     if isinstance(t, Prologue))
+    loaded = (*(() if isinstance(q, Prologue) else (q,)), k, v, pos,
+              *(t for t in new if not isinstance(t, Prologue)))
+    split = HandKernel(name="kernel_split", prefix=(), ins=loaded,
+                       prologues=computed,
                        outs=(mo, mm, ml), mutates=(k, v) if new else (), early=early,
                        read_early=(k, v, pos),
-                       make=lambda n, i, o: _split_source(n, i, o, **sizes,
-                                                          early=split.early))
+                       make=lambda n, i, o, *pro: _split_source(n, i, o, *pro, **sizes,
+                                                                early=split.early))
     sink = (sinks,) if sinks is not None else ()
     combine = HandKernel(name="kernel_combine", prefix=(), ins=(mo, mm, ml, pos, *sink),
                          outs=(out,), early=early, read_early=(pos,),
@@ -265,6 +327,7 @@ def decode_attention_kernels(q, k, v, pos, partials, out, scale: float, new=(), 
     written = "; writes this step's key and value" if new else ""
     written += f"; a window of {window} keys" if window else ""
     written += f"; scores soft-capped at {softcap}" if softcap else ""
+    written += "".join(f"; computes {role} itself" for role, _ in computed)
     for hk, what in ((split, f"flash-decoding: {splits} chunks of {chunk} keys{written}"),
                      (combine, f"combine {splits} chunks" + (" and the heads' sinks"
                                                              if sinks is not None else ""))):

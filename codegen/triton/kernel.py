@@ -40,8 +40,9 @@ from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, Si
                                         plan_blocks)
 from aotc.codegen.triton.build import PDL_PARAM, KernelSource, pdl_body
 from aotc.codegen.triton.printer import (HALF, POINTER, TL, cast, constant, convert, extent,
-                                         fold_index, in_bounds, op_expr, reduce_sum, texpr,
-                                         to_half, unravel, value_dtype, value_type)
+                                         fold_index, in_bounds, op_expr, reduce_sum,
+                                         stored_value, texpr, to_half, unravel, value_dtype,
+                                         value_type)
 
 X, XR = frozenset("x"), frozenset("xr")
 
@@ -304,11 +305,7 @@ class KernelWriter:
 
     def _store(self, h: TritonHandler, buf, index, value: TVal, axes) -> str:
         mask, _ = h.mask_for(axes)
-        v = value.expr
-        if value.const is None and buf.dtype in HALF and value.dtype != buf.dtype:
-            v = cast(to_half(v, value.axes, value.dtype, buf.dtype), value.axes, TL[buf.dtype])
-        elif value.const is None and value_dtype(value.dtype) != buf.dtype:
-            v = cast(v, value.axes, TL[buf.dtype])
+        v = stored_value(value, buf.dtype)
         self.written.add(buf.name)
         return f"tl.store({h.pointer(buf.name, index, axes)}, {v}{', ' + mask if mask else ''})"
 
@@ -486,10 +483,11 @@ class KernelWriter:
         params = ", ".join([*signature, *(f"{c}: tl.constexpr" for c in constexprs), PDL_PARAM])
         lines = ["@triton.jit", f"def {self.k.name}({params}):",
                  *(f"    # {r}" for r in self.k.reasons)]
-        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], self.buffers)]
+        grid = self.blocks.grid()
+        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], self.buffers, grid)]
         return KernelSource(name=self.k.name, text="\n".join(lines) + "\n", ins=ins, outs=outs,
                             sizes=sizes, signature=signature, constexprs=constexprs,
-                            grid=self.blocks.grid(), num_warps=self.blocks.num_warps,
+                            grid=grid, num_warps=self.blocks.num_warps,
                             error_code=self.error_code if self.uses_err else None,
                             aligned=tuple(f"s_{n}" for n in sizes if n in self.address_sizes))
 

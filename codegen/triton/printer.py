@@ -247,3 +247,14 @@ def unravel(flat: str, names: list, sizes) -> list[str]:
         e = ModIndex(e, n) if i > 0 else e
         lines.append(f"{name} = {texpr(e)}")
     return lines
+
+
+def stored_value(value, dtype) -> str:
+    """A kernel value (a TVal) as a store into a buffer of `dtype` converts it (halves rounded
+    once)."""
+    v = value.expr
+    if value.const is None and dtype in HALF and value.dtype != dtype:
+        v = cast(to_half(v, value.axes, value.dtype, dtype), value.axes, TL[dtype])
+    elif value.const is None and value_dtype(value.dtype) != dtype:
+        v = cast(v, value.axes, TL[dtype])
+    return v
