@@ -149,6 +149,22 @@ def test_one_program_norms_load_their_weight_row_before_the_wait(decoder):
     assert norms >= 2 * 2, "two RMSNorms a layer"
 
 
+def test_few_program_kernels_hoist_weights_up_to_their_first_loop():
+    from types import SimpleNamespace as NS
+
+    from aotc.codegen.triton.build import PDL_WAIT, pdl_body
+    buffers = {"buf1": NS(constant=True), "buf2": NS(constant=True), "buf9": NS(constant=False)}
+    body = ["x = tl.arange(0, 64)[None, :]", "a = tl.load(buf9 + x)", "w = tl.load(buf1 + x)",
+            "for r in range(0, 4096, 64):", "    acc = acc + tl.load(buf9 + r + x)",
+            "u = tl.load(buf2 + x)"]
+    wait = PDL_WAIT[1]
+    one = pdl_body(body, buffers, ["1", "1", "1"])
+    assert one[one.index(wait) - 2] == "w = tl.load(buf1 + x)"
+    assert one[-1] == "u = tl.load(buf2 + x)"                # not across the loop
+    many = pdl_body(body, buffers, ["64", "1", "1"])      # bound by bytes: the prefix only
+    assert many[many.index(wait) + 1:many.index(wait) + 3] == body[1:3]
+
+
 def test_hoisting_before_the_wait_keeps_every_value():
     from aotc.codegen.triton.build import hoist_early
     lines = ["a = tl.load(buf1)",            # a weight: early

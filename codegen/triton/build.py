@@ -82,16 +82,17 @@ def pdl_body(body: list[str], buffers: dict, grid=None) -> list[str]:
     products start streaming their weights during the previous kernel's last wave. A statement
     is a top-level line with the lines indented under it (a loop, an `if` with its `else`), so
     the wait is never inside a loop or a branch; comments never count. A kernel of
-    `few_programs(grid)` also loads the rest of its weights before the wait (hoist_early): it is
-    bound by latency, and a weight row it loaded after its reduction (an RMSNorm's) was a
-    memory round trip more on the step's critical path."""
+    `few_programs(grid)` also loads the weights it reads before its first loop before the wait
+    (hoist_early): it is bound by latency, and a weight row it loaded after its reduction (an
+    RMSNorm's) was a memory round trip more on the step's critical path."""
     constants = {n for n, b in buffers.items() if b.constant}
     groups = _statements(body)
     at = next((i for i, g in enumerate(groups)
                if any(_depends(ln, constants) for ln in g)), len(groups))
-    if few_programs(grid):
-        early, late = hoist_early(groups[at:], constants)
-        groups = [*groups[:at], *early, *late]
+    if few_programs(grid):     # up to its first loop: nothing is held in registers across one
+        end = next((i for i in range(at, len(groups)) if len(groups[i]) > 1), len(groups))
+        early, late = hoist_early(groups[at:end], constants)
+        groups = [*groups[:at], *early, *late, *groups[end:]]
         at += len(early)
     # Only what precedes the first dependent statement runs before the wait: moving later
     # independent loads above it too (the up projection's weights beside the gate's, 7922397)
