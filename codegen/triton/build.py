@@ -123,8 +123,9 @@ def _depends(line: str, constants: set[str]) -> bool:
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 _TARGETS = re.compile(r"^\s*(?:for\s+)?([A-Za-z_][\w, ]*?)\s*(?:[-+*/]?=(?!=)|\bin\b)")
 _SIMPLE = re.compile(r"^(\w+) = ")
-# kernels of at most this many programs are bound by latency, not bytes: every weight load of
-# theirs goes before the PDL wait (a decode step's RMSNorm reads its weight row there)
+# kernels of at most this many programs are bound by latency, not bytes: their weight loads up
+# to their first loop go before the PDL wait (a decode step's RMSNorm reads its weight row
+# there; benchmarks/results/h100-generate/prologue-hoisted/)
 HOIST_PROGRAMS = 8
 
 
