@@ -122,7 +122,7 @@ def _depends(line: str, constants: set[str]) -> bool:
 
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 _TARGETS = re.compile(r"^\s*(?:for\s+)?([A-Za-z_][\w, ]*?)\s*(?:[-+*/]?=(?!=)|\bin\b)")
-_SIMPLE = re.compile(r"^(\w+) = ")
+ASSIGNMENT = re.compile(r"^(\w+) = ")    # a one-line statement `name = ...`
 # kernels of at most this many programs are bound by latency, not bytes: their weight loads up
 # to their first loop go before the PDL wait (a decode step's RMSNorm reads its weight row
 # there; benchmarks/results/h100-generate/prologue-hoisted/)
@@ -149,7 +149,7 @@ def hoist_early(lines: list, early: set[str]) -> tuple[list, list]:
         if not c:                  # a comment stays with what follows it
             after.append(g)
             continue
-        m = _SIMPLE.match(c[0]) if len(c) == 1 else None
+        m = ASSIGNMENT.match(c[0]) if len(c) == 1 else None
         text = "\n".join(c)
         names = set(_NAME.findall(text[m.end():] if m else text)) & assigned
         if (m and "aotc_err" not in text and not re.search(r"\btl\.(store|atomic_\w+)\(", text)

@@ -146,8 +146,8 @@ def {name}({mo}, {mm}, {ml}, {pos}, {sink_param}{o}):
 
 
 # `decode_attention_write`: the new key and value of this step (kn, vn [B, Hkv, 1, D]) are
-# written into the caches at the position by the program whose chunk holds it, and used in place of the
-# cache's row there (the program reads what it has in registers, never what it
+# written into the caches at the position by the program whose chunk holds it, and used in
+# place of the cache's row there (the program reads what it has in registers, never what it
 # or another program just stored)
 _Q_LOAD = """    q = tl.load({q} + qrows[:, None] * {d} + dims[None, :], mask=hmask[:, None] & dmask[None, :],
                 other=0.0)
@@ -215,7 +215,7 @@ def _split_source(name: str, ins, outs, computed=None, **sizes):
     safe = {n for n in (b.name for b in lead) if buffers[n].constant} | {pos}
     before, after = hoist_early(lines, safe) if early else ([], lines)
     write = {"params": "", "prelude": "", "key_new": "", "value_new": ""}
-    if new or "key" in prologues:
+    if new:                    # (with the key computed, `new` holds the value alone)
         kn, vn = (None, *new) if "key" in prologues else new
         k_new = (_K_PROLOGUE if "key" in prologues else _K_LOAD).format(kn=kn, **sizes)
         write = {"params": "".join(f"{n}, " for n in new), "key_new": _WRITE_KEY,
@@ -231,7 +231,7 @@ def _split_source(name: str, ins, outs, computed=None, **sizes):
     wait = "".join(f"    {ln}\n" for ln in before) + _WAIT if early else ""
     text = _SPLIT.format(name=name, k=k, v=v, pos=pos, mo=mo, mm=mm, ml=ml, **write,
                          **extra, **sizes, wait=wait, q_load=q_load,
-                         lead="".join(f"{b.name}, " for b in (*lead, *ins[:q is not None])))
+                         lead="".join(f"{n}, " for n in (*(b.name for b in lead), q) if n))
     if uses_err:
         text = text.replace(f"{ml}):", f"{ml}, aotc_err):", 1)
     grid = (sizes["batch"] * sizes["hkv"], sizes["splits"], 1)

@@ -31,8 +31,10 @@ import sympy
 from aotc.codegen.ir import Buffer, ComputedBuffer, Pointwise, contiguous_strides, index_vars
 from aotc.codegen.scheduler import Kernel, node_loads
 from aotc.codegen.triton.blocks import KernelBlocks, NodeBlock, pow2
+from aotc.codegen.triton.build import ASSIGNMENT
 from aotc.codegen.triton.kernel import XR, KernelWriter, TritonHandler
 from aotc.codegen.triton.printer import stored_value, texpr, unravel, value_type
+from aotc.errors import LoweringError
 
 HELPER = "aotc_prologue"
 
@@ -117,9 +119,6 @@ class _InlineWriter(KernelWriter):
         return rows + lines, (f"tl.where({mask}, {v}, 0.0)" if mask else v)
 
 
-_ASSIGNED = re.compile(r"^(\w+) = ")
-
-
 def prologue_lines(prologue: Prologue, buffers: dict, error_code: int, *, target: str,
                    rows: str, xblock: int, rblock: int) -> InlineSource:
     """`prologue`'s value for the rows `rows` (an [xblock, 1] block of row indices) as
@@ -130,8 +129,8 @@ def prologue_lines(prologue: Prologue, buffers: dict, error_code: int, *, target
     body, value = writer.body()
     lines = [f"xindex = {rows}", *body, f"{target} = {value}"]
     if any(ln.startswith((" ", "\t")) or ln.rstrip().endswith(":") for ln in lines):
-        raise ValueError("a prologue is straight-line code")
-    names = {m.group(1) for ln in lines[:-1] if (m := _ASSIGNED.match(ln))}
+        raise _bug(prologue, "straight-line statements", "a loop or a branch")
+    names = {m.group(1) for ln in lines[:-1] if (m := ASSIGNMENT.match(ln))}
     local = re.compile(r"(?<![\w.])(" + "|".join(sorted(names, key=len, reverse=True)) +
                        r")\b") if names else None
     sized = {"XBLOCK": str(xblock), "R0_BLOCK": str(rblock)}
@@ -141,6 +140,12 @@ def prologue_lines(prologue: Prologue, buffers: dict, error_code: int, *, target
         out.append(local.sub(lambda m: f"{target}_{m.group(1)}", ln) if local else ln)
     text = "\n".join(out)
     if re.search(r"\bs_\w+", text):
-        raise ValueError("a prologue's sizes must be static")
+        raise _bug(prologue, "static sizes", "a size parameter")
     params = list(dict.fromkeys(re.findall(r"\bbuf\d+\b", text)))
     return InlineSource(out, params, writer.uses_err)
+
+
+def _bug(prologue: Prologue, expected: str, found: str) -> LoweringError:
+    name = prologue.node.buffers[0].name
+    return LoweringError(f"prologue {name} cannot be computed inside its kernel", where=name,
+                         expected=expected, found=found, fix="report this as an aotc bug")
