@@ -157,12 +157,13 @@ class GraphedEntry:
         for dst, src in zip(g.static_in, args):
             dst.copy_(src)
         g.graph.replay()
-        if self.folding is not None and g.flags:   # read later, with other replays' flags
+        if self.folding is None:       # the index checks of the replay
+            for flag in g.flags:
+                self.entry.function.check_flag(flag, args)
+        elif g.flags:                  # read later, with other replays' flags
             for flag in g.flags:
                 self.folding.fold(flag)
             self.folding.replayed(self.entry.function, args)
-        for flag in g.flags if self.folding is None else ():   # index checks of the replay
-            self.entry.function.check_flag(flag, args)
         return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in g.static_out)
 
     # ------------------------------------------------------------------------------- capture

@@ -22,7 +22,6 @@ are fixed by the value's role, so layers' kernels stay of one shape (build.kerne
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -44,7 +43,6 @@ class Prologue:
     """The value [*rows, D] of `node` (a Pointwise over static sizes; its buffer is a name
     only, never allocated nor stored), computed by the kernel that reads it."""
     node: ComputedBuffer
-    rblock: int = 0       # the R block the kernel calls it with (0: the row's, rounded up)
 
     @property
     def shape(self) -> tuple:
@@ -85,12 +83,12 @@ class _InlineWriter(KernelWriter):
     expression, printing its body as statements that assign the value instead of storing
     it: XBLOCK rows (any, masked to the value's), one R block holding a whole row."""
 
-    def __init__(self, prologue: Prologue, buffers: dict, error_code: int):
+    def __init__(self, prologue: Prologue, buffers: dict, error_code: int, rblock: int):
         shape = prologue.shape
         kernel = Kernel(name=HELPER, prefix=shape[:-1], nodes=[prologue.node])
         super().__init__(kernel, buffers, set(), error_code)
         d = int(shape[-1])
-        size = max(prologue.rblock, pow2(d))
+        size = max(rblock, pow2(d))
         rows = sympy.Integer(1)
         for n in shape[:-1]:
             rows *= n
@@ -125,7 +123,7 @@ def prologue_lines(prologue: Prologue, buffers: dict, error_code: int, *, target
     statements ending in `target = <[xblock, rblock] block, 0 outside the value>`; its own
     names take `target`'s as a prefix, so several prologues share a kernel; its index checks
     store `error_code`."""
-    writer = _InlineWriter(dataclasses.replace(prologue, rblock=rblock), buffers, error_code)
+    writer = _InlineWriter(prologue, buffers, error_code, rblock)
     body, value = writer.body()
     lines = [f"xindex = {rows}", *body, f"{target} = {value}"]
     if any(ln.startswith((" ", "\t")) or ln.rstrip().endswith(":") for ln in lines):
