@@ -3,6 +3,9 @@
     prefill(input_ids [B, T]) -> logits [B, vocab]   writes the cache at 0..T-1, position := T
     decode(input_ids [B, 1])  -> logits [B, vocab]   writes the cache at position, position += 1
 
+Each entry's plan also computes the greedy token, the logits' argmax [B, 1] (`token=True`): a
+second flat output the output tree leaves out (the manifest's generation.token names it).
+
 Both steps wrap the same `Generator` (the decoder with its `aotc.nn.KVCache`s, and the position
 as an int64 buffer), so their captured graphs name the same weights and the same state; the
 state buffers are what the graphs mutate (torch.export's buffer mutations). Prompt length is a
@@ -35,27 +38,33 @@ class Generator(torch.nn.Module):
 
 
 class PrefillStep(torch.nn.Module):
-    def __init__(self, g: Generator):
+    """A prompt's step: its last position's logits, and with `token` their argmax [B, 1] too
+    (the greedy token, the manifest's generation.token: an argmax kernel of the plan, which a
+    greedy step on a GPU chains to the logits' kernels instead of an eager argmax after them)."""
+
+    def __init__(self, g: Generator, token: bool = False):
         super().__init__()
-        self.g = g
+        self.g, self.token = g, token
 
     def forward(self, input_ids):
         t = input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device)
         logits = self.g.decoder(input_ids, positions)
         self.g.pos.fill_(t)
-        return logits[:, -1]
+        return picked(logits[:, -1], self.token)
 
 
-class DecodeStep(torch.nn.Module):
-    def __init__(self, g: Generator):
-        super().__init__()
-        self.g = g
+class DecodeStep(PrefillStep):
+    """One token's step; its outputs as PrefillStep's."""
 
     def forward(self, input_ids):
         logits = self.g.decoder(input_ids, self.g.pos)
         self.g.pos.add_(1)
-        return logits[:, -1]
+        return picked(logits[:, -1], self.token)
+
+
+def picked(logits: torch.Tensor, token: bool):
+    return (logits, logits.argmax(-1, keepdim=True)) if token else logits
 
 
 def adapt(model: torch.nn.Module, batch: int, max_cache_len: int) -> torch.nn.Module:

@@ -14,13 +14,14 @@ import torch
 
 from aotc.exporter.capture import capture, captured
 from aotc.exporter.decomp import decompose
-from aotc.exporter.outputs import FlatOutputs
+from aotc.exporter.outputs import ITEM, FlatOutputs
 from aotc.exporter.program import Program, graph_to_json
 from aotc.exporter.state import state_keys
 from aotc.nn import set_mode
 from aotc.runtime.dtypes import dtype_name
 
 PROMPT = "prompt"
+TOKEN = 1       # the entries' flat output holding the greedy token (generate.py PrefillStep)
 
 
 def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_ranges,
@@ -33,9 +34,9 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
     entries, weights, notes = {}, {}, []
     batch, max_len = ids.shape[0], g.max_cache_len
     for name, step, example, dyn in (
-            ("prefill", PrefillStep(g), ids, {1: torch.export.Dim(PROMPT, min=1,
+            ("prefill", PrefillStep(g, token=True), ids, {1: torch.export.Dim(PROMPT, min=1,
                                                                   max=max_len - 1)}),
-            ("decode", DecodeStep(g), ids[:, :1], None)):
+            ("decode", DecodeStep(g, token=True), ids[:, :1], None)):
         set_mode(g, name)
         reset_state(g)
         entry, w = _capture_entry(step, example, dyn, options, src_file, states, strip, values,
@@ -47,7 +48,7 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
              for n, t in states.items()}
     vocab = int(entries["decode"]["output_meta"]["shape"][-1])
     generation = {"prefill": "prefill", "decode": "decode", "position": "pos",
-                  "max_cache_len": max_len, "batch": batch, "vocab": vocab}
+                  "max_cache_len": max_len, "batch": batch, "vocab": vocab, "token": TOKEN}
     first = entries["prefill"]
     owner = g.decoder.model if isinstance(g.decoder, HFDecoder) else g.decoder
     state_dict, unread = state_keys(owner, weights)   # stored names are the model's own
@@ -69,7 +70,8 @@ def _capture_entry(step, example, dyn, options, src_file, states, strip, values,
         # warn about (Dynamo lists them on every capture)
         warnings.filterwarnings("ignore", message="While compiling, we found certain side "
                                 "effects")
-        ep = capture(FlatOutputs(step, [()]), (example,), strict=options.strict,
+        ep = capture(FlatOutputs(step, [((ITEM, 0),), ((ITEM, TOKEN),)]), (example,),
+                     strict=options.strict,
                      source=src_file, dynamic_shapes=((dyn,),) if dyn is not None else None,
                      notes=notes)
     flat, placeholders, weights = _flatten_inputs(ep, (example,), ["input_ids"])

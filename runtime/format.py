@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 17
+FORMAT_VERSION = 18
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -156,6 +156,13 @@ CHANGELOG = {
                        "library with a table is read through it whatever the manifest's "
                        "native.table says. A reader of version 16 calls such kernels without "
                        "the array; versions 1-16 load as they are (their kernels unchecked)"),
+    18: ("2026-12-06", "a generator's prefill and decode entries may compute the greedy token "
+                       "too: the manifest's generation.token is the index of both entries' "
+                       "flat output holding the argmax of the logits, int64 [batch, 1], which "
+                       "their output trees leave out; greedy generation feeds it back instead "
+                       "of taking an argmax after the plan. A reader of version 17 refuses "
+                       "the field; versions 1-17 load as they are (the runtime takes the "
+                       "argmax)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -95,13 +95,21 @@ class GenerativeModule(CompiledModule):
     def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Run a prompt [batch, T] from position 0 (the cache is overwritten): logits of its
         last token [batch, vocab]; the position becomes T."""
+        return self._prefill(input_ids)[0]
+
+    def _prefill(self, input_ids: torch.Tensor) -> list:
+        """prefill's flat outputs: the logits, then the greedy token where the plan has it."""
         with self.lock:
-            out = self.run_flat(self.generation.prefill, (input_ids,))[0]
+            out = self.run_flat(self.generation.prefill, (input_ids,))
             self.position = input_ids.shape[1]
             return out
 
     def decode(self, input_ids: torch.Tensor) -> torch.Tensor:
         """One token per sequence [batch, 1] at the current position: logits [batch, vocab]."""
+        return self._decode(input_ids)[0]
+
+    def _decode(self, input_ids: torch.Tensor) -> list:
+        """decode's flat outputs: the logits, then the greedy token where the plan has it."""
         with self.lock:
             if self.position == 0:
                 raise GuardError("decode before prefill: the cache holds no prompt",
@@ -113,7 +121,7 @@ class GenerativeModule(CompiledModule):
                                  f"({self.max_cache_len})", found=self.position,
                                  fix="reset() and start again, or re-export with a larger "
                                      "--max-cache-len")
-            out = self.run_flat(self.generation.decode, (input_ids,))[0]
+            out = self.run_flat(self.generation.decode, (input_ids,))
             self.position += 1
             return out
 
@@ -165,24 +173,24 @@ class GenerativeModule(CompiledModule):
 
     def _steps(self, input_ids, max_new_tokens, eos_token_id, pick, generator):
         with self.lock:
-            logits = self.prefill(input_ids)
+            outs = self._prefill(input_ids)
             fused = self._fused(pick)
             with self._folded_flags(fused) as folded:
-                yield from self._loop(input_ids, logits, max_new_tokens, eos_token_id, pick,
+                yield from self._loop(input_ids, outs, max_new_tokens, eos_token_id, pick,
                                       generator, fused)
                 if folded is not None:
                     folded.check(self.entries[self.generation.decode].function)
             if fused is not None:
                 fused.check()
 
-    def _loop(self, input_ids, logits, max_new_tokens, eos_token_id, pick, generator, fused):
-        """The tokens of each step, after the prefill's `logits`."""
+    def _loop(self, input_ids, outs, max_new_tokens, eos_token_id, pick, generator, fused):
+        """The tokens of each step, after the prefill's flat outputs `outs`."""
         # a tensor-parallel artifact's ranks sample rank 0's draw (their own could differ)
         shared = pick.sample and self.manifest.tensor_parallel is not None
         done, history = None, input_ids.to(self.device) if pick.wants_history else None
         picked, fed = None, False   # the fused step's token; whether it holds the input
         for i in range(max_new_tokens):
-            nxt = picked if picked is not None else pick(logits, generator, history)
+            nxt = picked if picked is not None else self._pick(outs, pick, generator, history)
             if shared:
                 torch.distributed.broadcast(nxt, src=0)
             if done is not None:
@@ -197,7 +205,15 @@ class GenerativeModule(CompiledModule):
             if i + 1 < max_new_tokens:
                 picked = self._fused_step(fused, None if fed else nxt)
                 fed = picked is not None
-                logits = self.decode(nxt) if picked is None else None
+                outs = self._decode(nxt) if picked is None else None
+
+    def _pick(self, outs: list, pick, generator, history) -> torch.Tensor:
+        """The next tokens [batch, 1] from a step's flat outputs: the plan's greedy token where
+        it has one and the choice is a plain argmax, else `pick` of the logits."""
+        token = self.generation.token
+        if token is not None and not pick.sample and not pick.wants_history:
+            return outs[token]
+        return pick(outs[0], generator, history)
 
     @contextlib.contextmanager
     def _folded_flags(self, fused):
@@ -222,7 +238,7 @@ class GenerativeModule(CompiledModule):
         if pick.sample or pick.wants_history or graphed is None:
             return None
         if self.greedy is None:
-            self.greedy = GreedyGraph(graphed)
+            self.greedy = GreedyGraph(graphed, self.generation.token)
         self.greedy.begin()
         return self.greedy
 

@@ -2,10 +2,11 @@
 token into the next step's input, captured as one CUDA graph.
 
 `generate` and `stream` without sampling or a repetition penalty pick each token with an
-argmax of the decode step's logits and feed it to the next step. Done between graph replays,
-that is an eager argmax, a copy into the graph's input, a clone of the logits and a read of
-the plan's error flag: a host round trip and four more launches a token. Here one replay does
-it all, and the host only clones the token out (the tokens it yields are its own):
+argmax of the decode step's logits (the plan's own argmax kernel where the artifact has one,
+manifest generation.token) and feed it to the next step. Done between graph replays, that is
+an argmax, a copy into the graph's input, a clone of the logits and a read of the plan's error
+flag: a host round trip and more launches a token. Here one replay does it all, and the host
+only clones the token out (the tokens it yields are its own):
 
 - the graph's input buffer is its own: each replay reads the token the previous one wrote;
 - index checks still hold: the kernels that check indices write their flags during the replay
@@ -28,9 +29,10 @@ from aotc.runtime.graphs import StickyFlag, capture
 class GreedyGraph:
     """One session's fused greedy step over its decode entry (a GraphedEntry)."""
 
-    def __init__(self, graphed):
+    def __init__(self, graphed, token: int | None = None):
         self.graphed, self.device = graphed, graphed.device   # its state: graphed.state
         self.function = graphed.entry.function
+        self.index = token      # the plan's output holding the greedy token (None: argmax)
         self.graph = None
         self.token: torch.Tensor | None = None     # the graph's input: the token it reads
         self.sticky: StickyFlag | None = None      # every replay's index flags, folded
@@ -80,7 +82,7 @@ class GreedyGraph:
             raise
         restore()
         with torch.no_grad():
-            want = self.function((token,), symbols)[0].argmax(-1, keepdim=True)
+            want = self._greedy(self.function((token,), symbols)).clone()
         restore()
         self.token.copy_(token)
         self.graph.replay()
@@ -100,10 +102,17 @@ class GreedyGraph:
 
     def _then(self, outputs: tuple, flags: list) -> tuple:
         """After the plan, inside the graph: the argmax fed back, the flags folded."""
-        self.token.copy_(outputs[0].argmax(-1, keepdim=True))
+        self.token.copy_(self._greedy(outputs))
         for flag in flags:
             self.sticky.fold(flag)
         return (self.token,)
+
+    def _greedy(self, outputs) -> torch.Tensor:
+        """The greedy token of a decode step's flat outputs: the plan's own (format 18), or
+        the argmax of its logits."""
+        if self.index is not None:
+            return outputs[self.index]
+        return outputs[0].argmax(-1, keepdim=True)
 
     def _off(self, reason: str) -> bool:
         self.reason, self.graph = reason, None

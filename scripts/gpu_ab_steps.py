@@ -5,10 +5,12 @@ drift, and the differences between processes, fall on all of them alike.
     python scripts/gpu_ab_steps.py export OUT.aotc [--model llama-1b]   # with a tree importable
     python scripts/gpu_ab_steps.py time A.aotc B.aotc ... [--rounds 15]
 
-`time` runs rounds of 128 greedy decode steps after a 128-token prompt, each round every
-artifact once (in an order that rotates), and prints each artifact's median step, its spread,
-and its ratio to the first artifact's median, with the first token where its greedy tokens
-leave the first's. scripts/gpu_ab_steps.sh exports from every tree under .ab/ and this one.
+`time` runs rounds of 128 greedy decode steps after a 128-token prompt (plain steps and an
+eager argmax; with `--greedy` the module's own greedy loop, the fused step on a GPU), each round
+every artifact once (in an order that rotates), and prints each artifact's median step, its
+spread, and its ratio to the first artifact's median, with the first token where its greedy
+tokens leave the first's. scripts/gpu_ab_steps.sh exports from every tree under .ab/ and this
+one.
 """
 from __future__ import annotations
 
@@ -39,24 +41,40 @@ def export(path: Path, model_name: str) -> None:
     print(f"exported {path} in {time.perf_counter() - t:.1f} s")
 
 
-def _run(m, prompt) -> tuple[float, torch.Tensor]:
-    """(seconds a step, the greedy tokens) of STEPS decode steps after a prefill."""
-    from benchmarks.generate import decode_time
-    seconds, tokens = decode_time(m, prompt, STEPS)
+class _Stream:
+    """A loaded generator as benchmarks.generate.greedy_time drives a system: its own greedy
+    loop (`stream`: the fused greedy step on a GPU)."""
+
+    def __init__(self, m):
+        self.m = m
+
+    def reset(self):
+        self.m.reset()
+
+    def greedy(self, ids, n: int):
+        return self.m.stream(ids, n)
+
+
+def _run(m, prompt, greedy: bool = False) -> tuple[float, torch.Tensor]:
+    """(seconds a step, the greedy tokens) of STEPS decode steps after a prefill: plain decode
+    steps and an eager argmax, or with `greedy` the module's own greedy loop."""
+    from benchmarks.generate import decode_time, greedy_time
+    seconds, tokens = greedy_time(_Stream(m), prompt, STEPS) if greedy else \
+        decode_time(m, prompt, STEPS)
     return seconds / STEPS, tokens
 
 
-def time_all(paths: list[Path], rounds: int, vocab: int) -> None:
+def time_all(paths: list[Path], rounds: int, vocab: int, greedy: bool = False) -> None:
     import aotc
     mods = [aotc.load(p) for p in paths]
     prompt = _prompt(vocab)
-    tokens = [_run(m, prompt)[1] for m in mods]     # warm: each decode graph captured
+    tokens = [_run(m, prompt, greedy)[1] for m in mods]     # warm: each graph captured
     times: list[list[float]] = [[] for _ in mods]
     for r in range(rounds):
         order = list(range(len(mods)))
         order = order[r % len(order):] + order[:r % len(order)]
         for i in order:
-            times[i].append(_run(mods[i], prompt)[0])
+            times[i].append(_run(mods[i], prompt, greedy)[0])
     base = statistics.median(times[0])
     for p, ts, tok in zip(paths, times, tokens):
         med = statistics.median(ts)
@@ -74,11 +92,13 @@ def main() -> None:
     ap.add_argument("--model", default="llama-1b")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--greedy", action="store_true", help="time the module's own greedy loop "
+                    "(the fused greedy step on a GPU), not decode steps and an eager argmax")
     args = ap.parse_args()
     if args.what == "export":
         export(args.paths[0], args.model)
     else:
-        time_all(args.paths, args.rounds, args.vocab)
+        time_all(args.paths, args.rounds, args.vocab, args.greedy)
 
 
 if __name__ == "__main__":

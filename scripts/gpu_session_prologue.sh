@@ -6,7 +6,8 @@
 #   git worktree add .ab/base <commit>      # on the developer's machine; carry `.ab`
 #   scripts/gpu_session_prologue.sh OUT
 #
-# Settings: TESTS (pytest files; "" skips), AB_MODEL, ROUNDS, AB_S (the A/B's seconds).
+# Settings: TESTS (pytest files; "" skips), AB_MODEL, ROUNDS, AB_S (the A/B's seconds), AB_ARGS
+# (more arguments of `gpu_ab_steps.py time`: --greedy, --vocab N).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_session_prologue.sh OUT}
 mkdir -p "$OUT" /tmp/aotc-root/bin
@@ -21,4 +22,4 @@ if [[ -n $TESTS ]]; then
     echo "tests rc=$?"; tail -n 3 "$OUT/tests.txt"
 fi
 AB_EXPORT_S=100 timeout -k 5 "${AB_S:-380}" bash scripts/gpu_ab_steps.sh "$OUT/ab" \
-    --model "${AB_MODEL:-llama-1b}" --rounds "${ROUNDS:-12}"
+    --model "${AB_MODEL:-llama-1b}" --rounds "${ROUNDS:-12}" ${AB_ARGS:-}

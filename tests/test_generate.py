@@ -192,6 +192,50 @@ def test_a_manifest_claiming_a_longer_cache_than_its_plans_is_a_guard_error(samp
     assert str(e.value.found) == str(CACHE)   # both runners (the C++ one says it in text)
 
 
+def test_the_plans_compute_the_greedy_token_and_generate_feeds_it_back(sample, monkeypatch):
+    # format 18: both entries' flat output 1 is the logits' argmax; a greedy generation takes
+    # it from the plan and never takes an argmax of its own
+    from aotc.runtime.sampling import Choice
+    model, ids, path = sample
+    m = aotc.load(path)
+    assert m.manifest.generation.token == 1
+    for outs in (m._prefill(ids), m._decode(ids[:, :1])):
+        assert outs[1].dtype == torch.int64 and outs[1].shape == (2, 1)
+        assert torch.equal(outs[1], outs[0].argmax(-1, keepdim=True))
+    want = _eager_tokens(llama_sample(), ids, 8)
+
+    def no_argmax(self, *args, **kwargs):
+        raise AssertionError("a greedy generation took an argmax of the logits")
+    monkeypatch.setattr(Choice, "__call__", no_argmax)
+    assert torch.equal(m.generate(ids, 8), want)
+    with pytest.raises(AssertionError, match="argmax of the logits"):   # a penalty reads them
+        m.generate(ids, 8, repetition_penalty=1.2)
+
+
+@pytest.mark.parametrize("token, found", [(0, "float32[2, 500]"), (2, "none of its 2 outputs"),
+                                          (-1, "-1")])
+def test_a_greedy_token_output_that_is_not_one_is_refused(sample, tmp_path, token, found):
+    _, _, path = sample
+    art = copy_artifact(path, tmp_path / "a.aotc")
+    edit_json(art, fmt.MANIFEST, lambda m: m["generation"].update(token=token))
+    with pytest.raises(ArtifactError, match="token") as e:
+        aotc.load(art)
+    assert found in str(e.value)
+
+
+def test_a_format_17_manifest_has_no_greedy_token(sample, tmp_path):
+    _, _, path = sample
+    art = copy_artifact(path, tmp_path / "a.aotc")
+    edit_json(art, fmt.MANIFEST, lambda m: m.update(format_version=17))
+    with pytest.raises(ArtifactError, match="token"):
+        aotc.load(art)
+    edit_json(art, fmt.MANIFEST, lambda m: m["generation"].pop("token") and None)
+    m = aotc.load(art)                      # as format 17 wrote them: the runtime's argmax
+    assert m.manifest.generation.token is None
+    _, ids, _ = sample
+    assert torch.equal(m.generate(ids, 8), _eager_tokens(llama_sample(), ids, 8))
+
+
 def test_a_model_without_the_convention_is_refused(tmp_path):
     with pytest.raises(UsageError, match="cannot be exported for decoding"):
         aotc.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4, dtype=torch.int64),),

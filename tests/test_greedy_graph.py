@@ -66,7 +66,7 @@ def _fused(path, **kw):
     m = aotc.load(path, runner="python")
     decode = m.generation.decode
     m.graphs = {decode: HostDecode(m.entries[decode], m.device, state=list(m.state.values()))}
-    m.greedy = HostGreedy(m.graphs[decode], **kw)
+    m.greedy = HostGreedy(m.graphs[decode], m.generation.token, **kw)
     return m
 
 
@@ -84,6 +84,23 @@ def test_fused_steps_generate_the_plain_tokens(artifact):
     assert all(t.shape == (2, 1) for t in streamed)
     assert torch.equal(torch.cat([ids, *streamed], 1), want)
     assert len({t.data_ptr() for t in streamed}) == 40  # each step's tokens are the caller's
+
+
+def test_fused_steps_feed_back_the_plans_own_token(artifact, monkeypatch):
+    # format 18: the fused step copies the decode plan's argmax output into its input; an
+    # artifact without one (format 17) has the graph take the argmax after the plan
+    path, ids = artifact
+    want = aotc.load(path).generate(ids, 12)
+    m = _fused(path)
+    assert m.greedy.index == m.generation.token == 1
+    taken = []
+    real = torch.Tensor.argmax
+    monkeypatch.setattr(torch.Tensor, "argmax", lambda t, *a, **k: taken.append(1) or
+                        real(t, *a, **k))
+    assert torch.equal(m.generate(ids, 12), want) and not taken
+    m = _fused(path)
+    m.greedy.index = None
+    assert torch.equal(m.generate(ids, 12), want) and taken
 
 
 def test_sessions_fuse_their_own_steps(artifact):

@@ -171,6 +171,19 @@ def test_fused_sums_split_alike_and_stay_fused():
     assert [(k.prefix, len(k.nodes)) for k in kernels] == [((16, 768), 2), ((768,), 2)]
 
 
+def test_few_rows_loop_in_blocks_of_max_persistent():
+    """A kernel of at most FEW_ROWS rows is bound by latency: a row longer than a block (the
+    greedy token's argmax over a vocabulary at batch 1) loops MAX_PERSISTENT elements at a
+    time, a quarter of the round trips of LOOP_BLOCK; many rows keep LOOP_BLOCK."""
+    for rows, size in ((1, blocks.MAX_PERSISTENT), (blocks.FEW_ROWS, blocks.MAX_PERSISTENT),
+                       (64, blocks.LOOP_BLOCK)):
+        (k,), buffers, _ = kernels_of(lambda x: x.argmax(-1, keepdim=True),
+                                      (torch.randn(rows, 32000),))
+        plan = plan_blocks(k, buffers)
+        assert modes(plan) == [("loop", size, "rmask0")]
+        assert plan.num_warps >= (blocks.FEW_ROWS_WARPS if rows <= blocks.FEW_ROWS else 1)
+
+
 def test_only_long_reductions_onto_few_outputs_split():
     for fn, args in ((lambda x: x.sum(-1), (torch.randn(256, 4096),)),
                      (lambda x: x.sum(0), (torch.randn(64, 768),)),
@@ -219,6 +232,13 @@ CASES = {
     "full_sums": (lambda x: (x.sum(), x.amax(), x.abs().amin(), x.mean()), (_r(512, 1024),)),
     "ragged": (lambda x: (x.sum(0), x.sum(1)), (_r(1000, 100),)),   # 5 chunks; 100 columns
     "prime_length": (lambda x: x.sum(0), (_r(1009, 64),)),        # no split: one stage
+    # a greedy token at batch 1: one program looping MAX_PERSISTENT at a time, ties to the
+    # first index, the last block ragged; NaN wins as in torch
+    "argmax_of_a_vocabulary": (lambda x: (x.argmax(-1, keepdim=True),
+                                          x.clamp(max=2.0).to(BF16).argmax(-1)),
+                               (_r(2, 10007),)),
+    "argmax_with_nan": (lambda x: x.argmax(-1), (_r(1, 9001).index_fill(-1, torch.tensor(
+        [8000, 6000]), float("nan")),)),
 }
 
 

@@ -6,7 +6,8 @@ Simple heuristics, decided once per kernel before any code is written:
     elements is persistent (one block holds the whole row), a longer one loops over LOOP_BLOCK
     elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements, or of up to
     MAX_PERSISTENT in a kernel of at most FEW_ROWS static rows (latency-bound: a decode step's
-    RMSNorm at batch 1 loads its row once, not once per loop pass);
+    RMSNorm at batch 1 loads its row once, not once per loop pass), where a longer row loops
+    over MAX_PERSISTENT elements at a time (the greedy token's argmax over a vocabulary);
   * XBLOCK (rows per program) fills a program with about TARGET_ELEMENTS elements, but never
     leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows;
   * an *outer* reduction kernel (`reduction_order`: its loads walk consecutive addresses along
@@ -217,8 +218,8 @@ def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
     cap = MAX_PERSISTENT if reduction or few else MAX_POINTWISE
     if n is not None and n <= cap:
         size, mode = pow2(n), ("split" if split else "single")
-    else:
-        size = LOOP_BLOCK if reduction else MAX_POINTWISE
+    else:   # a few-row kernel's loop takes blocks of `cap` too: fewer round trips a row
+        size = cap if few else LOOP_BLOCK if reduction else MAX_POINTWISE
         if n is None and hint is not None:
             size = min(size, max(MIN_HINTED_BLOCK, pow2(hint)))
         mode = "split" if split else "loop"
