@@ -25,8 +25,8 @@ from aotc.codegen import _buffers, _stored, lower_and_schedule
 from aotc.codegen.scheduler import Kernel
 from aotc.codegen.triton import autotune
 from aotc.codegen.triton.autotune import MAX_CANDIDATES, MAX_ELEMENTS, Tuner, candidates
-from aotc.codegen.triton.blocks import (BlockConfig, MAX_PERSISTENT, SizeHints, heuristic_config,
-                                        plan_blocks)
+from aotc.codegen.triton.blocks import (FEW_ROWS_LOOP, MAX_PERSISTENT, BlockConfig, SizeHints,
+                                        heuristic_config, plan_blocks)
 from aotc.errors import LoweringError, UsageError
 from aotc.exporter import trace_function
 from aotc.options import ExportOptions
@@ -84,7 +84,7 @@ def test_candidates_start_with_the_heuristic_and_are_distinct(name):
             blocks = plan_blocks(k, buffers, c)
             assert heuristic_config(blocks) == c          # each is the config it plans to
             assert blocks.xblock * blocks.widest <= MAX_ELEMENTS
-            assert c.rblock is None or 16 <= c.rblock <= 4096
+            assert c.rblock is None or 16 <= c.rblock <= 8192
             assert c.num_warps in (1, 2, 4, 8, 16)
         assert configs == candidates(k, buffers)          # deterministic
 
@@ -101,8 +101,8 @@ def test_persistent_reduction_blocks_hold_the_row_whatever_the_config():
 def test_looped_reduction_candidates_vary_the_loop_block():
     (k,), buffers, _ = kernels_of(*PATTERNS["looped"])
     assert plan_blocks(k, buffers).rows == 2 and 5120 > MAX_PERSISTENT
-    configs = candidates(k, buffers)   # 2 rows: a few-row kernel loops 4096 at a time
-    assert {c.rblock for c in configs} == {MAX_PERSISTENT // 2, MAX_PERSISTENT}
+    configs = candidates(k, buffers)   # 2 rows: a few-row kernel loops 8192 at a time
+    assert {c.rblock for c in configs} == {FEW_ROWS_LOOP // 2, FEW_ROWS_LOOP}
     for c in configs:
         modes = {(b.mode, b.size) for b in plan_blocks(k, buffers, c).nodes if b.rb}
         assert modes == {("loop", c.rblock)}

@@ -173,15 +173,16 @@ def test_fused_sums_split_alike_and_stay_fused():
 
 def test_few_rows_loop_in_blocks_of_max_persistent():
     """A kernel of at most FEW_ROWS rows is bound by latency: a row longer than a block (the
-    greedy token's argmax over a vocabulary at batch 1) loops MAX_PERSISTENT elements at a
-    time, a quarter of the round trips of LOOP_BLOCK; many rows keep LOOP_BLOCK."""
-    for rows, size in ((1, blocks.MAX_PERSISTENT), (blocks.FEW_ROWS, blocks.MAX_PERSISTENT),
-                       (64, blocks.LOOP_BLOCK)):
+    greedy token's argmax over a vocabulary at batch 1) loops FEW_ROWS_LOOP elements at a
+    time with FEW_ROWS_LOOP_WARPS, an eighth of the round trips of LOOP_BLOCK; many rows keep
+    LOOP_BLOCK and the warps of their blocks."""
+    for rows, size, warps in ((1, blocks.FEW_ROWS_LOOP, blocks.FEW_ROWS_LOOP_WARPS),
+                              (blocks.FEW_ROWS, blocks.FEW_ROWS_LOOP, blocks.FEW_ROWS_LOOP_WARPS),
+                              (64, blocks.LOOP_BLOCK, 4)):
         (k,), buffers, _ = kernels_of(lambda x: x.argmax(-1, keepdim=True),
                                       (torch.randn(rows, 32000),))
         plan = plan_blocks(k, buffers)
-        assert modes(plan) == [("loop", size, "rmask0")]
-        assert plan.num_warps >= (blocks.FEW_ROWS_WARPS if rows <= blocks.FEW_ROWS else 1)
+        assert modes(plan) == [("loop", size, "rmask0")] and plan.num_warps == warps
 
 
 def test_only_long_reductions_onto_few_outputs_split():

@@ -43,7 +43,7 @@ from aotc.runtime.schema.launch import Build, Param
 
 MAX_CANDIDATES = 8
 MAX_ELEMENTS = 16384            # per program: XBLOCK x its widest R block
-RBLOCKS = (16, 4096)            # the range looped and split R blocks are tried in
+RBLOCKS = (16, 8192)            # the range looped and split R blocks are tried in
 WARPS = (1, 2, 4, 8, 16)
 MIN_GAIN = 0.03                 # a config replaces the heuristic's if at least 3% faster
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}   # rtol and atol; 1e-2 otherwise

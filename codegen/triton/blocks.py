@@ -7,7 +7,7 @@ Simple heuristics, decided once per kernel before any code is written:
     elements at a time; pointwise nodes take blocks of up to MAX_POINTWISE elements, or of up to
     MAX_PERSISTENT in a kernel of at most FEW_ROWS static rows (latency-bound: a decode step's
     RMSNorm at batch 1 loads its row once, not once per loop pass), where a longer row loops
-    over MAX_PERSISTENT elements at a time (the greedy token's argmax over a vocabulary);
+    over FEW_ROWS_LOOP elements at a time (the greedy token's argmax over a vocabulary);
   * XBLOCK (rows per program) fills a program with about TARGET_ELEMENTS elements, but never
     leaves the grid with fewer than MIN_PROGRAMS programs when there are enough rows;
   * an *outer* reduction kernel (`reduction_order`: its loads walk consecutive addresses along
@@ -23,7 +23,8 @@ Simple heuristics, decided once per kernel before any code is written:
     over them;
   * index arithmetic is int32 unless a size is dynamic or a buffer has 2**31 elements or more;
   * num_warps grows with the elements of the largest block (at least FEW_ROWS_WARPS in a kernel
-    of at most FEW_ROWS rows: on an H100 a LLaMA-1B decode step took 834 -> 814 us).
+    of at most FEW_ROWS rows: on an H100 a LLaMA-1B decode step took 834 -> 814 us;
+    FEW_ROWS_LOOP_WARPS where such a kernel loops).
 
 Long reductions onto few outputs are split in two (`split_reduction`, applied by the graph
 lowering for CUDA targets): a first reduction writes S partial results per output (in the
@@ -52,6 +53,12 @@ MAX_POINTWISE = 1024
 # a row is loaded in one round trip, not one per MAX_POINTWISE loop pass
 FEW_ROWS = 16
 FEW_ROWS_WARPS = 8   # and at least 8 warps: more loads in flight, a shorter reduction per thread
+# a longer row loops FEW_ROWS_LOOP elements at a time with 16 warps (the greedy token's argmax
+# over a vocabulary at batch 1: 4 round trips for 32000, 7 for GPT-2's 50257; on an H100 a
+# decode step was 0.7-1.0% faster than with ATen's argmax after the plan, while loops of 4096
+# with 8 warps were 0-1.2% slower; benchmarks/results/h100-generate/greedy-token/)
+FEW_ROWS_LOOP = 8192
+FEW_ROWS_LOOP_WARPS = 16
 TARGET_ELEMENTS = {"pointwise": 1024, "reduction": 2048}
 MIN_PROGRAMS = 128
 MAX_GRID_Y = 65535            # CUDA's limit on grid dimension y
@@ -218,8 +225,8 @@ def _node_block(j: int, numel, reduction: bool, split: bool, has_inner: bool,
     cap = MAX_PERSISTENT if reduction or few else MAX_POINTWISE
     if n is not None and n <= cap:
         size, mode = pow2(n), ("split" if split else "single")
-    else:   # a few-row kernel's loop takes blocks of `cap` too: fewer round trips a row
-        size = cap if few else LOOP_BLOCK if reduction else MAX_POINTWISE
+    else:   # a few-row kernel's loop takes long blocks too: fewer round trips a row
+        size = FEW_ROWS_LOOP if few else LOOP_BLOCK if reduction else MAX_POINTWISE
         if n is None and hint is not None:
             size = min(size, max(MIN_HINTED_BLOCK, pow2(hint)))
         mode = "split" if split else "loop"
@@ -437,9 +444,16 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     return KernelBlocks(rows=rows, xblock=xblock, xmask=not (r is not None and r % xblock == 0),
                         wide=_is_wide(kernel, buffers, hints.maximum if hints else None),
                         split=split,
-                        num_warps=config.num_warps or max(heuristic_warps(xblock * _widest(nodes)),
-                                                          FEW_ROWS_WARPS * few),
+                        num_warps=config.num_warps or _warps(xblock, nodes, few),
                         nodes=nodes)
+
+
+def _warps(xblock: int, nodes: list, few: bool) -> int:
+    """The heuristic's warps: by a program's elements; a few-row kernel at least FEW_ROWS_WARPS,
+    FEW_ROWS_LOOP_WARPS where a node loops."""
+    if few and any(b.mode == "loop" for b in nodes):
+        return max(heuristic_warps(xblock * _widest(nodes)), FEW_ROWS_LOOP_WARPS)
+    return max(heuristic_warps(xblock * _widest(nodes)), FEW_ROWS_WARPS * few)
 
 
 def _split_masks(nodes: list) -> list:
