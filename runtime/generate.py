@@ -32,7 +32,7 @@ import torch
 
 from aotc.errors import GuardError, UsageError
 from aotc.runtime.graphs import StickyFlag
-from aotc.runtime.greedy import GreedyGraph
+from aotc.runtime.greedy import GreedyGraph, greedy_token
 from aotc.runtime.module import CompiledModule
 from aotc.runtime.sampling import Choice
 
@@ -210,9 +210,8 @@ class GenerativeModule(CompiledModule):
     def _pick(self, outs: list, pick, generator, history) -> torch.Tensor:
         """The next tokens [batch, 1] from a step's flat outputs: the plan's greedy token where
         it has one and the choice is a plain argmax, else `pick` of the logits."""
-        token = self.generation.token
-        if token is not None and not pick.sample and not pick.wants_history:
-            return outs[token]
+        if not pick.sample and not pick.wants_history:
+            return greedy_token(outs, self.generation.token)
         return pick(outs[0], generator, history)
 
     @contextlib.contextmanager

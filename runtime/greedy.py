@@ -26,6 +26,14 @@ import torch
 from aotc.runtime.graphs import StickyFlag, capture
 
 
+def greedy_token(outputs, index: int | None) -> torch.Tensor:
+    """The greedy token [batch, 1] of a generator step's flat outputs: output `index`, the
+    plan's own argmax (format 18, manifest generation.token), or the argmax of the logits."""
+    if index is not None:
+        return outputs[index]
+    return outputs[0].argmax(-1, keepdim=True)
+
+
 class GreedyGraph:
     """One session's fused greedy step over its decode entry (a GraphedEntry)."""
 
@@ -82,7 +90,7 @@ class GreedyGraph:
             raise
         restore()
         with torch.no_grad():
-            want = self._greedy(self.function((token,), symbols)).clone()
+            want = greedy_token(self.function((token,), symbols), self.index).clone()
         restore()
         self.token.copy_(token)
         self.graph.replay()
@@ -102,17 +110,10 @@ class GreedyGraph:
 
     def _then(self, outputs: tuple, flags: list) -> tuple:
         """After the plan, inside the graph: the argmax fed back, the flags folded."""
-        self.token.copy_(self._greedy(outputs))
+        self.token.copy_(greedy_token(outputs, self.index))
         for flag in flags:
             self.sticky.fold(flag)
         return (self.token,)
-
-    def _greedy(self, outputs) -> torch.Tensor:
-        """The greedy token of a decode step's flat outputs: the plan's own (format 18), or
-        the argmax of its logits."""
-        if self.index is not None:
-            return outputs[self.index]
-        return outputs[0].argmax(-1, keepdim=True)
 
     def _off(self, reason: str) -> bool:
         self.reason, self.graph = reason, None
