@@ -41,26 +41,14 @@ def export(path: Path, model_name: str) -> None:
     print(f"exported {path} in {time.perf_counter() - t:.1f} s")
 
 
-class _Stream:
-    """A loaded generator as benchmarks.generate.greedy_time drives a system: its own greedy
-    loop (`stream`: the fused greedy step on a GPU)."""
-
-    def __init__(self, m):
-        self.m = m
-
-    def reset(self):
-        self.m.reset()
-
-    def greedy(self, ids, n: int):
-        return self.m.stream(ids, n)
-
-
 def _run(m, prompt, greedy: bool = False) -> tuple[float, torch.Tensor]:
     """(seconds a step, the greedy tokens) of STEPS decode steps after a prefill: plain decode
     steps and an eager argmax, or with `greedy` the module's own greedy loop."""
     from benchmarks.generate import decode_time, greedy_time
-    seconds, tokens = greedy_time(_Stream(m), prompt, STEPS) if greedy else \
-        decode_time(m, prompt, STEPS)
+    from benchmarks.generate_systems import Loaded
+    system = Loaded()
+    system.m = m
+    seconds, tokens = (greedy_time if greedy else decode_time)(system, prompt, STEPS)
     return seconds / STEPS, tokens
 
 
