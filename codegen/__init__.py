@@ -136,7 +136,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
                  "sample inputs")
     manifest = build_manifest(manifest)
-    files.update(runner_files(manifest, typed))   # for the C++ front end
+    files.update(runner_files(manifest, typed, files.__getitem__))   # for the C++ front end
     return fmt.write_artifact(dest, files, manifest, check=check,
                               weights=weights, shard_size=shard_size, rank_weights=ranks)
 

@@ -157,7 +157,7 @@ class Artifact:
 
     def launch(self, kernel: str, symbols):
         rel = fmt.triton_launch_file(kernel)
-        return parse_launch(load_json_obj(self.read(rel), rel), kernel, symbols)
+        return parse_launch(load_json_obj(self.read(rel), rel), kernel, symbols, self.version)
 
     # ---------------------------------------------------------------------------- checking
     def _verify_all(self) -> None:

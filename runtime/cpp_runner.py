@@ -238,8 +238,9 @@ class _Spec:
             raise ArtifactError(f"plan step {idx} runs Triton kernel {step.name} without its "
                                 "launch", where=f"plans/{self.plan.entry}.json",
                                 expected="a grid", found="none", fix="re-export the model")
+        extents = lib.spec(step.name).extents   # (format >= 19; checked before each launch)
         launch = (lib.runner_launcher(*signature), self._dims(step.launch.grid),
-                  step.launch.error_code or 0)
+                  step.launch.error_code or 0, *((self._dims(extents),) if extents else ()))
         return ("kernel", idx, step.name, 0, args, outs, sizes, launch)
 
     def _kernel_arg(self, i: int) -> tuple:

@@ -28,8 +28,8 @@ from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
 from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
-from aotc.runtime.room import (keep_room, room_array, room_error, slot_room, span,
-                              tensor_room)
+from aotc.runtime.room import (extent_check_lines, keep_room, room_array, room_error,
+                              slot_room, span, tensor_room)
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.flow import step_symbols
 from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
@@ -396,6 +396,8 @@ class _Emitter:
             ptrs.append(room)
         sizes = [f"S_{n}" for n in step.sizes]
         if triton:
+            lines += extent_check_lines(self.fn, self.plan, idx, rooms,
+                                        lib.spec(step.name).extents)
             grid = ", ".join(ex.source(g) for g in step.launch.grid)
             err = ["ERR"] if step.launch.error_code else []
             return lines + [f"    {k}(({grid}), {', '.join(ptrs + err + sizes)})"]

@@ -37,7 +37,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 18
+FORMAT_VERSION = 19
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -163,6 +163,13 @@ CHANGELOG = {
                        "of taking an argmax after the plan. A reader of version 17 refuses "
                        "the field; versions 1-17 load as they are (the runtime takes the "
                        "argmax)"),
+    19: ("2026-12-07", "a CUDA artifact's launch specs (kernels/<name>.json) say how many "
+                       "elements each kernel indexes past each buffer's pointer ('extents', "
+                       "one size expression per input, then output), and both runners refuse "
+                       "a call whose tensors have less room (a plan slot smaller than its "
+                       "kernel's buffer) before the kernel runs. A reader of version 18 "
+                       "refuses the field; versions 1-18 load as they are, their Triton "
+                       "kernels unchecked"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

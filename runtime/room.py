@@ -1,4 +1,5 @@
-"""The room a runner gives each pointer of a C++ kernel call (format >= 17).
+"""The room a runner gives each pointer of a kernel call: C++ kernels (format >= 17) and
+Triton kernels (format >= 19).
 
 A kernel that takes the room (codegen/cpp/room.py: its library's table says so) compares, before
 it touches memory, the elements each pointer has up to the end of its storage with the extent it
@@ -8,10 +9,16 @@ instead of letting the kernel write past an allocation. The Python runner knows 
 room without looking at it: a buffer made from a slot (empty, empty_strided, a donor's view,
 as_strided, `layout`) spans at least the slot's layout, which torch checked when it made it;
 a tensor bound at load (a weight, a folded value, a generator's state) is measured once.
+
+A Triton kernel (a CUDA artifact's) cannot refuse a call itself: its launch spec says how many
+elements it indexes past each pointer (`extents`, runtime/schema/launch.py) and the runner
+compares them with the same rooms before it launches (`check_room`): at load where both are
+known then, else once per sizes seen (`extent_check_lines`).
 """
 from __future__ import annotations
 
 import ctypes
+import re
 
 import torch
 
@@ -80,3 +87,65 @@ def slot_room(slot, source) -> int | str:
     if slot.contiguous:   # the dims of a tensor that exists: none negative
         return " * ".join(f"({source((d,))[1:-2]})" for d in slot.shape) or "1"
     return f"room_span({source(slot.shape)}, {source(slot.stride)})"
+
+
+def check_room(plan, step_index: int, rooms, needs) -> None:
+    """Raise the ArtifactError of plan step `step_index` (a Triton kernel) if a pointer's room
+    is less than the extent its kernel indexes."""
+    for i, (room, need) in enumerate(zip(rooms, needs)):
+        if need > room:
+            raise room_error(plan, step_index, -1 - i, [*rooms, *needs])
+
+
+def extent_check_lines(fn, plan, step_index: int, rooms: list, extents: tuple) -> list[str]:
+    """The plan function's lines that check a Triton kernel call's rooms (ints, or sources
+    over the call's sizes and tensors) against its launch spec's `extents` (size expressions):
+    none, having checked now, when all are known at load; a check once per sizes seen where
+    they depend on sizes alone; else a check per call (a replaceable parameter's room)."""
+    from aotc.runtime.schema import expr as ex
+    needs = [ex.evaluate(e, {}) if not ex.names(e) else ex.source(e) for e in extents]
+    if all(isinstance(v, int) for v in (*rooms, *needs)):
+        check_room(plan, step_index, rooms, needs)
+        return []
+    f, p = fn.bind(check_room, "check_room"), fn.bind(plan, "plan")
+    call = (f"{f}({p}, {step_index}, ({', '.join(map(str, rooms))},), "
+            f"({', '.join(map(str, needs))},))")
+    if any("room_of(" in str(r) for r in rooms):
+        return [f"    {call}"]
+    sizes = sorted(set(re.findall(r"\bS_\w+", " ".join(map(str, (*rooms, *needs))))))
+    seen = fn.bind({}, "roomseen")
+    key = f"({', '.join(sizes)},)"
+    return [f"    if {key} not in {seen}: {call}; keep_room({seen}, {key}, True)"]
+
+
+def plan_extents(plans: dict, files: dict) -> dict:
+    """{launch spec file: bytes} of an artifact written before format 19, its launch specs
+    given the extents its export would have written: each kernel step's slots' layouts (a
+    kernel's buffers are its slots), for an artifact rewritten in the current format."""
+    import json
+
+    from aotc.runtime import format as fmt
+    from aotc.runtime.schema import expr as ex
+    out = {}
+    for plan in plans.values():
+        for step in plan.steps:
+            launch = getattr(step, "launch", None)   # (kernel steps; Triton ones have it)
+            rel = fmt.triton_launch_file(step.name) if launch is not None else None
+            if rel is None or rel not in files:
+                continue
+            doc = json.loads(files[rel])
+            doc["extents"] = [_extent_text(plan.slots[s], ex) for s in (*step.args, *step.out)]
+            out[rel] = fmt.dumps(doc)
+    return out
+
+
+def _extent_text(slot, ex) -> str:
+    dims = (*slot.shape, *slot.stride)
+    if all(isinstance(d, int) for d in dims):
+        return str(span(slot.shape, slot.stride))
+    text = [d if isinstance(d, int) else ex.text(d) for d in dims]
+    n = len(slot.shape)
+    if any(isinstance(d, int) and d <= 0 for d in slot.shape):
+        return "0"
+    empty = "".join(f"*min(1, {text[i]})" for i in range(n) if not isinstance(slot.shape[i], int))
+    return "(1 + " + " + ".join(f"({text[i]} - 1)*({text[n + i]})" for i in range(n)) + ")" + empty

@@ -10,7 +10,9 @@ manifest like every file:
     count, pointer dtypes) instead of an address: the loader finds each in the library's own
     table and checks the signature there; a CUDA artifact's kernel step (format >= 14) adds
     [grid, error code]: its grid's three dims and the code it flags an index out of range with
-    (0: none), checked against the kernel's launch spec, whose cubin the loader loads; a
+    (0: none), checked against the kernel's launch spec, whose cubin the loader loads (from
+    format 19 [grid, error code, extents]: the elements the kernel indexes past each pointer,
+    its launch spec's, which the runner checks each call's tensors against); a
     call that binds value-dependent sizes (format >= 16) adds [[symbol, result, dim or -1,
     lo, hi], ...]; `symbols` lists the inputs' symbols, then those the calls bind, in plan
     order (the guards' `plan_symbols` give the former);
@@ -51,7 +53,14 @@ class _Table:
 
 class _Launches:
     """Stands in for a CUDA artifact's kernels: a kernel's launcher is its signature (the C++
-    front end loads the cubin its launch spec names and checks the signature against it)."""
+    front end loads the cubin its launch spec names and checks the signature against it);
+    `specs`: kernel name -> its launch spec (for its extents)."""
+
+    def __init__(self, specs: dict):
+        self.specs = specs
+
+    def spec(self, name: str):
+        return self.specs[name]
 
     @staticmethod
     def runner_launcher(name: str, nargs: int, nsizes: int, dtypes: list[str]) -> list:
@@ -65,17 +74,30 @@ class _NamedSpec(_Spec):
         self.constants = []
 
 
-def runner_files(manifest, plans: dict) -> dict[str, bytes]:
+def runner_files(manifest, plans: dict, read=None) -> dict[str, bytes]:
     """{runner file: bytes} for each entry of an artifact the C++ runner runs (none for
-    tensor-parallel artifacts); `plans`: entry -> typed plan."""
+    tensor-parallel artifacts); `plans`: entry -> typed plan; `read`: artifact-relative path
+    -> bytes, for a CUDA artifact's launch specs."""
     if manifest.tensor_parallel is not None or any(_collectives(p) for p in plans.values()):
         return {}
     device = torch.device(manifest.target.device.value)
     native = manifest.target.native
-    lib = None if native is None else _Table() if device.type == "cpu" else _Launches()
+    lib = None if native is None else _Table() if device.type == "cpu" else \
+        _Launches(launch_specs(manifest, read))
     aliases = manifest.weights.aliases
     return {fmt.runner_file(name): fmt.dumps(document(plans[name], spec, lib, aliases, device))
             for name, spec in manifest.entries.items()}
+
+
+def launch_specs(manifest, read) -> dict:
+    """A CUDA artifact's launch specs, kernel name -> LaunchSpec, read through the schema."""
+    from aotc.runtime.artifact import load_json_obj
+    from aotc.runtime.schema import parse_launch
+    symbols = set().union(*(set(e.symbols) for e in manifest.entries.values()))
+    return {name: parse_launch(load_json_obj(read(rel), rel), name, symbols,
+                               manifest.format_version)
+            for name in manifest.target.native.kernels
+            for rel in (fmt.triton_launch_file(name),)}
 
 
 def document(plan, entry, library, aliases: dict, device: torch.device) -> dict:
@@ -102,9 +124,9 @@ def _step(step: tuple) -> list:
                 *([[list(b) for b in binds[0]]] if binds else [])]
     out = [list(x) if isinstance(x, tuple) else x for x in step[:7]]
     if step[0] == "kernel" and len(step) == 8:   # a Triton kernel: its signature where a C++
-        signature, grid, code = step[7]          # kernel's is, then its launch
+        signature, *launch = step[7]             # kernel's is, then its launch
         out[3] = signature
-        out.append([grid, code])
+        out.append(list(launch))
     return out
 
 

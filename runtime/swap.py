@@ -15,7 +15,9 @@ from pathlib import Path
 
 from aotc.runtime import format as fmt
 from aotc.runtime.artifact import Artifact
+from aotc.runtime.room import plan_extents
 from aotc.runtime.runner_file import runner_files
+from aotc.runtime.schema.launch import EXTENTS_SINCE
 from aotc.runtime.shards import Lazy, resolve_aliases, stored_tensors
 from aotc.runtime.statedict import StateMap, check, read_weights_file
 
@@ -55,8 +57,13 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
         # the artifact is written in the current format, so its runner files are too (an old
         # artifact lacks them, or has an earlier form; the weights' names, dtypes and shapes
         # do not change)
-        files.update(runner_files(art.manifest, {name: art.plan(name)
-                                                 for name in art.manifest.entries}))
+        plans = {name: art.plan(name) for name in art.manifest.entries}
+        if art.version < EXTENTS_SINCE and art.manifest.target.native is not None and \
+                art.manifest.target.device.value != "cpu":
+            files.update(plan_extents(plans, files))
+        files.update(runner_files(dataclasses.replace(art.manifest,
+                                                      format_version=fmt.FORMAT_VERSION),
+                                  plans, files.__getitem__))
         manifest = dataclasses.replace(
             art.manifest, weights=dataclasses.replace(art.manifest.weights, shards=(), map=None))
         cap = _cap(art.manifest)

@@ -7,8 +7,10 @@ C++ and compiled ahead of time, for each requested GPU arch, with no GPU needed:
                                  as is under Triton's interpreter
     kernels/<name>.<arch>.cubin  the same compiled for <arch> (sm_80, sm_90, ...)
     kernels/<name>.json          launch spec: parameters in order, block sizes, grid over the
-                                 plan's size symbols, per arch symbol/shared memory/warps/scratch,
-                                 and with --autotune what was timed and chosen (autotune.py)
+                                 plan's size symbols, the elements the kernel indexes past each
+                                 pointer (`extents`, format >= 19), per arch symbol/shared
+                                 memory/warps/scratch, and with --autotune what was timed and
+                                 chosen (autotune.py)
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from pathlib import Path
 
 from aotc.codegen.triton.build import arch_number, share_codes, triton_version, unique_builds
 from aotc.codegen.triton.kernel import KernelSource, kernel_source
+from aotc.codegen.triton.printer import extent
+from aotc.exporter.symbols import SymbolNamer
 from aotc.runtime import format as fmt
 
 PRELUDE = (Path(__file__).parent / "prelude.py").read_text()
@@ -36,13 +40,29 @@ def module_text(ks: KernelSource) -> str:
     return header + PRELUDE + "\n\n" + ks.text
 
 
-def launch_spec(ks: KernelSource) -> dict:
-    """The arch-independent part of a kernel's launch spec."""
+def launch_spec(ks: KernelSource, buffers: dict) -> dict:
+    """The arch-independent part of a kernel's launch spec. `extents`: for each buffer it
+    reads, then each it writes, the elements from the pointer to one past the last the kernel
+    may touch (the buffer's layout it was compiled for: a masked or proven index stays inside
+    it), over the plan's size symbols; the runners refuse a call whose tensors have less room
+    (runtime/room.py)."""
+    name = SymbolNamer().expr
+    extents = [name(_extent(buffers[n])) for n in (*ks.ins, *ks.outs)]
     return {"name": ks.name, "source": fmt.triton_source_file(ks.name),
-            "inputs": ks.ins, "outputs": ks.outs, "sizes": ks.sizes,
+            "inputs": ks.ins, "outputs": ks.outs, "extents": extents, "sizes": ks.sizes,
             "params": [{"name": n, "type": t} for n, t in ks.signature.items()],
             "constexprs": ks.constexprs, "grid": ks.grid, "num_warps": ks.num_warps,
             "error_code": ks.error_code, "triton": triton_version(), "archs": {}}
+
+
+def _extent(buf):
+    """The elements a buffer's layout spans: 0 where a dim is empty (a dynamic dim that may be
+    is a factor min(1, dim), which the size grammar has)."""
+    import sympy
+    if any(d.is_Integer and int(d) <= 0 for d in map(sympy.sympify, buf.shape)):
+        return sympy.Integer(0)
+    empty = [sympy.Min(1, d) for d in map(sympy.sympify, buf.shape) if not d.is_Integer]
+    return sympy.Mul(extent(buf), *empty)
 
 
 def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
@@ -63,7 +83,7 @@ def generate(kernels: list, buffers: dict, stored: set, archs: list[str], *,
     for k, ks in zip(kernels, share_codes(sources)):
         record = tuned.get(k.name, (None, None))[1]
         text = module_text(ks)
-        specs[k.name] = launch_spec(ks)
+        specs[k.name] = launch_spec(ks, buffers)
         if record is not None:
             specs[k.name]["autotune"] = record
         files[fmt.triton_source_file(k.name)] = text.encode()

@@ -30,6 +30,7 @@ struct Program::Kernel {
   std::vector<int32_t> sizes;
   std::shared_ptr<const Launcher> launcher;   // a Triton kernel's (then fn is 0)
   std::vector<spec::Dim> grid;
+  std::vector<spec::Dim> extents;             // a Triton kernel's, checked before its launch
   bool flagged = false;                       // takes the plan's error flag
   bool room = false;   // takes the room of its pointers (codegen/cpp/room.py; its library says)
   std::string name;

@@ -94,6 +94,9 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   if (s.error_code < 0 || (s.error_code && !s.launcher))
     throw SpecError("an error code of a Triton kernel, positive", where);
   check_dims(s.grid, exprs, where);
+  check_dims(s.extents, exprs, where);
+  if (!s.extents.empty() && (!s.launcher || s.extents.size() != s.args.size() + s.outs.size()))
+    throw SpecError("a Triton kernel's extents, one per argument and output", where);
   if (s.room && s.launcher) throw SpecError("a room for C++ kernels only", where);
   if (s.args.size() + s.outs.size() + s.sizes.size() + s.room > kMaxKernelArgs)
     throw Unsupported("kernel " + s.name + " takes more than 128 arguments");
@@ -125,6 +128,7 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   k.sizes = s.sizes;
   k.launcher = s.launcher;
   k.grid = s.grid;
+  k.extents = s.extents;
   k.flagged = s.error_code > 0;
   k.room = s.room;
   k.name = s.name;
@@ -368,22 +372,33 @@ void launch_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, con
   k.launcher->launch({grid[0], grid[1], grid[2]}, buffers, k.flagged ? flag : at::Tensor(), sizes);
 }
 
+// A Triton kernel's call refused (before its launch) where a pointer has less room than the
+// kernel indexes past it: its launch spec's extents, after the rooms in `room`.
+void check_extents(const Program::Kernel& k, int64_t* room, const int64_t* ev) {
+  size_t n = k.args.size() + k.outs.size();
+  Dims need = eval_dims(k.extents, ev);
+  for (size_t i = 0; i < n; ++i) room[n + i] = need[i];
+  for (size_t i = 0; i < n; ++i)
+    if (need[i] > room[i]) room_failed(k, -1 - int(i), room);
+}
+
 // Allocate a kernel's outputs, call it; false if it met an index out of range.
 bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const int64_t* ev,
                 const int64_t* syms, const at::Tensor& flag) {
   uint64_t a[kMaxKernelArgs];
   int64_t room[2 * kMaxKernelArgs];
   size_t n = 0;
+  const bool measure = k.room || !k.extents.empty();
   for (size_t i = 0; i < k.args.size(); ++i) {
     const spec::KernelArg& arg = k.args[i];
     if (k.fixed[i].defined()) {
-      if (k.room) room[n] = storage_room(k.fixed[i]);
+      if (measure) room[n] = storage_room(k.fixed[i]);
       a[n++] = reinterpret_cast<uint64_t>(k.fixed[i].data_ptr());
       continue;
     }
     if (arg.lay_out) regs[arg.slot] = laid_out(tensor_in(regs, arg.slot), arg, ev);
     const at::Tensor& t = tensor_in(regs, arg.slot);
-    if (k.room) room[n] = storage_room(t);
+    if (measure) room[n] = storage_room(t);
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
   }
   for (size_t i = 0; i < k.outs.size(); ++i) {
@@ -397,11 +412,12 @@ bool run_kernel(const Program::Kernel& k, std::vector<c10::IValue>& regs, const 
     } else {
       t = allocate(shape, o, k.options[i], ev);
     }
-    if (k.room) room[n] = storage_room(t);   // (only kernels that check it read it)
+    if (measure) room[n] = storage_room(t);   // (only kernels that check it read it)
     a[n++] = reinterpret_cast<uint64_t>(t.data_ptr());
     regs[o.slot] = std::move(t);
   }
   if (k.launcher) {
+    if (!k.extents.empty()) check_extents(k, room, ev);
     launch_kernel(k, regs, ev, syms, flag);
     return true;
   }

@@ -106,6 +106,8 @@ struct Step {
   // code it stores into the plan's error flag for an index out of range (0: it checks none)
   std::shared_ptr<const Launcher> launcher;
   std::vector<Dim> grid;
+  std::vector<Dim> extents;     // elements it indexes past each pointer (format >= 19; empty:
+                                // unchecked), its launch spec's: checked against the room
   int32_t error_code = 0;
   bool room = false;   // a C++ kernel that takes the room of its pointers (its library's table)
   // Call

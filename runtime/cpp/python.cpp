@@ -107,13 +107,14 @@ std::shared_ptr<const aotc::Launcher> cuda_launcher(const py::dict& d) {
   return aotc::cuda_launcher(std::move(k));
 }
 
-// A Triton kernel's (launcher, grid dims, error code): the launcher a runner_spec dict (a
-// cubin) or a callable.
+// A Triton kernel's (launcher, grid dims, error code[, extents]): the launcher a runner_spec
+// dict (a cubin) or a callable; the extents (format >= 19) its launch spec's.
 void triton_launch(aotc::spec::Step& s, const py::tuple& t) {
   s.launcher = py::isinstance<py::dict>(t[0]) ? cuda_launcher(t[0].cast<py::dict>())
                                                : std::make_shared<PyLauncher>(t[0].cast<py::object>());
   s.grid = dims(t[1]);
   s.error_code = t[2].cast<int32_t>();
+  if (t.size() > 3) s.extents = dims(t[3]);
 }
 
 aotc::spec::Step kernel_step(const py::tuple& t) {

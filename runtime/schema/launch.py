@@ -2,7 +2,8 @@
 
 Written at export (codegen/triton): the kernel's parameters in order (buffers read, buffers
 written, `aotc_err` when it indexes with runtime values, dim sizes), its block sizes, the grid
-as expressions over the plan's size symbols, and per arch the cubin with its entry symbol,
+as expressions over the plan's size symbols, the elements it indexes past each buffer's pointer
+(`extents`, format >= 19: what the runners check each call's tensors against), and per arch the cubin with its entry symbol,
 shared memory, warps and the scratch parameters Triton appends. Every file it names is the
 one the format names for this kernel and arch, so a spec cannot point anywhere else.
 """
@@ -60,15 +61,23 @@ class LaunchSpec:
     error_code: int | None
     archs: dict               # arch -> (Build, div16 Build | None)
     autotune: dict | None = None
+    extents: tuple = ()       # per input, then output: elements indexed (format >= 19; else
+                              # empty: the kernel's buffers unchecked)
 
 
 def cubin_file(kernel: str, arch: str, variant: str | None = None) -> str:
     return f"kernels/{kernel}.{arch}{'.' + variant if variant else ''}.cubin"
 
 
-def parse_launch(doc: At, name: str, symbols) -> LaunchSpec:
+EXTENTS_SINCE = 19
+
+
+def parse_launch(doc: At, name: str, symbols, version: int = EXTENTS_SINCE) -> LaunchSpec:
+    """The launch spec of kernel `name` in an artifact of format `version` (its `extents` are
+    required from EXTENTS_SINCE: a spec without them would run its kernel unchecked)."""
+    extents = ("extents",) if version >= EXTENTS_SINCE else ()
     doc.obj(required=("name", "source", "params", "inputs", "outputs", "sizes", "constexprs",
-                      "num_warps", "grid", "error_code", "triton", "archs"),
+                      "num_warps", "grid", "error_code", "triton", "archs", *extents),
             optional=("autotune",))
     doc.get("name").str(choices={name})
     doc.get("source").str(choices={f"kernels/{name}.py"})
@@ -85,7 +94,9 @@ def parse_launch(doc: At, name: str, symbols) -> LaunchSpec:
             if a.has("div16") else None
         archs[arch] = (_build(a, cubin_file(name, arch), div16=False, extra=("div16",)), div16)
     at = doc.get("autotune", None)
+    n = len(io["inputs"]) + len(io["outputs"])
     return LaunchSpec(
+        extents=tuple(e.expr(symbols) for e in doc.get("extents").list(n, n)) if extents else (),
         name=name, params=params, inputs=io["inputs"], outputs=io["outputs"],
         sizes=tuple(s.ident() for s in doc.get("sizes").list(64)),
         constexprs={k: _block(k, v) for k, v in doc.get("constexprs").items(64)},

@@ -173,13 +173,30 @@ std::vector<int32_t> aligned(const Field& at, const Build& plain, const std::vec
   return out;
 }
 
+// The launch spec's extents: one size expression per buffer; a number is kept (the runner
+// file's must equal it), an expression of sizes is -1 (the runner file's is checked per call).
+CudaKernels::Kernel with_extents(const Field& f, CudaKernels::Kernel k) {
+  if (f.size(4096) != size_t(k.nbuffers)) f.fail(std::to_string(k.nbuffers) + " extents", std::to_string(f.size(4096)));
+  k.has_extents = true;
+  for (size_t i = 0; i < size_t(k.nbuffers); ++i) {
+    const std::string& text = f[i].string(4096);
+    bool number = !text.empty() && text.size() < 19 && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+    k.extents.push_back(number ? std::stoll(text) : -1);
+  }
+  return k;
+}
+
 Spec parse(const Artifact& art, const std::string& name) {
   std::string rel = "kernels/" + name + ".json";
   auto bytes = art.read(rel);
   Value doc = json::parse(std::string_view(reinterpret_cast<const char*>(bytes->data), bytes->size), rel, 4u << 20);
   Field f(doc, rel, "");
-  fields(f, {"name", "source", "params", "inputs", "outputs", "sizes", "constexprs", "num_warps", "grid",
-             "error_code", "triton", "archs"}, {"autotune"});
+  if (art.version() >= 19)   // runtime/schema/launch.py EXTENTS_SINCE
+    fields(f, {"name", "source", "params", "inputs", "outputs", "extents", "sizes", "constexprs", "num_warps",
+               "grid", "error_code", "triton", "archs"}, {"autotune"});
+  else
+    fields(f, {"name", "source", "params", "inputs", "outputs", "sizes", "constexprs", "num_warps", "grid",
+               "error_code", "triton", "archs"}, {"autotune"});
   if (f["name"].string(128) != name) f["name"].fail("\"" + name + "\"", f["name"].found());
   if (f["source"].string(256) != "kernels/" + name + ".py") f["source"].fail("kernels/" + name + ".py", f["source"].found());
   std::vector<Param> params;
@@ -201,6 +218,7 @@ Spec parse(const Artifact& art, const std::string& name) {
         if (p.type == t) s.k.types += (s.k.nbuffers ? "," : "") + std::string(dtype);
       ++s.k.nbuffers;
     }
+  if (art.version() >= 19) s.k = with_extents(f["extents"], std::move(s.k));
   Field archs = f["archs"];
   for (const auto& [arch, v] : archs.members(16)) {
     Field a = archs.member(arch, v);
@@ -331,6 +349,15 @@ void CudaKernels::bind(spec::Step& s, int nargs, int nsizes, const std::string& 
                         std::to_string(nargs) + " buffers (" + types + "), " + std::to_string(nsizes) +
                         " sizes, error code " + std::to_string(s.error_code),
                         "re-export the model (plan and kernels do not match)");
+  if (k.has_extents && s.extents.size() != size_t(nargs))
+    throw ArtifactError("the plan launches kernel " + s.name + " without the extents its launch spec gives", where,
+                        std::to_string(nargs) + " extents after its error code", std::to_string(s.extents.size()),
+                        "re-export the model with this aotc");
+  for (size_t i = 0; i < k.extents.size() && i < s.extents.size(); ++i)
+    if (k.extents[i] >= 0 && (s.extents[i].expr >= 0 || s.extents[i].value != k.extents[i]))
+      throw ArtifactError("the plan's extents of kernel " + s.name + " are not its launch spec's", where,
+                          std::to_string(k.extents[i]) + " elements past pointer " + std::to_string(i),
+                          "another extent", "re-export the model (plan and kernels do not match)");
   s.launcher = k.launcher;
 }
 

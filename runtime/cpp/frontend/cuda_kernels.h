@@ -50,6 +50,10 @@ class CudaKernels final : public Kernels {
     std::string types;       // the buffers' dtypes, "float32,int64"
     int nbuffers = 0, nsizes = 0;
     int32_t error_code = 0;
+    // format >= 19: per buffer, the elements the kernel indexes past its pointer where the
+    // launch spec says a number (-1: an expression of sizes), which the runner file's must be
+    bool has_extents = false;
+    std::vector<int64_t> extents;
     std::shared_ptr<LateLauncher> launcher = std::make_shared<LateLauncher>();
   };
   struct Parsed;

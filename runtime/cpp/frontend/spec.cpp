@@ -107,11 +107,13 @@ spec::Step kernel_step(const Field& f, const Kernels* lib) {
   Field sig = f[3];
   if (sig.size(3) != 3) sig.fail("[pointers, sizes, dtypes]", "another length");
   if (!lib) f.fail("no kernel step (the artifact has no kernel library)", "kernel " + s.name);
-  if (n == 8) {   // a Triton kernel's launch (format >= 14)
-    if (f[7].size(2) != 2) f[7].fail("[grid, error code]", "another length");
+  if (n == 8) {   // a Triton kernel's launch (format >= 14; its extents from 19)
+    size_t items = f[7].size(3);
+    if (items != 2 && items != 3) f[7].fail("[grid, error code] or [grid, error code, extents]", "another length");
     s.grid = dims(f[7][0]);
     if (s.grid.size() != 3) f[7][0].fail("three grid dims", std::to_string(s.grid.size()));
     s.error_code = index(f[7][1], 0, 1 << 30);
+    if (items == 3) s.extents = dims(f[7][2]);
   }
   lib->bind(s, index(sig[0], 0, 1 << 16), index(sig[1], 0, 1 << 16), sig[2].string(1 << 16),
             f.where());
