@@ -157,3 +157,11 @@ def test_swapping_weights_into_an_older_cuda_artifact_gives_its_kernels_extents(
     want = _load(dest, "python")(x)
     assert not torch.equal(want, old(x))          # the new weights
     torch.testing.assert_close(_load(dest, "cpp")(x), want)
+
+
+def test_the_cpp_front_end_refuses_a_launch_spec_without_extents(aotc_run, cuda_mlp, tmp_path):
+    art = copy_artifact(cuda_mlp, tmp_path / "a.aotc")
+    edit_json(art, fmt.triton_launch_file("kernel0"), lambda d: [d.pop("extents")] and None)
+    done, _ = run_cpp(aotc_run, art)
+    assert done.returncode != 0 and "ArtifactError" in done.stderr, done.stderr
+    assert "an extents member (format >= 19)" in done.stderr, done.stderr

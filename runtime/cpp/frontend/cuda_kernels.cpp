@@ -191,12 +191,12 @@ Spec parse(const Artifact& art, const std::string& name) {
   auto bytes = art.read(rel);
   Value doc = json::parse(std::string_view(reinterpret_cast<const char*>(bytes->data), bytes->size), rel, 4u << 20);
   Field f(doc, rel, "");
-  if (art.version() >= 19)   // runtime/schema/launch.py EXTENTS_SINCE
-    fields(f, {"name", "source", "params", "inputs", "outputs", "extents", "sizes", "constexprs", "num_warps",
-               "grid", "error_code", "triton", "archs"}, {"autotune"});
-  else
-    fields(f, {"name", "source", "params", "inputs", "outputs", "sizes", "constexprs", "num_warps", "grid",
-               "error_code", "triton", "archs"}, {"autotune"});
+  fields(f, {"name", "source", "params", "inputs", "outputs", "sizes", "constexprs", "num_warps", "grid",
+             "error_code", "triton", "archs"}, {"autotune", "extents"});
+  const bool extents = art.version() >= 19;   // required from then (runtime/schema/launch.py EXTENTS_SINCE)
+  if (f.has("extents") != extents)
+    f.fail(extents ? "an extents member (format >= 19)" : "no extents member (format < 19)",
+           extents ? "none" : "one");
   if (f["name"].string(128) != name) f["name"].fail("\"" + name + "\"", f["name"].found());
   if (f["source"].string(256) != "kernels/" + name + ".py") f["source"].fail("kernels/" + name + ".py", f["source"].found());
   std::vector<Param> params;
@@ -218,7 +218,7 @@ Spec parse(const Artifact& art, const std::string& name) {
         if (p.type == t) s.k.types += (s.k.nbuffers ? "," : "") + std::string(dtype);
       ++s.k.nbuffers;
     }
-  if (art.version() >= 19) s.k = with_extents(f["extents"], std::move(s.k));
+  if (extents) s.k = with_extents(f["extents"], std::move(s.k));
   Field archs = f["archs"];
   for (const auto& [arch, v] : archs.members(16)) {
     Field a = archs.member(arch, v);
