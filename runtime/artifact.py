@@ -29,7 +29,7 @@ from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
 from aotc.runtime.hashing import Checker
 from aotc.runtime.package import Package, is_package
-from aotc.runtime.schema import load_json, parse_launch, parse_manifest, parse_plan
+from aotc.runtime.schema import load_json, parse_manifest, parse_plan
 from aotc.runtime.schema.flow import check_collectives, check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
 
@@ -154,10 +154,6 @@ class Artifact:
         tp = self.manifest.tensor_parallel
         check_collectives(plan, tp.world_size if tp is not None else None, doc)
         return plan
-
-    def launch(self, kernel: str, symbols):
-        rel = fmt.triton_launch_file(kernel)
-        return parse_launch(load_json_obj(self.read(rel), rel), kernel, symbols, self.version)
 
     # ---------------------------------------------------------------------------- checking
     def _verify_all(self) -> None:

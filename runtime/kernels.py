@@ -25,13 +25,24 @@ POINTER_DTYPES = {"*fp64": "float64", "*fp32": "float32", "*fp16": "float16",
                   "*fp8e5": "float8_e5m2"}
 
 
+def launch_specs(manifest, kernels, read, version: int) -> dict:
+    """The launch specs of `kernels` (names) in an artifact of format `version`, kernel name ->
+    LaunchSpec, read through the schema; `read`: artifact-relative path -> bytes."""
+    from aotc.runtime import format as fmt
+    from aotc.runtime.artifact import load_json_obj
+    from aotc.runtime.schema import parse_launch
+    symbols = set().union(*(set(e.symbols) for e in manifest.entries.values()))
+    return {name: parse_launch(load_json_obj(read(rel), rel), name, symbols, version)
+            for name in kernels for rel in (fmt.triton_launch_file(name),)}
+
+
 class TritonKernels:
     """Launch specs of an artifact's kernels and the error-flag protocol; subclasses launch."""
 
     def __init__(self, artifact, native, device: torch.device):
         self.artifact, self.native, self.device = artifact, native, device
-        symbols = set().union(*(set(e.symbols) for e in artifact.manifest.entries.values()))
-        self.specs = {name: artifact.launch(name, symbols) for name in native.kernels}
+        self.specs = launch_specs(artifact.manifest, native.kernels, artifact.read,
+                                  artifact.version)
 
     def spec(self, name: str):
         if name not in self.specs:

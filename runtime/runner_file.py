@@ -38,6 +38,7 @@ from aotc.runtime import format as fmt
 from aotc.runtime.cpp_runner import _collectives, _Spec, guard_spec
 from aotc.runtime.executor import load_transform
 from aotc.runtime.guards import Guards
+from aotc.runtime.kernels import launch_specs
 from aotc.runtime.schema.plan import with_ranges
 from aotc.runtime.schema.types import SlotKind
 
@@ -83,21 +84,10 @@ def runner_files(manifest, plans: dict, read=None) -> dict[str, bytes]:
     device = torch.device(manifest.target.device.value)
     native = manifest.target.native
     lib = None if native is None else _Table() if device.type == "cpu" else \
-        _Launches(launch_specs(manifest, read))
+        _Launches(launch_specs(manifest, native.kernels, read, manifest.format_version))
     aliases = manifest.weights.aliases
     return {fmt.runner_file(name): fmt.dumps(document(plans[name], spec, lib, aliases, device))
             for name, spec in manifest.entries.items()}
-
-
-def launch_specs(manifest, read) -> dict:
-    """A CUDA artifact's launch specs, kernel name -> LaunchSpec, read through the schema."""
-    from aotc.runtime.artifact import load_json_obj
-    from aotc.runtime.schema import parse_launch
-    symbols = set().union(*(set(e.symbols) for e in manifest.entries.values()))
-    return {name: parse_launch(load_json_obj(read(rel), rel), name, symbols,
-                               manifest.format_version)
-            for name in manifest.target.native.kernels
-            for rel in (fmt.triton_launch_file(name),)}
 
 
 def document(plan, entry, library, aliases: dict, device: torch.device) -> dict:
