@@ -9,6 +9,7 @@ import torch
 from aotc.errors import AotcError, VerifyError
 from aotc.runtime.aotc_ops import COLLECTIVES
 from aotc.runtime.cpp_runner import expected_runner
+from aotc.runtime.kernels import launch_specs
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
 from aotc.runtime.schema.types import StepKind, size_json
@@ -126,7 +127,7 @@ def _kernel_tuning(art, step) -> str | None:
     """What autotuning chose for one kernel step (from its launch spec), if it was tuned."""
     if step.launch is None or not art.listed(step.launch.spec):
         return None
-    t = art.launch(step.name, None).autotune
+    t = launch_specs(art.manifest, [step.name], art.read, art.version)[step.name].autotune
     if t is None:
         return None
     if "heuristic_us" not in t:

@@ -12,6 +12,7 @@ import torch
 
 import aotc
 import aotc.runtime.artifact
+from aotc.runtime.kernels import launch_specs
 
 pytest.importorskip("triton")
 
@@ -172,9 +173,8 @@ def test_a_gpu_loads_each_distinct_cubin_once(decoder, monkeypatch):
     art = aotc.runtime.artifact.Artifact(decoder)
     kernels = object.__new__(cuda.CudaKernels)
     kernels.artifact, kernels.modules, kernels.loaded = art, [], {}
-    specs = {n: art.launch(n, set().union(*(set(e.symbols)
-                                            for e in art.manifest.entries.values())))
-             for n in art.manifest.target.native.kernels}
+    specs = launch_specs(art.manifest, art.manifest.target.native.kernels, art.read,
+                         art.version)
     got = {n: kernels._function(s.archs["sm_90"][0]) for n, s in specs.items()}
     distinct = {(art.read(s.archs["sm_90"][0].cubin), s.archs["sm_90"][0].symbol)
                 for s in specs.values()}
