@@ -13,7 +13,7 @@ from aotc.runtime.kernels import launch_specs
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
 from aotc.runtime.schema.types import StepKind, size_json
-from aotc.prove import compare
+from aotc.prove import matches
 from aotc.runtime.trees import describe
 
 # Default (rtol, atol) by output dtype for `verify`.
@@ -317,18 +317,19 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
     inputs, expected = samples
     if getattr(module, "generation", None) is not None:
         return _verify_generation(module, inputs[0], expected[0])
+    reference = module.recorded_reference(expected)
     got = module.run_flat("forward", inputs)
     lines = []
     for i, (g, w) in enumerate(zip(got, expected)):
-        ok, diff = compare(g, w, rtol, atol)
+        ok, text = matches(g, w, reference.get(i), rtol, atol)
         if not ok:
             raise VerifyError(f"output #{i} differs from the output recorded at export",
                               where=f"output #{i}", expected=f"{w.dtype}{list(w.shape)} within "
-                              "tolerance", found=f"{g.dtype}{list(g.shape)}, max abs diff {diff:.3g}",
+                              "tolerance", found=f"{g.dtype}{list(g.shape)}, {text}",
                               fix="run on the device the artifact was exported for, or pass "
                                   "--rtol/--atol if the difference is acceptable")
         lines.append(f"output #{i}: ok  ({str(w.dtype).removeprefix('torch.')}{list(w.shape)}, "
-                     f"max abs diff {diff:.3g})")
+                     f"{text})")
     return "\n".join(lines + [f"verified {len(expected)} outputs against the export-time run"])
 
 

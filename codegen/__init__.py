@@ -104,6 +104,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
         files[fmt.SAMPLE_INPUTS] = save(own(ins))     # copies: samples may share memory
         files[fmt.SAMPLE_OUTPUTS] = save(own(outs))
+        if program.reference:
+            files[fmt.SAMPLE_REFERENCE] = save({str(i): t for i, t in program.reference.items()})
     manifest = {
         "format_version": fmt.FORMAT_VERSION,
         "model": {"name": program.name, "source": program.source},
@@ -121,7 +123,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
     check, manifest["export_check"] = artifact_check(program.samples, target.device, prove,
-                                                      native)
+                                                      native, program.reference)
     ranks = None
     if program.tensor_parallel is not None:
         tp = program.tensor_parallel

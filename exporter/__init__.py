@@ -19,6 +19,7 @@ from aotc.exporter.complex import real_view, refuse as refuse_complex
 from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import Program, graph_to_json
+from aotc.exporter.reference import float64_reference
 from aotc.exporter.state import state_keys
 from aotc.exporter.symbols import SymbolNamer
 from aotc.options import ExportOptions
@@ -70,6 +71,8 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
     return Program(name=options.name or type(model).__name__, graph=graph,
                    weights={**weights, **unread}, inputs=inputs, output_tree=spec,
                    symbols=symbols, samples=(args, flat_out) if options.record_samples else None,
+                   reference=float64_reference(model, args, paths, flat_out)
+                   if options.record_samples and options.prove else None,
                    source=source, options={**options.to_json(), **captured(notes)},
                    state_dict=state)
 

@@ -44,6 +44,7 @@ class Program:
     symbols: dict = field(default_factory=dict)
     relations: list = field(default_factory=list)
     samples: tuple | None = None     # (inputs, flat outputs) from the eager run
+    reference: dict | None = None    # flat output position -> its float64 run (reference.py)
     source: str | None = None        # "file.py:Name" when loaded from a file
     options: dict = field(default_factory=dict)
     backward: dict | None = None     # training: the backward graph ...
@@ -71,7 +72,7 @@ class Program:
 
     def metadata(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("weights", "samples")}
+                if f.name not in ("weights", "samples", "reference")}
 
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)
@@ -83,6 +84,9 @@ class Program:
             save_file({str(i): t.contiguous() for i, t in enumerate(ins)}, d / "inputs.safetensors")
             save_file({str(i): t.contiguous() for i, t in enumerate(outs)},
                       d / "outputs.safetensors")
+        if self.reference is not None:
+            save_file({str(i): t.contiguous() for i, t in self.reference.items()},
+                      d / "reference.safetensors")
         return d
 
     @classmethod
@@ -94,8 +98,10 @@ class Program:
             load = lambda f: tuple(v.clone() for _, v in sorted(
                 load_safetensors(d / f).items(), key=lambda kv: int(kv[0])))
             samples = (load("inputs.safetensors"), load("outputs.safetensors"))
+        reference = {int(k): v.clone() for k, v in load_safetensors(
+            d / "reference.safetensors").items()} if (d / "reference.safetensors").exists() else None
         weights = {k: v.clone() for k, v in load_safetensors(d / "weights.safetensors").items()}
-        return cls(weights=weights, samples=samples, **meta)
+        return cls(weights=weights, samples=samples, reference=reference, **meta)
 
 
 def value_meta(val, namer: SymbolNamer) -> dict | None:

@@ -14,6 +14,7 @@ weight is read.
       runner/<entry>.json        CPU artifacts: the C++ runner's spec of that plan (format >= 10)
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
       samples/outputs.safetensors eager outputs for those inputs
+      samples/reference.safetensors  optional: float64 outputs for them (by output position)
       kernels/kernels.cpp        generated C++ kernels (readable source)
       kernels/kernels-<level>.so the same, compiled for each CPU level the manifest names
                                  (x86-64-v2, -v3, -v4; before format 9 one kernels/kernels.so)
@@ -183,11 +184,15 @@ CHANGELOG = {
 #               a C++ function (several table entries at one address). Nothing a reader of
 #               version 17 checks changes; one that maps a code to its first step alone may
 #               name another kernel of the shape in an index error's message
+#   2026-12-07  samples/reference.safetensors: the model's float64 outputs for the recorded
+#               inputs (float outputs only, named by flat output position; float64, each the
+#               shape of its output), so `aotc verify` tells rounding from a wrong result
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 SAMPLE_INPUTS = "samples/inputs.safetensors"
 SAMPLE_OUTPUTS = "samples/outputs.safetensors"
+SAMPLE_REFERENCE = "samples/reference.safetensors"   # optional: float64 runs of float outputs
 KERNELS_DIR = "kernels"
 KERNEL_SOURCE = "kernels/kernels.cpp"
 LEGACY_KERNEL_LIBRARY = "kernels/kernels.so"     # formats 1-7: the one library

@@ -215,14 +215,33 @@ class CompiledModule:
         order = lambda d: tuple(d[k].to(self.device) for k in sorted(d, key=_sample_key))  # noqa
         return order(ins), order(outs)
 
+    def recorded_reference(self, outputs: tuple) -> dict[int, torch.Tensor]:
+        """The float64 runs of the recorded `outputs` stored at export, {position: tensor}
+        (none if the export stored none), each checked to be float64 of its output's shape."""
+        rel = fmt.SAMPLE_REFERENCE
+        if not self.artifact.listed(rel):
+            return {}
+        found = {_sample_key(k, rel): t for k, t in tensors(self.artifact.read(rel), rel).items()}
+        for i, t in found.items():
+            want = outputs[i] if i < len(outputs) else None
+            if want is None or t.dtype != torch.float64 or t.shape != want.shape:
+                raise ArtifactError(f"the float64 reference of output #{i} does not fit it",
+                                    where=f"{rel}, tensor {i}",
+                                    expected="float64 of shape " + (
+                                        str(list(want.shape)) if want is not None else
+                                        f"one of outputs 0..{len(outputs) - 1}"),
+                                    found=f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
+                                    fix="re-export the model")
+        return found
+
     def __repr__(self) -> str:
         return f"CompiledModule({str(self.path)!r}, device={self.device}, {self.signature()})"
 
 
-def _sample_key(k: str) -> int:
+def _sample_key(k: str, where: str = fmt.SAMPLE_INPUTS) -> int:
     if not k.isdigit() or len(k) > 6:
         raise ArtifactError(f"sample tensor {k[:40]!r} is not named by its position",
-                            where=fmt.SAMPLE_INPUTS, expected="names 0, 1, 2, ...", found=k[:40],
+                            where=where, expected="names 0, 1, 2, ...", found=k[:40],
                             fix="re-export the model")
     return int(k)
 

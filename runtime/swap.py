@@ -21,7 +21,7 @@ from aotc.runtime.schema.launch import EXTENTS_SINCE
 from aotc.runtime.shards import Lazy, resolve_aliases, stored_tensors
 from aotc.runtime.statedict import StateMap, check, read_weights_file
 
-SAMPLES = (fmt.SAMPLE_INPUTS, fmt.SAMPLE_OUTPUTS)
+SAMPLES = (fmt.SAMPLE_INPUTS, fmt.SAMPLE_OUTPUTS, fmt.SAMPLE_REFERENCE)
 PLANS_CHANGED = 5      # plans of earlier versions are migrated when read (schema/migrate.py)
 
 

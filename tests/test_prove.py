@@ -51,8 +51,9 @@ def test_wrong_outputs_are_a_lowering_error(tmp_path, monkeypatch):
     from aotc import prove
     model, x = _model_and_input()
     real = prove.prove
-    monkeypatch.setattr(prove, "prove", lambda path, inputs, expected, isa=None:
-                        real(path, inputs, [e + 1 for e in expected], isa))
+    monkeypatch.setattr(prove, "prove", lambda path, inputs, expected, isa=None, ref=None:
+                        real(path, inputs, [e + 1 for e in expected], isa,
+                             {i: r + 1 for i, r in (ref or {}).items()}))
     with pytest.raises(aotc.LoweringError, match=r"output #0 differs"):
         aotc.export(model, (x,), tmp_path / "m.aotc")
     assert not (tmp_path / "m.aotc").exists()
@@ -108,3 +109,70 @@ def test_half_generators_may_flip_late_tokens_whatever_weight_comes_first(first_
     fp32 = {"w": torch.zeros(2)}
     with pytest.raises(LoweringError, match="greedy tokens differ"):
         _prove_generation(_FakeGenerator(fp32, torch.tensor([[1, 2, 3, 7, 5, 5]])), prompt, want)
+
+
+def test_rounding_is_told_from_a_wrong_result_by_the_float64_run():
+    # a deep float32 model's eager output is itself ~1e-4 off the exact one: an artifact as
+    # close to the float64 run as eager passes; one further off, or wrong, does not
+    from aotc.prove import matches
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(2, 768, generator=g, dtype=torch.float64) * 3
+    eager = (ref + torch.randn(2, 768, generator=g, dtype=torch.float64) * 4e-5).float()
+    close = (ref + torch.randn(2, 768, generator=g, dtype=torch.float64) * 5e-5).float()
+    ok, text = matches(close, eager, None)
+    assert not ok and "max abs diff" in text          # the fixed tolerance refuses it
+    ok, text = matches(close, eager, ref)
+    assert ok and "rmse against float64" in text, text
+    far = (ref + torch.randn(2, 768, generator=g, dtype=torch.float64) * 2e-4).float()
+    assert not matches(far, eager, ref)[0]
+    wrong = close.clone()
+    wrong[1, 7] += 0.05                                   # one element wrong
+    assert not matches(wrong, eager, ref)[0]
+    assert not matches(close, eager, ref, rtol=1e-4, atol=1e-4)[0]   # tolerances given: theirs
+
+
+def test_export_records_the_float64_run_and_verify_uses_it(tmp_path):
+    from aotc.cli.report import verify_artifact
+    from aotc.errors import ArtifactError, VerifyError
+    from hostile import copy_artifact, rehash
+    from safetensors.torch import load_file, save_file
+    model, x = _model_and_input()
+    path = aotc.export(model, (x,), tmp_path / "m.aotc")
+    ref = load_file(path / "samples" / "reference.safetensors")
+    want = model.double()(x.double())
+    assert list(ref) == ["0"] and ref["0"].dtype == torch.float64
+    torch.testing.assert_close(ref["0"], want, rtol=0, atol=1e-12)
+    model.float()
+    # recorded outputs rounded as a deep model's eager ones are (2e-4 off the exact run):
+    # the fixed tolerance refuses the artifact, the float64 run tells it is closer than eager
+    noisy = copy_artifact(path, tmp_path / "noisy.aotc")
+    g = torch.Generator().manual_seed(1)
+    save_file({"0": (want + torch.randn(want.shape, generator=g, dtype=torch.float64) * 2e-4)
+               .float().contiguous()}, noisy / "samples" / "outputs.safetensors")
+    rehash(noisy)
+    assert "rmse against float64" in verify_artifact(aotc.load(noisy))
+    save_file({"0": torch.zeros(3, dtype=torch.float64)}, noisy / "samples" / "reference.safetensors")
+    rehash(noisy)
+    with pytest.raises(ArtifactError, match="reference of output #0"):
+        verify_artifact(aotc.load(noisy))
+    manifest = json.loads((noisy / "manifest.json").read_text())
+    del manifest["files"]["samples/reference.safetensors"]
+    (noisy / "manifest.json").write_text(json.dumps(manifest))
+    rehash(noisy)
+    with pytest.raises(VerifyError, match="output #0 differs"):
+        verify_artifact(aotc.load(noisy))
+
+
+def test_no_float64_run_where_outputs_are_not_floats_or_proof_is_off(tmp_path):
+    model, x = _model_and_input()
+    idx = aotc.export(lambda_module(lambda t: t.argmax(-1)), (x,), tmp_path / "i.aotc")
+    assert not (idx / "samples" / "reference.safetensors").exists()
+    off = aotc.export(model, (x,), tmp_path / "n.aotc", prove=False)
+    assert not (off / "samples" / "reference.safetensors").exists()
+
+
+def lambda_module(fn):
+    class Fn(torch.nn.Module):
+        def forward(self, t):
+            return fn(t)
+    return Fn()
