@@ -25,12 +25,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import zoo_report
+from benchmarks import zoo_report, zoo_sweep
 from benchmarks.run import commit
 from benchmarks.run import quiet
 from benchmarks.zoo_models import ZOO, qualified, zoo_spec
 
-FAMILIES = ("transformers", "torchvision", "timm")
+FAMILIES = ("transformers", "torchvision", "timm", *zoo_sweep.BUILDERS)
+DEFAULT_FAMILIES = FAMILIES[:3]    # the sweeps (benchmarks/zoo_sweep.py) run when asked
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -39,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--size", choices=("small", "full"), default="small")
     p.add_argument("--models", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="comma-separated model names (default: the whole zoo)")
-    p.add_argument("--families", type=lambda s: s.split(","), default=list(FAMILIES))
+    p.add_argument("--families", type=lambda s: s.split(","), default=list(DEFAULT_FAMILIES))
     p.add_argument("--limit-s", type=float, default=300.0,
                    help="wall-time limit per model (export, runs and torch.compile)")
     p.add_argument("--no-compile", action="store_true",
@@ -65,7 +66,8 @@ def chosen(args) -> list:
     unknown = sorted(set(args.families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
-    return [s for s in ZOO if s.family in args.families]
+    swept = [s for f in zoo_sweep.BUILDERS if f in args.families for s in zoo_sweep.sweep(f)]
+    return [s for s in ZOO if s.family in args.families] + swept
 
 
 def worker(args) -> int:

@@ -423,6 +423,9 @@ ZOO: tuple[ModelSpec, ...] = TRANSFORMERS + TORCHVISION + TIMM
 def zoo_spec(name: str) -> ModelSpec:
     """The zoo model `name` ('family/name' or a unique 'name')."""
     family, _, short = name.rpartition("/")
+    if family.endswith("-sweep"):
+        from benchmarks.zoo_sweep import sweep_spec
+        return sweep_spec(family, short)
     found = [s for s in ZOO if s.name == short and family in ("", s.family)]
     if len(found) != 1:
         raise ValueError(f"zoo has {len(found)} models named {name!r}; known: "

@@ -33,3 +33,36 @@ def test_pass_rate_leaves_out_what_capture_cannot_take():
     s = zoo_report.summarize(recs)
     assert (s["passed"], s["capturable"], s["pass_rate"]) == (2, 3, 0.6667)
     assert s["over_export_budget"] == ["d"]   # slower than torch.compile in the same run
+
+
+def test_a_sweep_runs_each_model_at_the_first_input_size_it_takes(monkeypatch):
+    # a sweep's model is built from its library's registry: asked for the small size first,
+    # then at the small size without asking, then at the model's own size
+    import torch
+    from torch import nn
+
+    from benchmarks import zoo_sweep
+
+    class Fixed(nn.Module):       # a position table of its own size: refuses other inputs
+        def __init__(self, img_size=32):
+            super().__init__()
+            self.pos = nn.Parameter(torch.zeros(3, img_size, img_size))
+
+        def forward(self, x):
+            return (x + self.pos).mean((1, 2, 3))
+
+    def build(name, kwargs):
+        if name == "asks" or "img_size" not in kwargs:
+            return Fixed(**kwargs)
+        raise TypeError("unexpected keyword argument 'img_size'")
+    monkeypatch.setitem(zoo_sweep.BUILDERS, "timm-sweep", build)
+    monkeypatch.setattr(zoo_sweep, "_default", lambda family, name: (3, 32, 32))
+    zoo_sweep.shape.cache_clear()
+    small = (3, zoo_sweep.SMALL_RES, zoo_sweep.SMALL_RES)
+    assert zoo_sweep.shape("timm-sweep", "asks", "small") == ({"img_size": 96}, small)
+    assert zoo_sweep.shape("timm-sweep", "fixed", "small") == ({}, (3, 32, 32))
+    assert zoo_sweep.shape("timm-sweep", "fixed", "full") == ({}, (3, 32, 32))
+    spec = zoo_sweep.sweep_spec("timm-sweep", "asks")
+    model, (x,) = spec.make("small", "latency")
+    assert x.shape == (spec.batch("small", "latency"), *small) and model(x).shape == x.shape[:1]
+    zoo_sweep.shape.cache_clear()
