@@ -253,7 +253,9 @@ def decompose(gm: torch.fx.GraphModule, flat_args: list, *,
     functional = torch.func.functionalize(replay, remove="mutations")
     # each re-traced node keeps the stack trace of the exported node it came from, so plan
     # steps can name the model's source line
-    with torch.fx.traceback.preserve_node_meta():
+    # mkldnn off: torch decomposes an LSTM for inference on the CPU into mkldnn_rnn_layer
+    # calls, a CPU-only op no runner calls, and into matmuls and pointwise steps otherwise
+    with torch.fx.traceback.preserve_node_meta(), torch.backends.mkldnn.flags(enabled=False):
         return _retrace(functional, flat_args, table, symbolic)
 
 
@@ -287,18 +289,39 @@ def _out_of_place(graph: torch.fx.Graph) -> None:
         if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
             continue
         name = target.overloadpacket.__name__
-        functional = getattr(getattr(aten, name[:-1], None), target._overloadname, None)
+        functional = _functional(target)
         if not name.endswith("_") or name.startswith("_") or functional is None \
                 or not target._schema.arguments or not n.args:
             continue
         base = n.args[0]
-        if not isinstance(base, torch.fx.Node) or base.op != "call_function" \
-                or getattr(base.target, "is_view", False) or _views(base):
+        # an op that changes only the tensor's metadata (transpose_, squeeze_) writes no
+        # memory, so it is functional on a view as well: later uses read its result
+        meta_only = torch.Tag.inplace_view in target.tags
+        if not isinstance(base, torch.fx.Node) or base.op != "call_function" or not meta_only \
+                and (getattr(base.target, "is_view", False) or _views(base)):
             continue
         for use in list(base.users):
             if use is not n and order[use] > order[n]:
                 use.replace_input_with(base, n)
         n.target = functional
+
+
+def _functional(target):
+    """The out-of-place overload of in-place op `target` (`add_.Tensor` -> `add.Tensor`), by
+    name, else the one taking the same arguments (`transpose_.default` -> `transpose.int`)."""
+    name = target.overloadpacket.__name__
+    packet = getattr(aten, name[:-1], None) if name.endswith("_") else None
+    if packet is None:
+        return None
+    same = getattr(packet, target._overloadname, None)
+    if same is not None:
+        return same
+    args = [(a.name, str(a.type)) for a in target._schema.arguments]
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        if [(a.name, str(a.type)) for a in op._schema.arguments] == args:
+            return op
+    return None
 
 
 def _views(node) -> bool:
