@@ -5,10 +5,10 @@ result (`aotc/prove.py`, `within_reference`).
 A deep float32 model's eager output is itself 1e-4 away from the exact one (a 16-layer ViT:
 1.1e-4 at values of 3), so a fixed elementwise tolerance against eager refuses an artifact as
 accurate as eager; an output then passes if it is as close to the float64 result as eager's is
-(up to a factor). The reference costs one float64 run at export, with float64 copies of the
-weights made one at a time as the call reads them (torch.func.functional_call); it is skipped
-for models whose float64 weights would pass `MAX_WEIGHT_BYTES`, and where the float64 run fails
-or gives outputs of other shapes (a model that only runs in its own dtype).
+(up to a factor). The reference costs one float64 run at export, the model called with float64
+copies of its weights (torch.func.functional_call: the model itself is not copied or changed);
+it is skipped for models whose float64 weights would pass `MAX_WEIGHT_BYTES`, and where the
+float64 run fails or gives outputs of other shapes (a model that only runs in its own dtype).
 """
 from __future__ import annotations
 
