@@ -9,9 +9,9 @@ registry, so a new release's architectures join without an entry here.
 - `torchvision-sweep`: every torchvision classification, segmentation and video model of at
   most 150M parameters (detection needs torchvision's compiled ops; optical flow takes pairs).
 
-At size 'small' a model runs at the first input size that builds and runs eagerly: a small one
-asked of the model (`img_size` / `image_size`, for models whose position tables depend on it),
-the same without asking, then the model's own input size; at 'full', its own input size.
+At size 'small' a model runs at the first input size that builds and runs eagerly: 96 or 112
+pixels asked of the model (`img_size` / `image_size`, for models whose position tables depend
+on it), the same without asking, then the model's own input size; at 'full', its own size.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 from benchmarks.models import ModelSpec
 from benchmarks.zoo_models import ZOO_BATCHES
 
-SMALL_RES = 96
+SMALL_RES = (96, 112)     # 112: a multiple of patches of 14 (and of 16, 8, 7)
 MAX_PARAMS = 150_000_000
 
 
@@ -86,8 +86,8 @@ def _shapes(family: str, name: str) -> list[tuple[dict, tuple]]:
     if family == "torchvision-sweep" and name in _tv_names("video"):
         return [({}, (3, 8, 64, 64)), ({}, (3, 16, 112, 112))]
     key = "img_size" if family == "timm-sweep" else "image_size"
-    small = (3, SMALL_RES, SMALL_RES)
-    return [({key: SMALL_RES}, small), ({}, small)]
+    sizes = [(3, r, r) for r in SMALL_RES]
+    return [({key: s[-1]}, s) for s in sizes] + [({}, s) for s in sizes]
 
 
 def _default(family: str, name: str) -> tuple:

@@ -58,7 +58,7 @@ def test_a_sweep_runs_each_model_at_the_first_input_size_it_takes(monkeypatch):
     monkeypatch.setitem(zoo_sweep.BUILDERS, "timm-sweep", build)
     monkeypatch.setattr(zoo_sweep, "_default", lambda family, name: (3, 32, 32))
     zoo_sweep.shape.cache_clear()
-    small = (3, zoo_sweep.SMALL_RES, zoo_sweep.SMALL_RES)
+    small = (3, zoo_sweep.SMALL_RES[0], zoo_sweep.SMALL_RES[0])
     assert zoo_sweep.shape("timm-sweep", "asks", "small") == ({"img_size": 96}, small)
     assert zoo_sweep.shape("timm-sweep", "fixed", "small") == ({}, (3, 32, 32))
     assert zoo_sweep.shape("timm-sweep", "fixed", "full") == ({}, (3, 32, 32))
