@@ -167,6 +167,7 @@ def _sweep(src, tmp_path, rel, skip) -> tuple[int, list]:
 def test_deleting_any_manifest_key_gives_a_typed_error(mlp_artifact, tmp_path):
     optional = {("target", "native", "table"), ("weights", "transposed"),
                 ("files", fmt.SAMPLE_INPUTS), ("files", fmt.SAMPLE_OUTPUTS),
+                ("files", fmt.SAMPLE_REFERENCE),
                 # a single shard needs no index; blake3 digests and state keys are optional
                 ("weights", "map"), ("weights", "state_dict"),
                 ("files", fmt.WEIGHTS, "chunks", "blake3"),
