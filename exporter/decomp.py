@@ -12,6 +12,8 @@ Two rules make the re-trace robust:
 """
 from __future__ import annotations
 
+import contextlib
+
 import re
 from pathlib import Path
 
@@ -255,8 +257,20 @@ def decompose(gm: torch.fx.GraphModule, flat_args: list, *,
     # steps can name the model's source line
     # mkldnn off: torch decomposes an LSTM for inference on the CPU into mkldnn_rnn_layer
     # calls, a CPU-only op no runner calls, and into matmuls and pointwise steps otherwise
-    with torch.fx.traceback.preserve_node_meta(), torch.backends.mkldnn.flags(enabled=False):
+    with torch.fx.traceback.preserve_node_meta(), _mkldnn_off():
         return _retrace(functional, flat_args, table, symbolic)
+
+
+@contextlib.contextmanager
+def _mkldnn_off():
+    """mkldnn off, nothing else changed (torch.backends.mkldnn.flags also resets oneDNN's
+    TF32 and determinism settings, and warns on every call where there is no Intel GPU)."""
+    before = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(before)
 
 
 def _retrace(functional, flat_args: list, table: dict, symbolic: bool) -> torch.fx.GraphModule:
