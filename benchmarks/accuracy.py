@@ -30,11 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from aotc.prove import relative_floor
+from aotc.prove import MULTIPLIER, relative_floor, rms, rmse
 
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2,
              torch.bfloat16: 1e-2}
-MULTIPLIER = {torch.float64: 2.0, torch.float32: 2.0, torch.float16: 3.0, torch.bfloat16: 3.0}
 
 
 def flatten(out) -> list[torch.Tensor]:
@@ -49,12 +48,6 @@ def flatten(out) -> list[torch.Tensor]:
     if isinstance(out, (tuple, list)):
         return [t for v in out for t in flatten(v)]
     return []
-
-
-def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.numel() == 0:
-        return 0.0
-    return float(torch.sqrt(torch.mean((a.double() - b.double()) ** 2)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +88,7 @@ def judge_tensor(got: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor | Non
         return Verdict(True, error=err, eager_error=eager_err)
     if ref is None:
         return Verdict(False, f"not within {tol:g} of eager and no float64 reference")
-    floor = max(tol / 10, relative_floor(got.dtype, rmse(ref, torch.zeros_like(ref))))
+    floor = max(tol / 10, relative_floor(got.dtype, rms(ref)))
     bound = MULTIPLIER.get(got.dtype, 2.0) * eager_err + floor
     if math.isnan(err) or err > bound:
         return Verdict(False, f"rmse vs float64 {err:.3g} > {bound:.3g} (eager's {eager_err:.3g})",

@@ -13,7 +13,6 @@ Two rules make the re-trace robust:
 from __future__ import annotations
 
 import contextlib
-
 import re
 from pathlib import Path
 
