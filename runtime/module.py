@@ -223,13 +223,12 @@ class CompiledModule:
             return {}
         found = {_sample_key(k, rel): t for k, t in tensors(self.artifact.read(rel), rel).items()}
         for i, t in found.items():
-            want = outputs[i] if i < len(outputs) else None
-            if want is None or t.dtype != torch.float64 or t.shape != want.shape:
+            shape = list(outputs[i].shape) if i < len(outputs) else None
+            if t.dtype != torch.float64 or list(t.shape) != shape:
                 raise ArtifactError(f"the float64 reference of output #{i} does not fit it",
                                     where=f"{rel}, tensor {i}",
-                                    expected="float64 of shape " + (
-                                        str(list(want.shape)) if want is not None else
-                                        f"one of outputs 0..{len(outputs) - 1}"),
+                                    expected=f"float64{shape}" if shape is not None else
+                                    f"one of outputs 0..{len(outputs) - 1}",
                                     found=f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
                                     fix="re-export the model")
         return found
