@@ -12,7 +12,9 @@ while kernel sources are imported, under a lock, and restored right after: nothi
 process (nor any subprocess started later) sees it. Functions that Triton's interpreter lacks
 (`libdevice.*`) are bound, in each imported kernel module, to NumPy stand-ins (`_libdevice`),
 and its bf16 arithmetic, which takes bf16 blocks' raw bits for values in `tl.dot` and in casts,
-is mended while launches run (`mended_bf16`).
+is mended while launches run (`mended_bf16`). Each launch's loads and stores are bounded to the
+tensors it was given (runtime/memguard.py): a kernel that does not match its plan is refused
+before it touches memory outside them.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from aotc.errors import ArtifactError
 from aotc.runtime import format as fmt
 from aotc.runtime.kernels import TritonKernels
 from aotc.runtime.kernelsource import check_kernel_source
+from aotc.runtime.memguard import bounded_memory
 
 _env_lock = threading.RLock()
 _launch_lock = threading.Lock()
@@ -58,6 +61,8 @@ def _interpreted(name: str, fn, grid, args, constexprs) -> None:
     except ArtifactError:
         raise
     except Exception as e:   # noqa: BLE001 - the interpreter's errors are of any type
+        if isinstance(e.__cause__, ArtifactError):   # ours (bounded_memory), wrapped by Triton
+            raise e.__cause__ from None
         raise ArtifactError(f"kernel {name} failed in Triton's interpreter",
                             where=fmt.triton_source_file(name),
                             expected="a kernel that runs with its launch spec's blocks and "
@@ -199,7 +204,8 @@ class InterpretedKernels(TritonKernels):
             if grid[0] * grid[1] * grid[2]:
                 # the interpreter patches triton.language while it runs: one launch at a time;
                 # masked-out lanes compute on zeros, so NumPy's warnings mean nothing
-                with _launch_lock, np.errstate(all="ignore"), mended_bf16():
+                with _launch_lock, np.errstate(all="ignore"), mended_bf16(), \
+                        bounded_memory(name, args):
                     _interpreted(name, fn, grid, args, constexprs)
             return 0
         return launch

@@ -105,11 +105,32 @@ def test_block_sizes_are_powers_of_two_named_as_blocks(cuda_mlp, tmp_path, edit)
     assert "constexprs" in err.where and name in err.where
 
 
-def test_blocks_too_large_together_fail_typed(cuda_mlp, tmp_path):
-    """Each block within Triton's limit but their product past it: the interpreter's launch
-    fails, as an ArtifactError naming the kernel's source."""
+@pytest.mark.parametrize("blocks", [{"XBLOCK": 1 << 20, "R0_BLOCK": 1 << 20},
+                                    {"XBLOCK": 1 << 20}, {"R0_BLOCK": 512}, {"XBLOCK": 8}])
+def test_blocks_larger_than_the_kernel_was_written_for_fail_typed(cuda_mlp, tmp_path, blocks):
+    """Block sizes each within Triton's limit but larger than the ones the kernel's (maskless)
+    loads and stores were written for: the interpreter would index past its buffers; the launch
+    is refused before any access outside them (or Triton refuses a tile past its limit first),
+    as an ArtifactError naming the kernel's source."""
     art = copy_artifact(cuda_mlp, tmp_path / "a.aotc")
-    edit_json(art, fmt.triton_launch_file("kernel0"), lambda s: s["constexprs"].update(
-        {k: 1 << 20 for k in s["constexprs"]}))
+    edit_json(art, fmt.triton_launch_file("kernel0"), lambda s: s["constexprs"].update(blocks))
     err = _interp(art, tmp_path / "PWNED")
-    assert "kernels/kernel0.py" in err.where and "Triton's interpreter" in str(err)
+    assert "kernels/kernel0.py" in err.where
+    assert "outside the tensors" in str(err) or "maximum tensor numel" in str(err)
+
+
+@pytest.mark.parametrize("edit,access", [(" + 100000000, tmp7)", "writes"),
+                                         (" - 1, tmp7)", "writes"),
+                                         (" + 0 * tl.load(buf1 + 1 - 2), tmp7)", "reads")])
+def test_kernel_sources_that_index_outside_their_buffers_are_refused(cuda_mlp, tmp_path, edit,
+                                                                     access):
+    """A kernel source (Triton only, so it passes the source check) whose addresses leave its
+    buffers, below or above: refused before the access, naming it."""
+    art = copy_artifact(cuda_mlp, tmp_path / "a.aotc")
+    src = art / fmt.triton_source_file("kernel0")
+    text = src.read_text()
+    assert text.count(", tmp7)") == 1
+    src.write_text(text.replace(", tmp7)", edit))
+    rehash(art)
+    err = _interp(art, tmp_path / "PWNED")
+    assert f"{access} memory outside" in str(err) and "kernels/kernel0.py" in err.where
