@@ -30,7 +30,7 @@ from benchmarks.run import commit
 from benchmarks.run import quiet
 from benchmarks.zoo_models import ZOO, qualified, zoo_spec
 
-FAMILIES = ("transformers", "torchvision", "timm", *zoo_sweep.BUILDERS)
+FAMILIES = ("transformers", "torchvision", "timm", *zoo_sweep.FAMILIES)
 DEFAULT_FAMILIES = FAMILIES[:3]    # the sweeps (benchmarks/zoo_sweep.py) run when asked
 
 
@@ -66,7 +66,7 @@ def chosen(args) -> list:
     unknown = sorted(set(args.families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
-    swept = [s for f in zoo_sweep.BUILDERS if f in args.families for s in zoo_sweep.sweep(f)]
+    swept = [s for f in zoo_sweep.FAMILIES if f in args.families for s in zoo_sweep.sweep(f)]
     return [s for s in ZOO if s.family in args.families] + swept
 
 

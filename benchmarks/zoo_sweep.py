@@ -7,7 +7,9 @@ registry, so a new release's architectures join without an entry here.
 - `timm-sweep`: one model of every timm module, its smallest registered architecture
   (parameters counted on the meta device, no weights made);
 - `torchvision-sweep`: every torchvision classification, segmentation and video model of at
-  most 150M parameters (detection needs torchvision's compiled ops; optical flow takes pairs).
+  most 150M parameters (detection needs torchvision's compiled ops; optical flow takes pairs);
+- `transformers-sweep`: every transformers model type that takes token ids or pixels and that
+  the zoo's own entries lack, from its default config shrunk (benchmarks/zoo_hf_sweep.py).
 
 At size 'small' a model runs at the first input size that builds and runs eagerly: 96 or 112
 pixels asked of the model (`img_size` / `image_size`, for models whose position tables depend
@@ -20,6 +22,7 @@ import warnings
 
 import torch
 
+from benchmarks import zoo_hf_sweep
 from benchmarks.models import ModelSpec
 from benchmarks.zoo_models import ZOO_BATCHES
 
@@ -121,6 +124,8 @@ REQUIRES = {"timm-sweep": "timm", "torchvision-sweep": "torchvision"}
 
 def sweep_spec(family: str, name: str) -> ModelSpec:
     """The ModelSpec of `name` in sweep `family`."""
+    if family == zoo_hf_sweep.FAMILY:
+        return zoo_hf_sweep.sweep_spec(name)
     def build(cfg):
         return BUILDERS[family](name, shape(family, name, cfg["size"])[0])
 
@@ -133,3 +138,7 @@ def sweep_spec(family: str, name: str) -> ModelSpec:
 
 def sweep(family: str) -> list[ModelSpec]:
     return [sweep_spec(family, n) for n in NAMES[family]()]
+
+
+NAMES[zoo_hf_sweep.FAMILY] = zoo_hf_sweep.names
+FAMILIES = tuple(NAMES)

@@ -66,3 +66,20 @@ def test_a_sweep_runs_each_model_at_the_first_input_size_it_takes(monkeypatch):
     model, (x,) = spec.make("small", "latency")
     assert x.shape == (spec.batch("small", "latency"), *small) and model(x).shape == x.shape[:1]
     zoo_sweep.shape.cache_clear()
+
+
+def test_the_transformers_sweep_shrinks_each_size_field_a_config_has():
+    # a default config's size fields shrink to a CPU size, through its own constructor (what it
+    # derives follows); fields it lacks stay absent; special tokens fit the smaller vocabulary
+    pytest.importorskip("transformers")
+    from transformers import BertConfig, LlamaConfig
+
+    from benchmarks import zoo_hf_sweep as z
+    bert = z.shrunk(BertConfig(vocab_size=30522, pad_token_id=30000))
+    assert (bert["hidden_size"], bert["num_hidden_layers"], bert["num_attention_heads"],
+            bert["intermediate_size"], bert["vocab_size"]) == (64, 2, 4, 128, 1000)
+    assert bert["pad_token_id"] < 1000 and "num_key_value_heads" not in bert
+    llama = LlamaConfig(**z.shrunk(LlamaConfig(num_key_value_heads=8)))
+    assert (llama.num_key_value_heads, llama.head_dim, llama.num_hidden_layers) == (2, 16, 2)
+    assert z.shrunk(LlamaConfig(num_key_value_heads=1))["num_key_value_heads"] == 1
+    assert z.shrunk(LlamaConfig(num_hidden_layers=1))["num_hidden_layers"] == 1
