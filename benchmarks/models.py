@@ -14,8 +14,10 @@ library is missing (torchvision here) are reported as skipped, never as failures
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,16 @@ class ModelSpec:
         model = self.build(self.configs[size]).eval()
         gen = torch.Generator().manual_seed(seed)
         return model, self.inputs(size, self.batch(size, point), gen)
+
+
+def quietly(fn):
+    """`fn` with the warnings it raises (libraries' deprecations while building) silenced."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 # ------------------------------------------------------------------------------------ inputs

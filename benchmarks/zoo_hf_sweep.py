@@ -18,11 +18,10 @@ run eagerly so is reported `build_failed`, apart from aotc's results.
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
-from benchmarks.models import ModelSpec
+from benchmarks.models import ModelSpec, quietly
 from benchmarks.zoo_models import SEQ, ZOO_BATCHES, Keywords
 
 FAMILY = "transformers-sweep"
@@ -48,17 +47,8 @@ LISTS = {"depths": 1, "hidden_sizes": (16, 32, 64, 128), "num_heads": (1, 2, 4, 
          "embed_dims": (16, 32, 64, 128), "num_attention_heads": (1, 2, 4, 8)}
 
 
-def _quiet(fn):
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
-    return wrapped
-
-
 # ------------------------------------------------------------------------------------ classes
-@_quiet
+@quietly
 def classes(model_type: str):
     """(model class, config class) of `model_type`, or None if transformers lacks either."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -128,14 +118,14 @@ def shrunk(default) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-@_quiet
+@quietly
 def config(model_type: str):
     """The shrunk config of `model_type`."""
     _, config_cls = classes(model_type)
     return config_cls(**shrunk(config_cls()))
 
 
-@_quiet
+@quietly
 def build(model_type: str) -> torch.nn.Module:
     model_cls, _ = classes(model_type)
     cfg = config(model_type)

@@ -18,35 +18,25 @@ on it), the same without asking, then the model's own input size; at 'full', its
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
 from benchmarks import zoo_hf_sweep
-from benchmarks.models import ModelSpec
+from benchmarks.models import ModelSpec, quietly
 from benchmarks.zoo_models import ZOO_BATCHES
 
 SMALL_RES = (96, 112)     # 112: a multiple of patches of 14 (and of 16, 8, 7)
 MAX_PARAMS = 150_000_000
 
 
-def _quiet(fn):
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
-    return wrapped
-
-
 # ---------------------------------------------------------------------------------- libraries
-@_quiet
+@quietly
 def _timm(name: str, kwargs: dict):
     import timm
     return timm.create_model(name, pretrained=False, **kwargs)
 
 
-@_quiet
+@quietly
 def _torchvision(name: str, kwargs: dict):
     import torchvision
     extra = {"weights_backbone": None} if name in _tv_names("segmentation") else {}
