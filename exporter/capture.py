@@ -105,7 +105,8 @@ def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path 
             dynamic_shapes=None, notes: list | None = None):
     """The model's ExportedProgram. Strict capture (Dynamo) first; where Dynamo cannot follow
     a Python construct it does not support (`Unsupported`: an autograd.Function it cannot
-    trace, a `register_buffer` in forward, `requires_grad_()` on an intermediate), the forward
+    trace, a `register_buffer` in forward, `requires_grad_()` on an intermediate) or a value it
+    made data-dependent by tracing Python-side code (NumPy's random numbers), the forward
     is traced with Python instead (torch.export's non-strict mode: the same ATen graph, the
     Python run once at export), and `notes` gets a line saying so and why. An ExportError
     names the line where capture failed otherwise (or where both failed)."""
@@ -190,9 +191,16 @@ def captured(notes: list[str]) -> dict:
 
 
 def _dynamo_limit(e: BaseException) -> bool:
-    """A construct Dynamo does not follow (not a data-dependent size or a dynamic-shape
-    constraint, which Python tracing cannot get past either)."""
-    unsupported = getattr(getattr(torch, "_dynamo", None), "exc", None)
-    unsupported = getattr(unsupported, "Unsupported", None)
-    return unsupported is not None and isinstance(e, unsupported) and not re.search(
-        r"data.dependent|GuardOnDataDependent|Constraints violated", str(e))
+    """A failure of Dynamo's (its own exceptions: a construct it does not follow, or a value it
+    made data-dependent by tracing Python-side code such as NumPy's random numbers, which a
+    Python trace runs as plain numbers); not a dynamic-shape constraint, which Python tracing
+    cannot get past either."""
+    dynamo = getattr(getattr(torch, "_dynamo", None), "exc", None)
+    kinds = tuple(k for k in (getattr(dynamo, "Unsupported", None),
+                              getattr(dynamo, "UserError", None),
+                              getattr(dynamo, "TorchRuntimeError", None)) if k is not None)
+    guard = getattr(getattr(getattr(torch, "fx", None), "experimental", None), "symbolic_shapes",
+                    None)
+    guard = getattr(guard, "GuardOnDataDependentSymNode", None)
+    kinds += (guard,) if guard is not None else ()
+    return isinstance(e, kinds) and not re.search(r"Constraints violated", str(e))

@@ -185,6 +185,31 @@ def test_what_dynamo_cannot_follow_is_traced_with_python(tmp_path, strict):
         assert note is None
 
 
+class _NumpyLayerDrop(torch.nn.Module):
+    """VITS's and MusicGen's layer drop: a NumPy random number drawn in forward, compared in a
+    branch that only training takes (Dynamo traces the NumPy call into a data-dependent float
+    and cannot guard on it; a Python trace draws a plain number)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 5)
+
+    def forward(self, x):
+        import numpy as np
+        drop = np.random.uniform(0, 1)
+        if self.training and drop < 0.1:
+            return x
+        return self.lin(x)
+
+
+def test_values_dynamo_makes_data_dependent_from_python_code_are_traced_with_python(tmp_path):
+    model, x = _NumpyLayerDrop().eval(), torch.randn(3, 5)
+    path = aotc.export(model, (x,), tmp_path / "m.aotc")
+    torch.testing.assert_close(aotc.load(path)(x), model(x))
+    note = aotc.load(path).manifest.options.get("capture")
+    assert note.startswith("traced with Python (non-strict)") and "data-dependent" in note
+
+
 class _MaskedRows(torch.nn.Module):
     def forward(self, x, keep):
         return x[keep].sum(0)   # rows chosen by a boolean mask: a size only the values give
