@@ -41,7 +41,9 @@ SMALL = {"head_dim": 16, "d_kv": 16, "kv_lora_rank": 32, "q_lora_rank": 48,
          "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
          "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "n_shared_experts": 1,
          "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "image_size": 64,
-         "sliding_window": 16, "window_size": 4, "rotary_dim": 8, "entity_vocab_size": 1000,
+         "moe_k": 2, "num_experts_per_token": 2, "moe_num_shared_experts": 1,
+         "num_shared_experts": 1, "num_expert_group": 1,
+         "sliding_window": 16, "window_size": 2, "rotary_dim": 8, "entity_vocab_size": 1000,
          "max_position_embeddings": 512, "vocab_size": 1000}
 LISTS = {"depths": 1, "hidden_sizes": (16, 32, 64, 128), "num_heads": (1, 2, 4, 8),
          "embed_dims": (16, 32, 64, 128), "num_attention_heads": (1, 2, 4, 8)}
@@ -104,17 +106,43 @@ def shrunk(default) -> dict:
         if isinstance(d.get(k), (list, tuple)) and d[k] and all(_int(x) for x in d[k]):
             n = len(d[k])
             out[k] = [v] * n if _int(v) else [v[min(i, len(v) - 1)] for i in range(n)]
-    if "qk_rope_head_dim" in out and "head_dim" in out:   # multi-head latent attention's
-        out["head_dim"] = out["qk_rope_head_dim"]
-    if "kv_lora_rank" in out:       # its keys are per query head
-        out.update({k: 4 for k in KV_HEADS if k in out})
+    _dependent(d, out)
     vocab = out.get("vocab_size", d.get("vocab_size"))
     for k, v in d.items():          # special tokens inside the smaller vocabulary
         if k.endswith("token_id") and _int(v) and _int(vocab) and v >= vocab:
             out[k] = 3 + len([x for x in out if x.endswith("token_id")])
-    if isinstance(d.get("layer_types"), list) and "num_hidden_layers" in out:
-        out["layer_types"] = d["layer_types"][:out["num_hidden_layers"]]
+    _per_layer(d, out)
     return out
+
+
+def _dependent(d: dict, out: dict) -> None:
+    """Sizes other sizes must agree with, where a config checks or a model assumes them."""
+    if "qk_rope_head_dim" in out and "head_dim" in out:   # multi-head latent attention's
+        out["head_dim"] = out["qk_rope_head_dim"]
+    if "kv_lora_rank" in out:       # its keys are per query head
+        out.update({k: 4 for k in KV_HEADS if k in out})
+    if _int(d.get("expand")) and "head_dim" in out and "num_heads" in out:   # Mamba-2 heads
+        out["head_dim"] = out.get("hidden_size", 64) * d["expand"] // out["num_heads"]
+    if "embedding_size" in d and _int(d["embedding_size"]) and "hidden_size" in out:
+        out["embedding_size"] = out["hidden_size"]
+    rope = d.get("rope_parameters")
+    if isinstance(rope, dict) and ("mrope_section" in rope or d.get("model_type", "").find("vl") >= 0
+                                   or "glm" in d.get("model_type", "")):
+        half = out.get("head_dim", 16) // 2        # three sections: time, height, width
+        out["rope_parameters"] = dict(rope, mrope_section=[half - 2 * (half // 3), half // 3,
+                                                           half // 3])
+
+
+def _per_layer(d: dict, out: dict) -> None:
+    """Lists with an entry per layer (layer types, block types) cut to the shrunk depth, each
+    kind of layer kept (a hybrid model needs one of each); the depth grows to the kinds."""
+    for layers in (k for k in LAYERS if k in out and _int(d.get(k))):
+        for k, v in d.items():
+            if isinstance(v, list) and len(v) == d[layers] and len(v) > out[layers] \
+                    and all(isinstance(x, (str, int)) for x in v):
+                kinds = list(dict.fromkeys(v))
+                n = max(out[layers], len(kinds)) if len(kinds) <= 4 else out[layers]
+                out[k], out[layers] = (kinds + v)[:n], n
 
 
 @functools.lru_cache(maxsize=None)
