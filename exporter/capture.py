@@ -195,12 +195,8 @@ def _dynamo_limit(e: BaseException) -> bool:
     made data-dependent by tracing Python-side code such as NumPy's random numbers, which a
     Python trace runs as plain numbers); not a dynamic-shape constraint, which Python tracing
     cannot get past either."""
-    dynamo = getattr(getattr(torch, "_dynamo", None), "exc", None)
-    kinds = tuple(k for k in (getattr(dynamo, "Unsupported", None),
-                              getattr(dynamo, "UserError", None),
-                              getattr(dynamo, "TorchRuntimeError", None)) if k is not None)
-    guard = getattr(getattr(getattr(torch, "fx", None), "experimental", None), "symbolic_shapes",
-                    None)
-    guard = getattr(guard, "GuardOnDataDependentSymNode", None)
-    kinds += (guard,) if guard is not None else ()
+    from torch._dynamo import exc
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    kinds = tuple(getattr(exc, k) for k in ("Unsupported", "UserError", "TorchRuntimeError")
+                  if hasattr(exc, k)) + (GuardOnDataDependentSymNode,)
     return isinstance(e, kinds) and not re.search(r"Constraints violated", str(e))
