@@ -83,3 +83,19 @@ def test_the_transformers_sweep_shrinks_each_size_field_a_config_has():
     assert (llama.num_key_value_heads, llama.head_dim, llama.num_hidden_layers) == (2, 16, 2)
     assert z.shrunk(LlamaConfig(num_key_value_heads=1))["num_key_value_heads"] == 1
     assert z.shrunk(LlamaConfig(num_hidden_layers=1))["num_hidden_layers"] == 1
+
+
+def test_the_transformers_sweep_keeps_one_layer_of_each_kind():
+    # a hybrid's per-layer list is cut to the shrunk depth keeping each kind of layer (a model
+    # without its attention layer is refused by its config); the depth grows to the kinds
+    from benchmarks import zoo_hf_sweep as z
+
+    class Hybrid:
+        def to_dict(self):
+            return {"num_hidden_layers": 6, "hidden_size": 256,
+                    "layer_types": ["mamba", "mamba", "mamba", "attention", "mamba", "moe"]}
+    out = z.shrunk(Hybrid())
+    assert out["layer_types"] == ["mamba", "attention", "moe"] and out["num_hidden_layers"] == 3
+    out = z.shrunk(type("Plain", (), {"to_dict": lambda self: {
+        "num_hidden_layers": 4, "layer_types": ["full"] * 4}})())
+    assert out["layer_types"] == ["full", "full"] and out["num_hidden_layers"] == 2
