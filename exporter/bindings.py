@@ -4,8 +4,9 @@
 A plan sizes buffers from symbols; most are read from the inputs' dims before the first step,
 these are read from the result of the call that defines them (the call step's `binds`), and the
 runtime checks each against the range export proved for it before any later step uses it. Export
-also asserts facts about them (`u0 <= 16`): an assertion that the symbol's range already implies
-is dropped, any other is refused, since plans cannot check it.
+also asserts facts about them (`u0 <= 16`): an assertion that the symbols' ranges imply (by
+value-range arithmetic, or case by case over a Min or Max: `implied`) is dropped, any other is
+refused, since plans cannot check it.
 """
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def check_assertion(node) -> None:
     expr = cond.node.expr
     env = cond.node.shape_env
     ranges = {s: env.var_to_range[s] for s in expr.free_symbols if s in env.var_to_range}
-    if bound_sympy(expr, ranges).lower == sympy.true:
+    if implied(expr, ranges):
         return
     from aotc.exporter.program import user_frame
     trace = node.meta.get("stack_trace")
@@ -111,6 +112,47 @@ def check_assertion(node) -> None:
                       "checked only against their ranges", found=str(expr)[:200],
                       fix="drop the torch._check on that size, or compute with a fixed size "
                           "(torch.where over the whole tensor) instead")
+
+
+def implied(fact, ranges: dict, depth: int = 4) -> bool:
+    """Whether the symbols' `ranges` imply `fact` (a sympy relation). Value-range arithmetic
+    first; where that is too coarse for a Min or Max (`Min(128, u0) <= u0`: the two terms'
+    ranges are taken as independent), by cases: the term is each of its arguments in turn,
+    under what that says of a lone symbol (`Min(128, u0) = 128` only where `u0 >= 128`), and
+    every case must be implied (a case those bounds rule out holds vacuously)."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+    if fact == sympy.true or bound_sympy(fact, ranges).lower == sympy.true:
+        return True
+    term = next((t for t in sympy.preorder_traversal(fact)
+                 if type(t).__name__ in ("Min", "Max") and t.args), None)
+    if term is None or depth == 0:
+        return False
+    smaller = type(term).__name__ == "Min"
+    for arg in term.args:
+        case = dict(ranges)
+        for other in term.args:
+            if other is not arg and not _narrow(case, arg, other, smaller):
+                break        # this case cannot happen
+        else:
+            if not implied(fact.xreplace({term: arg}), case, depth - 1):
+                return False
+    return True
+
+
+def _narrow(ranges: dict, low, high, smaller: bool) -> bool:
+    """`ranges` narrowed by `low <= high` (swapped unless `smaller`), where one side is a lone
+    symbol and the other a number; False if that leaves a symbol no value."""
+    from torch.utils._sympy.value_ranges import ValueRanges
+    low, high = (low, high) if smaller else (high, low)
+    for sym, num, above in ((low, high, False), (high, low, True)):
+        if isinstance(sym, sympy.Symbol) and getattr(num, "is_number", False) and sym in ranges:
+            vr = ranges[sym]
+            lo, hi = (sympy.Max(vr.lower, num), vr.upper) if above else \
+                (vr.lower, sympy.Min(vr.upper, num))
+            if (lo > hi) == sympy.true:
+                return False
+            ranges[sym] = ValueRanges(lo, hi)
+    return True
 
 
 def _refuse(node, why: str) -> None:

@@ -123,19 +123,38 @@ def _pad(x, pad, mode="constant", value=None):
 
 
 def _constant_pad(x, pad, value):
-    """constant_pad_nd; on symbolic sizes with constant pads, as crops and concatenations with
-    filled blocks (its kernel, run on fake tensors, reads every size as an int)."""
-    if all(type(d) is int for d in x.shape) or any(type(p) is not int for p in pad):
+    """constant_pad_nd; on symbolic sizes or pads, as crops and concatenations with filled
+    blocks (its kernel, run on fake tensors, reads every size and pad as an int); a pad's
+    sign decides how much is cropped and how much filled (`_signed`), so no branch is taken
+    on a sign that is not known."""
+    if all(type(d) is int for d in (*x.shape, *pad)):
         return aten.constant_pad_nd.default(x, pad, value)
     for i in range(len(pad) // 2):
         d, lo, hi = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
-        if lo < 0 or hi < 0:
-            x = aten.slice.Tensor(x, d, max(-lo, 0), x.shape[d] - max(-hi, 0))
+        (crop_lo, fill_lo), (crop_hi, fill_hi) = _signed(lo), _signed(hi)
+        if not _zero(crop_lo, crop_hi):
+            x = aten.slice.Tensor(x, d, crop_lo, x.shape[d] - crop_hi)
+        fills = (fill_lo, fill_hi)
         parts = [aten.full.default([*x.shape[:d], n, *x.shape[d + 1:]], value, dtype=x.dtype,
-                                   device=x.device) if k != 1 else x
-                 for k, n in enumerate((max(lo, 0), x.shape[d], max(hi, 0))) if k == 1 or n > 0]
+                                   device=x.device) if n is not None else x
+                 for n in (fills[0], None, fills[1]) if n is None or not _zero(n)]
         x = aten.cat.default(parts, d) if len(parts) > 1 else x
     return x
+
+
+def _signed(p):
+    """A pad as (elements cropped, elements filled): by its sign where that is known (an int,
+    or a symbol's proved range), else both as `sym_max` expressions."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if statically_known_true(p >= 0):
+        return 0, p
+    if statically_known_true(p <= 0):
+        return -p, 0
+    return torch.sym_max(-p, 0), torch.sym_max(p, 0)
+
+
+def _zero(*sizes) -> bool:
+    return all(type(n) is int and n == 0 for n in sizes)
 
 
 def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
@@ -218,6 +237,12 @@ class _Replay(torch.fx.Interpreter):
         own = OWN.get(target) or OWN_BY_NAME.get(str(target))
         if own is not None:
             return own(*args, **kwargs)
+        if target is getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None):
+            # a `torch.no_grad()` block of forward: its graph replayed as this one is (run as
+            # it is, its views and composites would freeze value-dependent sizes)
+            enabled, block, *block_args = args
+            with torch.set_grad_enabled(enabled):
+                return _Replay(block).run(*block_args)
         if target is aten.size.default:     # keep sizes symbolic (the op's meta makes ints)
             return tuple(args[0].shape)
         if target is aten.sym_size.int:

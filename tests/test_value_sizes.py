@@ -245,3 +245,40 @@ def test_cpp_front_end_checks_bound_ranges(aotc_run, adapters, tmp_path):
     done, _ = run_cpp(aotc_run, art, x, tmp_path)
     assert done.returncode == GuardError.exit_code, done.stderr
     assert "u0=16, outside the range" in done.stderr and "0 <= u0 <= 2" in done.stderr
+
+
+class Indexer(torch.nn.Module):
+    """A sparse-attention indexer's shape (GLM-5's): a score per row kept, which rows the
+    values decide, padded back to a fixed width under no_grad, beside a reshape over no
+    elements."""
+
+    def forward(self, x, keep):
+        rows = x[keep]                                   # u0 rows of 8, u0 <= 4
+        with torch.no_grad():
+            scores = torch.nn.functional.pad(rows.sum(1), (0, 4 - rows.shape[0]), value=-1.0)
+            empty = x[:, :0].reshape(2, 2, 0).sum(-1)
+        return scores * 2 + empty.sum()
+
+
+@pytest.mark.parametrize("kept", [[True, False, True, True], [False] * 4, [True] * 4])
+def test_padding_by_a_value_dependent_amount_inside_no_grad(tmp_path, kept):
+    x = torch.randn(4, 8)
+    m = aotc.load(aotc.export(Indexer(), (x, torch.tensor([True, False, True, True])),
+                              tmp_path / "i.aotc"))
+    keep = torch.tensor(kept)
+    torch.testing.assert_close(m(x, keep), Indexer()(x, keep))
+
+
+def test_facts_implied_by_cases_of_a_min_or_max_are_dropped():
+    import sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from aotc.exporter.bindings import implied
+    u0, u1 = sympy.Symbol("u0", integer=True), sympy.Symbol("u1", integer=True)
+    ranges = {u0: ValueRanges(0, 1 << 40), u1: ValueRanges(0, 10)}
+    proved = [sympy.Le(sympy.Min(128, u0), u0), sympy.Ge(sympy.Max(128, u0), u0),
+              sympy.Le(sympy.Max(u1, 4), 10), sympy.Ge(u0, 0)]
+    unproved = [sympy.Le(u0, sympy.Min(128, u0)), sympy.Eq(u0 + u1, 128),
+                sympy.Le(sympy.Max(u1, 11), 10)]
+    assert all(implied(f, ranges) for f in proved)
+    assert not any(implied(f, ranges) for f in unproved)

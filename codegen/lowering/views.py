@@ -64,6 +64,8 @@ def simplified(remap, shape):
     merges of dims cancel) each level adds a term or two."""
     vs = index_vars("view", len(shape))
     ranges = dict(zip(vs, (sym(d) for d in shape)))
+    if any(sym(d) == 0 for d in shape):    # no elements: nothing is indexed (and a reshape's
+        return lambda idx: (sympy.Integer(0),) * len(remap(vs))   # unravel divides by 0)
     template = tuple(simplify_index(sympy.sympify(e), ranges) for e in remap(vs))
     return lambda idx: tuple(e.xreplace(dict(zip(vs, map(sympy.sympify, idx))))
                              for e in template)
