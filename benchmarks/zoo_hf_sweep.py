@@ -126,8 +126,8 @@ def _dependent(d: dict, out: dict) -> None:
     if "embedding_size" in d and _int(d["embedding_size"]) and "hidden_size" in out:
         out["embedding_size"] = out["hidden_size"]
     rope = d.get("rope_parameters")
-    if isinstance(rope, dict) and ("mrope_section" in rope or d.get("model_type", "").find("vl") >= 0
-                                   or "glm" in d.get("model_type", "")):
+    kind = d.get("model_type", "")
+    if isinstance(rope, dict) and ("mrope_section" in rope or "vl" in kind or "glm" in kind):
         half = out.get("head_dim", 16) // 2        # three sections: time, height, width
         out["rope_parameters"] = dict(rope, mrope_section=[half - 2 * (half // 3), half // 3,
                                                            half // 3])

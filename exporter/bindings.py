@@ -105,9 +105,9 @@ def check_assertion(node) -> None:
     ranges = {s: env.var_to_range[s] for s in expr.free_symbols if s in env.var_to_range}
     if implied(expr, ranges):
         return
-    from aotc.exporter.program import user_frame
-    trace = node.meta.get("stack_trace")
-    raise ExportError("the model asserts a fact about a size that aotc's plans cannot check", where=user_frame(trace) or user_frame(trace, True)
+    from aotc.exporter.program import node_source
+    raise ExportError("the model asserts a fact about a size that aotc's plans cannot check",
+                      where=node_source(node.meta.get("stack_trace"))
                       or str(node.format_node())[:200], expected="value-dependent sizes "
                       "checked only against their ranges", found=str(expr)[:200],
                       fix="drop the torch._check on that size, or compute with a fixed size "
@@ -156,9 +156,8 @@ def _narrow(ranges: dict, low, high, smaller: bool) -> bool:
 
 
 def _refuse(node, why: str) -> None:
-    from aotc.exporter.program import user_frame
-    trace = node.meta.get("stack_trace")
-    at = user_frame(trace) or user_frame(trace, libraries=True)
+    from aotc.exporter.program import node_source
+    at = node_source(node.meta.get("stack_trace"))
     raise ExportError(f"the output size of {node.target} depends on tensor values: {why}",
                       where=at or str(node.format_node())[:200],
                       expected="sizes that follow from the inputs' sizes (training and decode "

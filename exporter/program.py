@@ -98,8 +98,9 @@ class Program:
             load = lambda f: tuple(v.clone() for _, v in sorted(
                 load_safetensors(d / f).items(), key=lambda kv: int(kv[0])))
             samples = (load("inputs.safetensors"), load("outputs.safetensors"))
-        reference = {int(k): v.clone() for k, v in load_safetensors(
-            d / "reference.safetensors").items()} if (d / "reference.safetensors").exists() else None
+        ref = d / "reference.safetensors"
+        reference = {int(k): v.clone() for k, v in load_safetensors(ref).items()} \
+            if ref.exists() else None
         weights = {k: v.clone() for k, v in load_safetensors(d / "weights.safetensors").items()}
         return cls(weights=weights, samples=samples, reference=reference, **meta)
 
@@ -129,8 +130,8 @@ def size_float(node, namer: SymbolNamer) -> float | str:
     if free_unbacked_symbols(node.meta["val"]):   # zuf0: a tensor's value as a Python float
         trace = node.meta.get("stack_trace")
         raise ExportError("the model reads a tensor's value as a Python float (.item()), which "
-                          "plans cannot pass to kernels", where=user_frame(trace)
-                          or user_frame(trace, libraries=True) or str(node.format_node())[:200],
+                          "plans cannot pass to kernels", where=node_source(trace)
+                          or str(node.format_node())[:200],
                           expected="values kept as tensors", found=f"{expr}",
                           fix="keep the value a tensor (x * x.max() instead of "
                               "x * x.max().item())")
@@ -145,7 +146,7 @@ def size_float(node, namer: SymbolNamer) -> float | str:
         return f"({namer.expr(sympy.expand(num))}) / ({namer.expr(sympy.expand(den))})"
     trace = node.meta.get("stack_trace")
     raise ExportError("the model computes a float from a dynamic size that kernels cannot "
-                      "compute", where=user_frame(trace) or user_frame(trace, libraries=True)
+                      "compute", where=node_source(trace)
                       or str(node.format_node())[:200], expected="integer arithmetic on sizes, "
                       "or a ratio of two", found=f"{expr}",
                       fix="compute with the size as a tensor (torch.tensor(x.shape[-1])) or in "
@@ -258,6 +259,24 @@ def user_frame(stack_trace: str | None, libraries: bool = False) -> str | None:
     import linecache
     file, line = frames[-1]
     return f"{Path(file).name}:{line}: {linecache.getline(file, line).strip()}"[:512]
+
+
+def node_source(stack_trace: str | None) -> str | None:
+    """Where an FX node came from, for its errors: the innermost frame outside torch, the
+    standard library and aotc (a library's line, as transformers' modeling file, or the
+    model's own), then the model's own innermost line where that is another one
+    ("... (called from model.py:12: ...)"); None without a stack trace."""
+    from aotc.exporter.capture import _FRAME, _LIBRARY_DIRS
+    outside = [(f, int(n)) for f, n in _FRAME.findall(stack_trace or "")
+               if not (f.startswith("<") or "/torch/" in f or f.startswith(_LIBRARY_DIRS)
+                       and "site-packages" not in f)]
+    own = user_frame(stack_trace)
+    if not outside:
+        return own or user_frame(stack_trace, libraries=True)
+    import linecache
+    file, line = outside[-1]
+    inner = f"{Path(file).name}:{line}: {linecache.getline(file, line).strip()}"[:400]
+    return inner if own is None or own == inner else f"{inner} (called from {own})"[:512]
 
 
 def _rebind(src, dst, args, kwargs) -> tuple[tuple, dict]:

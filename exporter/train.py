@@ -22,7 +22,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from aotc.errors import ExportError
 from aotc.exporter.decomp import decomposition_table
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
-from aotc.exporter.program import graph_to_json, user_frame
+from aotc.exporter.program import graph_to_json, node_source
 from aotc.runtime.dtypes import dtype_name
 
 
@@ -187,8 +187,8 @@ def _refuse_complex(gm, which: str) -> None:
         if isinstance(v, torch.Tensor) and v.is_complex():
             trace = n.meta.get("stack_trace")
             raise ExportError(f"the training step's {which} computes with complex numbers "
-                              f"({n.target})", where=user_frame(trace) or user_frame(
-                                  trace, libraries=True) or f"{which} graph node {n.name}",
+                              f"({n.target})",
+                              where=node_source(trace) or f"{which} graph node {n.name}",
                               expected="real values in a training step (complex numbers and "
                                        "FFTs are computed as real pairs in inference exports)",
                               found=f"{n.target} -> {str(v.dtype).removeprefix('torch.')}",

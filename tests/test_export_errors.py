@@ -249,3 +249,23 @@ def test_loop_over_nonzero_gets_the_data_dependent_fix(tmp_path):
     assert "depends on tensor values" in info.value.fix, info.value
     assert "EXPERT-LOOP" in info.value.where
     assert not (tmp_path / "m.aotc").exists()
+
+
+def test_a_nodes_source_names_the_library_line_and_the_models_own(tmp_path):
+    """Errors about a graph node name the innermost line outside torch (a library's modeling
+    file) and then the model's own line that called it."""
+    from aotc.exporter.program import node_source
+    lib = tmp_path / "site-packages" / "lib" / "modeling.py"
+    lib.parent.mkdir(parents=True)
+    lib.write_text("def f():\n    return sizes.tolist()\n")
+    own = tmp_path / "model.py"
+    own.write_text("x = 1\ny = f()\n")
+    torch_frame = "/x/site-packages/torch/nn/functional.py"
+    trace = (f'  File "{own}", line 2, in forward\n    y = f()\n'
+             f'  File "{lib}", line 2, in f\n    return sizes.tolist()\n'
+             f'  File "{torch_frame}", line 9, in pad\n    return 0\n')
+    assert node_source(trace) == ("modeling.py:2: return sizes.tolist() (called from "
+                                  "model.py:2: y = f())")
+    only_own = f'  File "{own}", line 2, in forward\n    y = f()\n'
+    assert node_source(only_own) == "model.py:2: y = f()"
+    assert node_source(None) is None
