@@ -137,12 +137,12 @@ def _per_layer(d: dict, out: dict) -> None:
     """Lists with an entry per layer (layer types, block types) cut to the shrunk depth, each
     kind of layer kept (a hybrid model needs one of each); the depth grows to the kinds."""
     for layers in (k for k in LAYERS if k in out and _int(d.get(k))):
-        for k, v in d.items():
-            if isinstance(v, list) and len(v) == d[layers] and len(v) > out[layers] \
-                    and all(isinstance(x, (str, int)) for x in v):
-                kinds = list(dict.fromkeys(v))
-                n = max(out[layers], len(kinds)) if len(kinds) <= 4 else out[layers]
-                out[k], out[layers] = (kinds + v)[:n], n
+        lists = {k: v for k, v in d.items() if isinstance(v, list) and len(v) == d[layers]
+                 and len(v) > out[layers] and all(isinstance(x, (str, int)) for x in v)}
+        kinds = {k: list(dict.fromkeys(v)) for k, v in lists.items()}
+        n = max([out[layers], *(len(x) for x in kinds.values() if len(x) <= 4)])
+        out.update({k: (kinds[k] + v)[:n] for k, v in lists.items()})
+        out[layers] = n if lists else out[layers]
 
 
 @functools.lru_cache(maxsize=None)

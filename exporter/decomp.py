@@ -134,10 +134,10 @@ def _constant_pad(x, pad, value):
         (crop_lo, fill_lo), (crop_hi, fill_hi) = _signed(lo), _signed(hi)
         if not _zero(crop_lo, crop_hi):
             x = aten.slice.Tensor(x, d, crop_lo, x.shape[d] - crop_hi)
-        fills = (fill_lo, fill_hi)
-        parts = [aten.full.default([*x.shape[:d], n, *x.shape[d + 1:]], value, dtype=x.dtype,
-                                   device=x.device) if n is not None else x
-                 for n in (fills[0], None, fills[1]) if n is None or not _zero(n)]
+        blocks = [None if _zero(n) else aten.full.default(
+            [*x.shape[:d], n, *x.shape[d + 1:]], value, dtype=x.dtype, device=x.device)
+            for n in (fill_lo, fill_hi)]
+        parts = [p for p in (blocks[0], x, blocks[1]) if p is not None]
         x = aten.cat.default(parts, d) if len(parts) > 1 else x
     return x
 
