@@ -20,7 +20,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent / "src" / "aotc"   # the package's sources
 RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp",
           "room.cpp"]
 FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp",
@@ -152,7 +152,7 @@ def runner_extension() -> dict:
                 ext.library_dirs.append(str(out))
             super().build_extensions()
 
-    ext = CppExtension("aotc.runtime._runner", ["runtime/cpp/python.cpp"], optional=True,
+    ext = CppExtension("aotc.runtime._runner", ["src/aotc/runtime/cpp/python.cpp"], optional=True,
                        libraries=["aotc_runtime"],
                        extra_link_args=["-Wl,-rpath,$ORIGIN/cpp/lib"],
                        extra_compile_args=["-O2", "-std=c++20", "-fvisibility=hidden",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-TABLE = Path(__file__).resolve().parents[1] / "runtime" / "schema" / "extern_ops.txt"
+TABLE = Path(__file__).resolve().parents[1] / "src" / "aotc" / "runtime" / "schema" / "extern_ops.txt"
 MUTATING = {"copy_", "index_copy_", "index_put_", "fill_", "zero_", "masked_fill_",
             "scatter_", "scatter_add_", "slice_scatter"}
 DENY = re.compile(r"unsafe|from_file|fbgemm|mkldnn|nested|jagged|_print|_reshape_alias|_debug|"
