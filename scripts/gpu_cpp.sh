@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 # the runner builds against this torch (16 cores: about a minute), in place; aotc imported from
 # this tree through a folder that links it as `aotc` (the GPU host's pip leaves no import hook)
-mkdir -p /tmp/aotc-root && ln -sfn "$PWD" /tmp/aotc-root/aotc
+mkdir -p /tmp/aotc-root && ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p /tmp/aotc-root/bin   # the `aotc` console script the tests run, with this python
 printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /tmp/aotc-root/bin/aotc
