@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save
 
 from aotc import __version__
+from aotc.errors import ArtifactError, LoweringError
 from aotc.codegen.attention_fusion import REWRITE, fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.index_checks import kernel_checks
@@ -370,6 +371,7 @@ def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotu
         code += len(kernels)
         files.update(out)
         for name, spec in specs.items():
+            _fits_schema(name, out[fmt.triton_launch_file(name)], set(hints.maximum))
             launch = {"grid": spec["grid"], "spec": fmt.triton_launch_file(name),
                       "error_code": spec["error_code"]}
             signatures[name] = (spec["inputs"], spec["outputs"], spec["sizes"], launch)
@@ -378,6 +380,22 @@ def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotu
     if autotune:
         native["autotune"] = tuner.summary() if tuner is not None else {"skipped": skipped}
     return files, native, signatures
+
+
+def _fits_schema(name: str, data: bytes, symbols: set) -> None:
+    """A launch spec as written, read back through the schema the runtime reads it with: what
+    codegen writes fits the format's limits, or the export stops here naming the limit (never
+    at load, calling the artifact damaged)."""
+    from aotc.runtime.artifact import load_json_obj
+    from aotc.runtime.schema import parse_launch
+    rel = fmt.triton_launch_file(name)
+    try:
+        parse_launch(load_json_obj(data, rel), name, symbols)
+    except ArtifactError as e:
+        raise LoweringError(f"kernel {name}'s launch spec is outside the artifact format's "
+                            f"limits: {e.what}", where=rel, expected=e.expected,
+                            found=e.found, fix="report this as an aotc bug with the model; "
+                            "the schema's limits are in runtime/schema/launch.py") from e
 
 
 def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
