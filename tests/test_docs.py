@@ -107,3 +107,23 @@ def test_runnable_blocks_run(page, tmp_path):
         done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (f"{page.relative_to(ROOT)}:{line}: the {language} block failed\n"
                                       f"{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
+
+
+def test_repo_links_must_name_files_that_exist(caplog):
+    """`[text](repo:PATH)` links (docs/hooks/repo_links.py) fail the strict build when PATH is gone."""
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import repo_links
+    finally:
+        sys.path.remove(str(DOCS / "hooks"))
+
+    class Page:
+        class file:
+            src_uri = "page.md"
+
+    text = "[ok](repo:benchmarks/README.md) and [gone](repo:benchmarks/results/nothing/results.json)"
+    with caplog.at_level("WARNING", logger="mkdocs.hooks.repo_links"):
+        out = repo_links.on_page_markdown(text, Page, {"repo_url": "https://example.org/aotc"}, None)
+    assert "(https://example.org/aotc/blob/main/benchmarks/README.md)" in out
+    assert [r.getMessage() for r in caplog.records] == [
+        "page.md links to repo:benchmarks/results/nothing/results.json, which does not exist"]
