@@ -287,7 +287,7 @@ def cli_mlp_artifact(tmp_path_factory) -> Path:
 # ------------------------------------------------------------------ the C++ front end's programs
 
 def cmake_build(source: Path, build: Path) -> None:
-    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
+    """A CMake project built as a user builds one against aotc (docs/packages.md, "The C++ front end")."""
     prefix = run_aotc("config", "--cmake-prefix-path")
     if prefix.returncode != 0:
         pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
