@@ -8,6 +8,7 @@ import torch
 
 from aotc.errors import AotcError, VerifyError
 from aotc.runtime.aotc_ops import COLLECTIVES
+from aotc.runtime.binding import signature_parameters
 from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.kernels import launch_specs
 from aotc.runtime.schema import expr as ex
@@ -46,7 +47,7 @@ def _guard_words(spec) -> list[str]:
 
 
 def _entry_lines(name: str, e, art, fusion: bool) -> list[str]:
-    ins = ", ".join(f"{i.name}: {i.dtype}[{_dims(i.shape)}]" for i in e.inputs)
+    ins = signature_parameters(e, [f"{i.dtype}[{_dims(i.shape)}]" for i in e.inputs])
     st = e.stats
     lowered, fallback = st.get("lowered", {}), st.get("fallback", {})
     steps = st.get("steps", {})

@@ -38,7 +38,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 19
+FORMAT_VERSION = 20
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -171,6 +171,12 @@ CHANGELOG = {
                        "kernel's buffer) before the kernel runs. A reader of version 18 "
                        "refuses the field; versions 1-18 load as they are, their Triton "
                        "kernels unchecked"),
+    20: ("2026-12-07", "an entry may record its call signature ('parameters': the model's "
+                       "forward parameter names, one per input in order, then those the export "
+                       "left at a scalar default, with it; runtime/schema/params.py), so "
+                       "`m(input_ids=..., attention_mask=...)` binds by name. A reader of "
+                       "version 19 refuses the field; versions 1-19 load as they are and take "
+                       "positional arguments only"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
