@@ -228,6 +228,11 @@ def test_bert_without_a_needed_input_names_it(bert):
     assert "input_ids, attention_mask, token_type_ids" in str(info.value)
 
 
+def test_bert_export_warns_no_side_effects(bert):
+    """torch's side-effects warning on transformers models is filtered during capture."""
+    assert not [w for w in bert[3] if "side effects" in w], bert[3]
+
+
 def test_format_20_fixture_binds_by_name():
     m = aotc.load(FIXTURES / "format_v20_tiny.aotc")
     (x,) = m.random_inputs()
