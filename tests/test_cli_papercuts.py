@@ -126,3 +126,22 @@ def test_artifact_root_mode_honours_the_umask(mlp_artifact, tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(private.stat().st_mode) == 0o750
+
+
+def test_quiet_capture_lets_output_through_with_debug(capsys):
+    """`aotc --debug` (the aotc logger at DEBUG) shows torch's output during capture."""
+    import logging
+
+    from aotc.exporter.capture import quiet
+    log = logging.getLogger("aotc")
+    with quiet():
+        print("hidden")
+    old = log.level
+    log.setLevel(logging.DEBUG)
+    try:
+        with quiet():
+            print("shown")
+    finally:
+        log.setLevel(old)
+    out = capsys.readouterr().out
+    assert "shown" in out and "hidden" not in out

@@ -77,7 +77,8 @@ def main(ctx, debug):
     if debug:   # torch's own output during capture too (exporter/capture.py `quiet`)
         import logging
         log = logging.getLogger("aotc")
-        level, log.level = log.level, logging.DEBUG
+        level = log.level
+        log.setLevel(logging.DEBUG)
         ctx.call_on_close(lambda: log.setLevel(level))
 
 
