@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import aotc
-from aotc.errors import ArtifactError, UsageError
+from aotc.errors import ArtifactError, GuardError, UsageError
 from conftest import read_raw_manifest, write_manifest
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -62,15 +62,15 @@ def test_named_calls_match_eager(scaled, call):
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda m, x, k: m(x), ["missing", "'mask'", "(x, mask, bias=None, scale=2.0, "
-                                                 "mode='sum')"]),
+    (lambda m, x, k: m(x=x), ["missing", "'mask'", "(x, mask, bias=None, scale=2.0, "
+                                                   "mode='sum')"]),
     (lambda m, x, k: m(x, k, nope=1), ["unexpected keyword argument 'nope'", "x, mask"]),
     (lambda m, x, k: m(x, k, last=None), ["unexpected keyword argument 'last'"]),
     (lambda m, x, k: m(x, k, scale=3.0), ["scale", "default scale=2.0", "re-export"]),
     (lambda m, x, k: m(x, k, bias=x), ["bias", "not an input of the export"]),
     (lambda m, x, k: m(x, k, scale=True), ["scale"]),
     (lambda m, x, k: m(x, x=x, mask=k), ["multiple values for argument 'x'"]),
-    (lambda m, x, k: m(x, k, None, 2.0, "sum", 1), ["at most 5 positional arguments"]),
+    (lambda m, x, k: m(x, k, None, 2.0, "sum", 1, mask=k), ["at most 5 positional"]),
 ])
 def test_bad_names_are_usage_errors_naming_them(scaled, call, words):
     _, (x, mask), path = scaled
@@ -79,6 +79,14 @@ def test_bad_names_are_usage_errors_naming_them(scaled, call, words):
     text = str(info.value)
     for w in words:
         assert w in text, text
+
+
+@pytest.mark.parametrize("count", [1, 6])
+def test_wrong_positional_count_is_the_guards_error(scaled, count):
+    """By position alone, too few or too many tensors are a GuardError, as before names."""
+    _, (x, _), path = scaled
+    with pytest.raises(GuardError, match=f"expected 2, got {count}"):
+        aotc.load(path)(*[x] * count)
 
 
 def test_signature_shows_names_and_defaults(scaled):

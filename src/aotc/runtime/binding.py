@@ -5,8 +5,9 @@ runtime/schema/params.py) and a call's positional and keyword arguments. Out: th
 inputs as a tuple, in order. Positionals fill the parameters in order, keywords by name; a
 parameter the export left at its default may be left out or given an equal value (None for
 `token_type_ids=None`), since the plan was traced with it. Everything else is a UsageError
-naming the argument and the expected names. An entry without recorded parameters (artifacts
-of formats 1-19, or a forward without named inputs) takes positional arguments only.
+naming the argument and the expected names; a call by position alone with too few or too
+many tensors stays the guards' GuardError, as before names. An entry without recorded
+parameters (formats 1-19, a forward without named inputs) takes positional arguments only.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def bind_arguments(spec, args: tuple, kwargs: dict, where: str) -> tuple:
         if kwargs:
             raise _positional_only(spec, kwargs, where)
         return args
-    if not kwargs and len(args) == len(spec.inputs):
-        return args      # the common call: every input by position
+    if not kwargs and not len(spec.inputs) < len(args) <= len(params):
+        return args      # every input by position; or a wrong count the guards report
     names = [p.name for p in params]
     if len(args) > len(params):
         raise UsageError(f"{where} takes at most {len(params)} positional arguments, "
