@@ -29,7 +29,7 @@ def _run_guarded(ctx: click.Context, fn, *args, **kwargs):
     except KeyboardInterrupt:
         if ctx.obj.get("debug"):
             raise
-        click.echo("interrupted (Ctrl-C): nothing was written", err=True)
+        click.echo("interrupted (Ctrl-C)", err=True)
         ctx.exit(130)
     except AotcError as e:
         if ctx.obj.get("debug"):
