@@ -26,6 +26,11 @@ def _run_guarded(ctx: click.Context, fn, *args, **kwargs):
     """Run a command body, mapping aotc errors to their exit codes."""
     try:
         return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        if ctx.obj.get("debug"):
+            raise
+        click.echo("interrupted (Ctrl-C)", err=True)
+        ctx.exit(130)
     except AotcError as e:
         if ctx.obj.get("debug"):
             raise
@@ -69,6 +74,12 @@ def _option_flags(fn):
 def main(ctx, debug):
     """aotc: compile PyTorch models ahead of time into self-contained artifacts."""
     ctx.ensure_object(dict)["debug"] = debug
+    if debug:   # torch's own output during capture too (exporter/capture.py `quiet`)
+        import logging
+        log = logging.getLogger("aotc")
+        level = log.level
+        log.setLevel(logging.DEBUG)
+        ctx.call_on_close(lambda: log.setLevel(level))
 
 
 @main.command()
@@ -76,8 +87,8 @@ def main(ctx, debug):
 @click.option("--example-input", "-i", "example_inputs", multiple=True, required=True,
               help="Example input as SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224, 8x128:int64, "
                    "or with a dynamic dim batch=8[1..64]x128; repeat for several inputs.")
-@click.option("--output", "-o", type=click.Path(dir_okay=True, file_okay=False),
-              help="Artifact directory to write (default: ./<file stem>.aotc).")
+@click.option("--output", "-o", help="Artifact directory to write, in an existing folder "
+                                    "(default: ./<file stem>.aotc).")
 @click.option("--init-args", default=None, help="JSON object or array passed to the model's "
                                                 "constructor or factory.")
 @_option_flags
@@ -89,15 +100,15 @@ def export(ctx, model, example_inputs, output, init_args, **options):
     from aotc.exporter.specs import parse_input_specs
 
     def usage_checked():
-        from aotc.runtime.format import check_destination
+        from aotc.runtime.format import check_output_dir
         specs = parse_input_specs(example_inputs)
         path, _ = split_ref(model)
         parse_init_args(init_args)
         Target.parse(options["target"])
         ExportOptions.from_kwargs(**options).cast_dtype()
         out = Path(output) if output is not None else Path(f"{path.stem}.aotc")
-        if output is not None and not output.strip():
-            check_destination(output)     # an empty -o: a usage error
+        if output is not None:
+            check_output_dir(output)
         return specs, out
 
     try:
@@ -215,8 +226,10 @@ def _parse_sizes(pairs) -> dict:
 
 @main.command()
 @click.argument("artifact", type=click.Path())
-@click.option("--rtol", type=float, default=None, help="Relative tolerance (default by dtype).")
-@click.option("--atol", type=float, default=None, help="Absolute tolerance (default by dtype).")
+@click.option("--rtol", type=click.FloatRange(min=0), default=None,
+              help="Relative tolerance (default by dtype).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None,
+              help="Absolute tolerance (default by dtype).")
 @click.option("--device", default=None, help="Device to run on (default: the target's).")
 @_trust_option
 @click.pass_context

@@ -8,6 +8,7 @@ import torch
 
 from aotc.errors import AotcError, VerifyError
 from aotc.runtime.aotc_ops import COLLECTIVES
+from aotc.runtime.binding import signature_parameters
 from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.kernels import launch_specs
 from aotc.runtime.schema import expr as ex
@@ -33,9 +34,8 @@ def _guard_words(spec) -> list[str]:
     for i, inp in enumerate(spec.inputs):
         dims = ", ".join(f"dim {d} == {s}" if isinstance(s, int) else f"dim {d} = {s}"
                          for d, s in enumerate(size_json(inp.shape)))
-        rng = f", values in [{inp.values[0]}, {inp.values[1]}]" if inp.values else ""
         lines.append(f"  #{i} {inp.name}: dtype {inp.dtype}, rank {len(inp.shape)}"
-                     f"{', ' + dims if dims else ''}{rng}")
+                     f"{', ' + dims if dims else ''}")
     given = {d.name for inp in spec.inputs for d in inp.shape if isinstance(d, ex.Sym)}
     for name, r in spec.symbols.items():   # the others are value-dependent sizes (format 16)
         lines.append(f"  {r.min} <= {name} <= {r.max}" + ("" if name in given else
@@ -45,13 +45,23 @@ def _guard_words(spec) -> list[str]:
     return lines
 
 
+def _sampling_words(spec) -> list[str]:
+    """The value ranges recorded for integer inputs: what `aotc run` and random_inputs draw
+    from (not checked on calls: an embedding's own index check covers its table)."""
+    ranged = [(i, inp) for i, inp in enumerate(spec.inputs) if inp.values]
+    if not ranged:
+        return []
+    return ["sampling range for random inputs (aotc run; not checked on calls):"] + [
+        f"  #{i} {inp.name}: values in [{inp.values[0]}, {inp.values[1]}]" for i, inp in ranged]
+
+
 def _entry_lines(name: str, e, art, fusion: bool) -> list[str]:
-    ins = ", ".join(f"{i.name}: {i.dtype}[{_dims(i.shape)}]" for i in e.inputs)
+    ins = signature_parameters(e, [f"{i.dtype}[{_dims(i.shape)}]" for i in e.inputs])
     st = e.stats
     lowered, fallback = st.get("lowered", {}), st.get("fallback", {})
     steps = st.get("steps", {})
     out = [f"\n{name}({ins})", f"  -> {describe(e.output_tree, e.outputs)}",
-           "guards (checked on every call):", *_guard_words(e),
+           "guards (checked on every call):", *_guard_words(e), *_sampling_words(e),
            "steps:   " + ", ".join(f"{k} {v}" for k, v in steps.items()),
            f"ops:     {sum(lowered.values())} ATen calls lowered into "
            f"{st.get('kernels', 0)} generated kernels; {steps.get('extern', 0)} extern calls; "
@@ -303,9 +313,16 @@ def time_calls(fn, runs: int, warmup: int, device: torch.device) -> dict:
         fn()
         sync()
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return {"median": statistics.median(times), "p90": times[int(0.9 * (len(times) - 1))],
-            "min": times[0]}
+    return summarize(times)
+
+
+def summarize(times: list[float]) -> dict:
+    """Median, 90th percentile and minimum of call times, both percentiles interpolated
+    linearly between the sorted times (so p90 >= median, whatever the count)."""
+    times = sorted(times)
+    p90 = statistics.quantiles(times, n=10, method="inclusive")[8] if len(times) > 1 \
+        else times[0]
+    return {"median": statistics.median(times), "p90": p90, "min": times[0]}
 
 
 def verify_artifact(module, *, rtol=None, atol=None) -> str:

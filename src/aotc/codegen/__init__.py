@@ -284,6 +284,8 @@ def _entries(program: Program, plans: dict) -> dict:
                        "symbols": program.symbols, "relations": program.relations,
                        "outputs": outputs, "output_tree": program.output_tree,
                        "stats": plans["forward"]["stats"]}}
+    if program.parameters is not None:
+        out["forward"]["parameters"] = program.parameters
     if program.backward is not None:
         bvalues = program.backward["values"]
         bouts = [bvalues[o["slot"]] if "slot" in o else None

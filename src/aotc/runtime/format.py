@@ -38,7 +38,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 19
+FORMAT_VERSION = 20
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -171,6 +171,12 @@ CHANGELOG = {
                        "kernel's buffer) before the kernel runs. A reader of version 18 "
                        "refuses the field; versions 1-18 load as they are, their Triton "
                        "kernels unchecked"),
+    20: ("2026-12-07", "an entry may record its call signature ('parameters': the model's "
+                       "forward parameter names, one per input in order, then those the export "
+                       "left at a scalar default, with it; runtime/schema/params.py), so "
+                       "`m(input_ids=..., attention_mask=...)` binds by name. A reader of "
+                       "version 19 refuses the field; versions 1-19 load as they are and take "
+                       "positional arguments only"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -258,10 +264,8 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
     `rank_weights`: tensor-parallel artifacts, the weights of ranks 1.. (`weights` are rank
     0's), each rank's written as its own shards (`weights-rank<R>...`).
     """
-    from aotc.runtime.staging import Staging
     dest = check_destination(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Staging(f".{dest.name}.tmp-", dest.parent)
+    staging = _staging(dest)
     try:
         tmp = staging.path
         entries, manifest = _write_weights(tmp, manifest, weights, shard_size, rank_weights)
@@ -274,6 +278,7 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
         _fsync_tree(tmp)
         if check is not None:
             check(tmp)
+        publish_mode(tmp)
         _swap_into_place(tmp, dest)
     finally:
         staging.remove()
@@ -315,6 +320,62 @@ def _manifest_bytes(manifest, entries: dict) -> bytes:
     doc[SELF_HASH_KEY] = hashlib.sha256(dumps(doc)).hexdigest()
     parse_manifest(At.root(MANIFEST, doc))     # written through the schema it is read with
     return dumps(doc)
+
+
+def _staging(dest: Path):
+    """The staging directory beside `dest` (its folders made first), or a UsageError where the
+    file system refuses (no permission, read-only) though the checks before passed (root)."""
+    import errno
+
+    from aotc.errors import UsageError
+    from aotc.runtime.staging import Staging
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return Staging(f".{dest.name}.tmp-", dest.parent)
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise UsageError(f"cannot write {dest}: {e.strerror}", where=str(dest.parent),
+                         expected="a writable folder", found=e.strerror,
+                         fix="choose an output path (-o) in a folder you can write") from None
+
+
+def publish_mode(root: Path) -> None:
+    """The artifact's root folder with the mode a new folder gets (0755 under umask 022): the
+    staging directory is made private (0700) while it is written, and a server running as
+    another user must be able to read the artifact once it is in place."""
+    os.chmod(root, 0o777 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_output_dir(dest) -> Path:
+    """The CLI's `-o`: a new or existing artifact directory in an existing folder (nothing
+    else is created), or a UsageError saying why not."""
+    from aotc.errors import UsageError
+    path = check_destination_parent(dest)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"-o {dest}: that is an existing file, and an artifact is a folder",
+                         where="-o", expected="a new name or an artifact folder",
+                         found=f"the file {path}",
+                         fix=f"choose another name, e.g. -o {path.stem}.aotc, or remove the file")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: the folder {path.parent} does not exist",
+                         where="-o", expected="an artifact path in an existing folder",
+                         found=f"no folder {path.parent}",
+                         fix=f"create it first (mkdir -p {path.parent}) or choose another -o")
+    return path
 
 
 def check_destination(dest) -> Path:

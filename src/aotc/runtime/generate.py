@@ -79,7 +79,7 @@ class GenerativeModule(CompiledModule):
     def max_cache_len(self) -> int:
         return self.generation.max_cache_len
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         raise UsageError("a generator has no forward: call generate, prefill or decode",
                          where="CompiledModule.__call__", expected="m.generate(input_ids, "
                          "max_new_tokens=N)", found="m(...)",

@@ -13,6 +13,7 @@ import torch
 
 from aotc.errors import AotcError, ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
+from aotc.runtime.binding import bind_arguments, signature_parameters
 from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction, step_bound
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
@@ -150,10 +151,13 @@ class CompiledModule:
                 for name in self.entries}
 
     # -------------------------------------------------------------------------------- calling
-    def __call__(self, *args):
-        return self.run("forward", *args)
+    def __call__(self, *args, **kwargs):
+        return self.run("forward", *args, **kwargs)
 
-    def run(self, entry: str, *args):
+    def run(self, entry: str, *args, **kwargs):
+        """Run `entry` on its inputs, by position or by the model's parameter names
+        (runtime/binding.py)."""
+        args = bind_arguments(self.entries[entry].spec, args, kwargs, entry)
         return unflatten(self.entries[entry].tree, self.run_flat(entry, args))
 
     def run_flat(self, entry: str, args) -> tuple:
@@ -197,8 +201,7 @@ class CompiledModule:
 
     def signature(self, entry: str = "forward") -> str:
         spec = self.entries[entry].spec
-        ins = ", ".join(f"{i.name}: {g.spec}" for i, g in
-                        zip(spec.inputs, self.entries[entry].guards.inputs))
+        ins = signature_parameters(spec, [g.spec for g in self.entries[entry].guards.inputs])
         return f"{entry}({ins}) -> {describe(spec.output_tree, spec.outputs)}"
 
     def random_inputs(self, entry: str = "forward", *, seed: int = 0,

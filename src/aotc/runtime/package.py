@@ -301,6 +301,7 @@ def unpack(src, dest) -> Path:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
         fmt._fsync_tree(staging.path)
+        fmt.publish_mode(staging.path)
         fmt._swap_into_place(staging.path, dest)
     finally:
         art.close()

@@ -17,6 +17,7 @@ from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
 from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
+from aotc.runtime.schema.params import parse_parameters
 from aotc.runtime.schema.trees import parse_tree
 from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
@@ -73,6 +74,7 @@ class EntrySpec:
     outputs: tuple                   # TensorMeta | None per flat output
     output_tree: dict
     stats: dict = field(default_factory=dict)
+    parameters: tuple | None = None  # Parameter, ... (schema/params.py; format 20)
 
     @property
     def ranges(self) -> dict[str, tuple[int, int]]:
@@ -83,7 +85,9 @@ class EntrySpec:
                 "symbols": {n: s.to_json() for n, s in self.symbols.items()},
                 "relations": [ex.text(r) for r in self.relations],
                 "outputs": [o.to_json() if o is not None else None for o in self.outputs],
-                "output_tree": self.output_tree, "stats": self.stats}
+                "output_tree": self.output_tree, "stats": self.stats,
+                **({"parameters": [p.to_json() for p in self.parameters]}
+                   if self.parameters is not None else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,12 +242,13 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
                       "weights", "files", "manifest_sha256"),
             optional=("training", "state", "generation", "export_check", "tensor_parallel"))
-    entries = {name: _entry(a, name) for name, a in doc.get("entries").items(16)}
+    version = doc.get("format_version").int(1, 1 << 16)
+    entries = {name: _entry(a, name, version) for name, a in doc.get("entries").items(16)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
     training = _training(doc.get("training")) if doc.has("training") else None
     doc.get("producer").obj(required=("aotc", "torch", "python", "platform"),
                             optional=("triton", "compiler"))
-    m = Manifest(format_version=doc.get("format_version").int(1, 1 << 16),
+    m = Manifest(format_version=version,
                  producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
                  target=_target(doc.get("target")), options=_scalars(doc.get("options")),
                  entries=entries, weights=parse_weights(doc.get("weights")), training=training,
@@ -423,10 +428,10 @@ def _check_training(m: Manifest, doc: At) -> None:
     parse_tree(doc.get("entries").get("forward").get("output_tree"), t.num_outputs)
 
 
-def _entry(a: At, name: str) -> EntrySpec:
+def _entry(a: At, name: str, version: int) -> EntrySpec:
     a.check(bool(ENTRY.match(name)), "an entry name (lowercase identifier)", "is not a name")
     a.obj(required=("plan", "inputs", "symbols", "relations", "outputs", "output_tree"),
-          optional=("stats",))
+          optional=("stats", "parameters") if version >= 20 else ("stats",))
     a.get("plan").str(choices={f"plans/{name}.json"})
     symbols = {n: _symbol(s, n) for n, s in a.get("symbols").items(256)}
     inputs = tuple(_input(i, symbols) for i in a.get("inputs").list(4096))
@@ -436,7 +441,9 @@ def _entry(a: At, name: str) -> EntrySpec:
                      relations=tuple(r.expr(symbols, boolean=True)
                                      for r in a.get("relations").list(256)),
                      outputs=outputs, output_tree=parse_tree(a.get("output_tree"), len(outputs)),
-                     stats=display(a.get("stats", {})))
+                     stats=display(a.get("stats", {})),
+                     parameters=parse_parameters(a.get("parameters"), inputs)
+                     if a.has("parameters") else None)
 
 
 def _symbol(a: At, name: str) -> Symbol:
