@@ -121,6 +121,14 @@ def test_artifact_lists_and_hashes_the_tokenizer(llama):
         assert (art / rel).read_bytes() == (folder / rel.split("/")[1]).read_bytes()
 
 
+def test_package_carries_the_tokenizer(llama, tmp_path):
+    pkg = tmp_path / "llm.aotcpkg"
+    result = invoke("pack", llama[1], "-o", pkg)
+    assert result.exit_code == 0, result.output
+    assert aotc.load(pkg).generate(PROMPTS[0], max_new_tokens=8) == \
+        aotc.load(llama[1]).generate(PROMPTS[0], max_new_tokens=8)
+
+
 def test_tampered_tokenizer_is_refused(llama, tmp_path):
     copy = shutil.copytree(llama[1], tmp_path / "copy.aotc")
     path = copy / "tokenizer" / "tokenizer.json"
@@ -210,6 +218,18 @@ def test_text_tasks_match_transformers(tmp_path, cls, task):
     got = m(ids, mask)
     key = "last_hidden_state" if task == "feature-extraction" else "logits"
     torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_batched_generator_matches_transformers(llama, hf_llama, tmp_path):
+    """--batch 2: two prompts of one length run as one batch, others each alone."""
+    art = exported(llama[0], tmp_path / "b2.aotc", "--batch", 2, "--max-cache-len", 64)
+    m = aotc.load(art)
+    assert m.generation.batch == 2 and m.max_cache_len == 64
+    same = ["w1 w2 w3", "w7 w8 w9"]
+    assert len({len(m.tokenizer.encode(p)) for p in same}) == 1
+    assert m.generate(same, max_new_tokens=32) == [hf_text(hf_llama, p, 32) for p in same]
+    assert m.generate(PROMPTS, max_new_tokens=8) == [hf_text(hf_llama, p, 8) for p in PROMPTS]
 
 
 def test_folder_usage_errors(llama, tmp_path):
