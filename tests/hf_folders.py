@@ -80,3 +80,16 @@ def vit_folder(path: Path) -> Path:
                                  intermediate_size=64, image_size=32, patch_size=8, num_labels=4)
     transformers.ViTForImageClassification(cfg).save_pretrained(path)
     return path
+
+
+def gpt2_folder(path: Path, cls: str = "GPT2LMHeadModel") -> Path:
+    """A tiny GPT-2 (learned positions: n_positions bounds the cache) with the BPE tokenizer."""
+    import transformers
+    tok = bpe_tokenizer()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2,
+                                  n_positions=96, bos_token_id=1, eos_token_id=2,
+                                  pad_token_id=3, num_labels=3)
+    getattr(transformers, cls)(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -17,7 +17,7 @@ from aotc.options import FolderOptions, option_fields
 from aotc.runtime import format as fmt
 from aotc.runtime.tokenizer import Tokenizer
 from conftest import run_python
-from hf_folders import bert_folder, llama_folder, vit_folder
+from hf_folders import bert_folder, gpt2_folder, llama_folder, vit_folder
 
 transformers = pytest.importorskip("transformers")
 PROMPTS = ["the quick brown fox", "hello world and", "w12 w13 w14 w15 w16"]
@@ -108,6 +108,9 @@ def test_chat_and_cli_prompt(llama, hf_llama):
     result = invoke("generate", art, "--prompt", PROMPTS[1], "--new-tokens", 16)
     assert result.exit_code == 0, result.output
     assert result.output.rstrip("\n") == m.generate(PROMPTS[1], max_new_tokens=16)
+    result = invoke("inspect", art)
+    assert result.exit_code == 0 and "model:   LlamaForCausalLM" in result.output
+    assert "tokenizer: chat_template.jinja" in result.output and "eos ids [2]" in result.output
 
 
 def test_artifact_lists_and_hashes_the_tokenizer(llama):
@@ -204,13 +207,14 @@ def test_image_classification_matches_transformers(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("cls,task", [("BertForTokenClassification", "token-classification"),
                                       ("BertForSequenceClassification", "text-classification"),
-                                      ("BertModel", "feature-extraction")])
+                                      ("BertModel", "feature-extraction"),
+                                      ("GPT2ForSequenceClassification", "text-classification")])
 def test_text_tasks_match_transformers(tmp_path, cls, task):
-    folder = bert_folder(tmp_path / "m", cls)
+    folder = (gpt2_folder if cls.startswith("GPT2") else bert_folder)(tmp_path / "m", cls)
     art = exported(folder, tmp_path / "m.aotc")          # the task from config.architectures
     m = aotc.load(art)
     hf = getattr(transformers, cls).from_pretrained(folder).eval()
-    ids = torch.randint(0, 400, (3, 11))
+    ids = torch.randint(4, 300, (3, 11))
     mask = torch.ones(3, 11, dtype=torch.int64)
     mask[1, 7:] = 0
     with torch.no_grad():
@@ -218,6 +222,19 @@ def test_text_tasks_match_transformers(tmp_path, cls, task):
     got = m(ids, mask)
     key = "last_hidden_state" if task == "feature-extraction" else "logits"
     torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_gpt2_text_equals_transformers(tmp_path):
+    """GPT-2's learned positions bound the cache (n_positions); its attention_mask comes after
+    past_key_values in forward, which export passes by keyword."""
+    folder = gpt2_folder(tmp_path / "gpt2")
+    m = aotc.load(exported(folder, tmp_path / "gpt2.aotc"))
+    assert m.max_cache_len == 96
+    hf = (transformers.AutoModelForCausalLM.from_pretrained(folder).eval(),
+          transformers.AutoTokenizer.from_pretrained(folder))
+    for prompt in PROMPTS:
+        assert m.generate(prompt, max_new_tokens=32) == hf_text(hf, prompt, 32)
 
 
 @pytest.mark.slow

@@ -64,10 +64,14 @@ def export_folder(folder, path=None, *, task: str | None = None, batch: int | No
     step = progress or (lambda msg: None)
     step(f"loading {folder} with transformers")
     p = prepare(folder, hf.task, hf.batch, hf.seq_len, hf.image_size, opts.max_cache_len)
+    for note in p.notes:
+        step(note)
     if p.decode:
         if p.max_cache_len < opts.max_cache_len:
             step(f"KV cache of {p.max_cache_len} tokens (the model's positions)")
         options = dict(options, decode=True, max_cache_len=p.max_cache_len)
+    if options.get("name") is None:      # the model's class, not the generator's adapter
+        options = dict(options, name=type(p.model).__name__)
     out = Path(path) if path is not None else Path(f"{Path(folder).resolve().name}.aotc")
     return export_module(p.model, p.inputs, out, value_ranges=p.value_ranges,
                          dynamic_shapes=p.dynamic_shapes, progress=progress,

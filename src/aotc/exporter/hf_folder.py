@@ -17,7 +17,8 @@ its own (`trust_remote_code` stays off). Example inputs follow the task and the 
     text-generation a generator (`--decode`, exporter/generate.py): a prompt [batch, seq] of
                     dynamic length, the batch fixed (--batch, default 1), the KV cache no
                     longer than the model's positions; transformers' own cache is replaced
-                    by aotc's, so `use_cache` needs no setting
+                    by aotc's; other tasks export with `use_cache=False` (no cache object
+                    among the outputs)
 
 The tokenizer files (runtime/format.py TOKENIZER_FILES) travel into the artifact's tokenizer/.
 """
@@ -64,6 +65,7 @@ class Prepared:
     decode: bool
     max_cache_len: int | None            # generators: the cache length that fits the model
     attachments: dict                    # artifact path -> bytes (the tokenizer files)
+    notes: tuple = ()                    # what the user should hear about (progress lines)
 
 
 def read_config(folder: Path) -> dict:
@@ -120,8 +122,12 @@ def load_model(folder: Path, task: str) -> torch.nn.Module:
     return model.eval()
 
 
+def _text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def _positions(config) -> int | None:
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cfg = _text_config(config)
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx"):
         value = getattr(cfg, key, None)
         if isinstance(value, int) and value > 1:
@@ -130,7 +136,7 @@ def _positions(config) -> int | None:
 
 
 def _vocab(config) -> int:
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cfg = _text_config(config)
     vocab = getattr(cfg, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
         raise ExportError("the config gives no vocabulary size", where="config.vocab_size",
@@ -183,7 +189,7 @@ def tokenizer_attachments(folder: Path) -> dict:
     """The folder's tokenizer files, checked as loading checks them, by artifact path."""
     from aotc.runtime.tokenizer import check_files, read_folder
     files = read_folder(folder)
-    if not files:
+    if fmt.TOKENIZER_JSON not in files:     # none, or a slow tokenizer only (vocab files)
         return {}
     check_files(files, str(folder))
     return {fmt.tokenizer_file(name): data for name, data in files.items()}
@@ -198,6 +204,9 @@ def prepare(folder, task: str | None, batch: int | None, seq_len: int | None,
         raise _refuse_task(task, "--task", task)
     model = load_model(folder, task)
     attachments = tokenizer_attachments(folder)
+    notes = () if attachments or model.main_input_name != "input_ids" else (
+        f"{folder} has no {fmt.TOKENIZER_JSON}: the artifact carries no tokenizer (save a fast "
+        "tokenizer beside the model, tokenizer.save_pretrained(DIR), for text in and out)",)
     seq = seq_len or DEFAULT_SEQ
     if task == "text-generation":
         positions = _positions(model.config)
@@ -207,10 +216,12 @@ def prepare(folder, task: str | None, batch: int | None, seq_len: int | None,
         ids = torch.randint(0, vocab, (batch or 1, seq), generator=gen)
         return Prepared(model=model, inputs=(ids,), dynamic_shapes=None,
                         value_ranges=[(0, vocab - 1)], decode=True, max_cache_len=cache,
-                        attachments=attachments)
+                        attachments=attachments, notes=notes)
+    for cfg in {id(c): c for c in (model.config, _text_config(model.config))}.values():
+        cfg.use_cache = False         # no cache object among the outputs of a plain forward
     if model.main_input_name == "pixel_values":
         inputs, dyn, ranges = pixel_inputs(model, batch or 2, image_size)
     else:
         inputs, dyn, ranges = text_inputs(model, batch or 2, seq)
     return Prepared(model=model, inputs=inputs, dynamic_shapes=dyn, value_ranges=ranges,
-                    decode=False, max_cache_len=None, attachments=attachments)
+                    decode=False, max_cache_len=None, attachments=attachments, notes=notes)

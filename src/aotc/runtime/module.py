@@ -88,17 +88,6 @@ class Entry:
         self.tree = spec.output_tree
 
 
-def carried_tokenizer(artifact):
-    """The tokenizer the artifact carries under tokenizer/ (runtime/tokenizer.py), or None."""
-    prefix = fmt.TOKENIZER_DIR + "/"
-    files = {rel[len(prefix):]: artifact.read(rel) for rel in artifact.manifest.files
-             if rel.startswith(prefix)}
-    if not files:
-        return None
-    from aotc.runtime.tokenizer import Tokenizer
-    return Tokenizer.from_files(files, artifact.where(fmt.TOKENIZER_DIR))
-
-
 class CompiledModule:
     def __init__(self, artifact, device: torch.device, *, check_guards: bool,
                  cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS,
@@ -123,7 +112,8 @@ class CompiledModule:
         for entry in self.entries.values() if pending else ():
             entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
-        self.tokenizer = carried_tokenizer(artifact)
+        from aotc.runtime.tokenizer import carried
+        self.tokenizer = carried(artifact)      # None: the artifact has no tokenizer/
 
     def bound_entries(self, state: dict) -> dict:
         """An Entry per entry of the manifest, its plan bound to the loaded weights and to

@@ -71,6 +71,15 @@ def read_folder(folder) -> dict[str, bytes]:
     return out
 
 
+def carried(artifact) -> "Tokenizer | None":
+    """The tokenizer an open Artifact carries under tokenizer/ (from its verified bytes), or
+    None."""
+    prefix = fmt.TOKENIZER_DIR + "/"
+    files = {rel[len(prefix):]: artifact.read(rel) for rel in artifact.manifest.files
+             if rel.startswith(prefix)}
+    return Tokenizer.from_files(files, artifact.where(fmt.TOKENIZER_DIR)) if files else None
+
+
 def _token_text(value) -> str | None:
     """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
     if isinstance(value, dict):
@@ -105,6 +114,13 @@ class Tokenizer:
         self.pad_token_id = pad if pad is not None else (
             gen_pad if type(gen_pad) is int else None)
         self.chat_template = self._template(parsed)
+        self.files = tuple(sorted(parsed))
+
+    def describe(self) -> str:
+        """One line for `aotc inspect`."""
+        return (f"{', '.join(self.files)}; vocabulary {self.backend.get_vocab_size()}, eos ids "
+                f"{list(self.eos_token_ids)}, pad id {self.pad_token_id}, chat template "
+                f"{'yes' if self.chat_template else 'no'}")
 
     @classmethod
     def load(cls, folder) -> "Tokenizer":
