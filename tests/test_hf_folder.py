@@ -252,7 +252,7 @@ def test_batched_generator_matches_transformers(llama, hf_llama, tmp_path):
 def test_folder_usage_errors(llama, tmp_path):
     folder, _ = llama
     result = invoke("export", folder, "--task", "object-detection", "-o", tmp_path / "x.aotc")
-    assert result.exit_code == 3 or result.exit_code == 2, result.output
+    assert result.exit_code == 2, result.output
     assert "object-detection" in result.output and "text-generation" in result.output
     result = invoke("export", folder, "-i", "1x8:int64", "-o", tmp_path / "x.aotc")
     assert result.exit_code == 2 and "example inputs" in result.output
@@ -287,3 +287,24 @@ def test_module_factory_reference(tmp_path, monkeypatch):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
     torch.testing.assert_close(m(x), net(x))
+
+
+def test_tokenizer_of_older_folders(llama):
+    """Folders of older transformers: special tokens as {"content": ...} in
+    special_tokens_map.json, the chat template in tokenizer_config.json, and a
+    generation_config whose eos_token_id is a list."""
+    data = (llama[1] / "tokenizer" / "tokenizer.json").read_bytes()
+    files = {"tokenizer.json": data,
+             "special_tokens_map.json": json.dumps({"eos_token": {"content": "</s>"},
+                                                    "pad_token": "<pad>"}).encode(),
+             "tokenizer_config.json": json.dumps({"chat_template": [
+                 {"name": "tool_use", "template": "tools"},
+                 {"name": "default", "template": "{{ messages[0]['content'] }}!"}]}).encode()}
+    tok = Tokenizer.from_files(files)
+    assert tok.eos_token_ids == (2,) and tok.pad_token_id == 3
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}]) == "hi!"
+    gen = {"generation_config.json": b'{"eos_token_id": [2, 1]}'}
+    tok = Tokenizer.from_files(dict(files, **gen))
+    assert tok.eos_token_ids == (2, 1)
+    with pytest.raises(UsageError, match="no chat template"):
+        Tokenizer.from_files({"tokenizer.json": data}).apply_chat_template([])
