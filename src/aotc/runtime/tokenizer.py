@@ -14,7 +14,6 @@ imports transformers.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
@@ -26,7 +25,9 @@ FIX = "re-export the model from its folder with this aotc (the tokenizer files a
 
 def check_files(files: dict[str, bytes], where: str) -> dict:
     """The tokenizer files (name -> bytes, names of fmt.TOKENIZER_FILES) checked: sizes within
-    their limits, JSON ones parsed (name -> parsed value; the chat template as text)."""
+    their limits, the configs parsed by the artifact's bounded JSON parser (name -> value), the
+    chat template and tokenizer.json as text (tokenizer.json is parsed by the tokenizers
+    library, whose errors `Tokenizer` types)."""
     if fmt.TOKENIZER_JSON not in files:
         raise ArtifactError(f"the tokenizer has no {fmt.TOKENIZER_JSON}", where=where,
                             expected=f"{fmt.TOKENIZER_JSON} beside the other tokenizer files",
@@ -40,7 +41,7 @@ def check_files(files: dict[str, bytes], where: str) -> dict:
                                 where=f"{where}/{name}", expected=f"one of "
                                 f"{sorted(fmt.TOKENIZER_FILES)} within its size limit",
                                 found=f"{len(data)} bytes", fix=FIX)
-        if name.endswith(".json"):
+        if name.endswith(".json") and name != fmt.TOKENIZER_JSON:
             parsed[name] = load_json(bytes(data), f"{where}/{name}").value
         else:
             parsed[name] = _text(data, f"{where}/{name}")
@@ -94,7 +95,7 @@ class Tokenizer:
         from tokenizers import Tokenizer as Fast
         self.where = where
         try:
-            self.backend = Fast.from_str(json.dumps(parsed[fmt.TOKENIZER_JSON]))
+            self.backend = Fast.from_str(parsed[fmt.TOKENIZER_JSON])
         except Exception as e:     # the library's own error for a malformed tokenizer
             raise ArtifactError(f"{fmt.TOKENIZER_JSON} is not a tokenizer the tokenizers "
                                 "library reads", where=f"{where}/{fmt.TOKENIZER_JSON}",
