@@ -258,6 +258,8 @@ def test_folder_usage_errors(llama, tmp_path):
     assert result.exit_code == 2 and "example inputs" in result.output
     result = invoke("export", "samples/mlp.py:Net", "--task", "fill-mask", "-i", "2x4")
     assert result.exit_code == 2 and "--task applies to model folders" in result.output
+    result = invoke("export", tmp_path, "-o", tmp_path / "x.aotc")
+    assert result.exit_code == 2 and "without config.json" in result.output
     with pytest.raises(UsageError, match="--batch"):
         FolderOptions(batch=0)
     assert not (tmp_path / "x.aotc").exists()

@@ -149,6 +149,12 @@ def _file_usage(model, example_inputs, output, init_args, folder, options):
     from aotc.errors import UsageError
     from aotc.exporter.loader import parse_init_args, split_ref
     from aotc.exporter.specs import parse_input_specs
+    if Path(model).is_dir():
+        raise UsageError(f"{model} is a folder without config.json", where="MODEL argument",
+                         expected="a model folder written by save_pretrained (config.json, "
+                         "safetensors weights, tokenizer files)", found="no config.json",
+                         fix="save the model with model.save_pretrained(DIR) and "
+                             "tokenizer.save_pretrained(DIR)")
     given = [k for k, v in folder.items() if v is not None]
     if given:
         flag = "--" + given[0].replace("_", "-")
