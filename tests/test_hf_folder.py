@@ -120,6 +120,7 @@ def test_artifact_lists_and_hashes_the_tokenizer(llama):
     assert carried == sorted(f"tokenizer/{p.name}" for p in folder.iterdir()
                              if p.name in fmt.TOKENIZER_FILES)
     assert "tokenizer/chat_template.jinja" in carried
+    assert manifest["options"]["task"] == "text-generation" and manifest["options"]["decode"]
     for rel in carried:
         assert (art / rel).read_bytes() == (folder / rel.split("/")[1]).read_bytes()
 

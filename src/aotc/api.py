@@ -13,7 +13,9 @@ from aotc.options import ExportOptions
 
 def export_module(model, example_inputs, path, *, source: str | None = None,
                   value_ranges: list | None = None, dynamic_shapes=None, progress=None,
-                  attachments: dict | None = None, **options) -> Path:
+                  attachments: dict | None = None, recorded: dict | None = None,
+                  **options) -> Path:
+    """`recorded`: more options to record in the manifest (a model folder's task and sizes)."""
     opts = ExportOptions.from_kwargs(**options)
     target = Target.parse(opts.target)   # validate before any slow work
     step = progress or (lambda msg: None)
@@ -46,6 +48,9 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
                 example_inputs, torch.Tensor) else (example_inputs,), opts, capture_one)
         else:
             program = capture_one(captured)
+    if recorded:
+        import dataclasses
+        program = dataclasses.replace(program, options={**program.options, **recorded})
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
                            autotune=opts.autotune, prove=opts.prove, progress=step,
                            shard_size=opts.shard_bytes(), attachments=attachments)
@@ -75,7 +80,8 @@ def export_folder(folder, path=None, *, task: str | None = None, batch: int | No
     out = Path(path) if path is not None else Path(f"{Path(folder).resolve().name}.aotc")
     return export_module(p.model, p.inputs, out, value_ranges=p.value_ranges,
                          dynamic_shapes=p.dynamic_shapes, progress=progress,
-                         attachments=p.attachments, **options)
+                         attachments=p.attachments,
+                         recorded=dict(hf.to_json(), task=p.task), **options)
 
 
 def cast_floating(model, example_inputs, dtype):

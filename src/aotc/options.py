@@ -156,6 +156,9 @@ class FolderOptions:
                                  expected=f"an int in {lo}..{1 << 20}", found=value,
                                  fix=f"pass {flag} with a positive size")
 
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
 
 def option_fields(cls=ExportOptions):
     """(name, default, help, type) for each option of `cls`, in declaration order: what the CLI

@@ -58,6 +58,7 @@ def is_model_folder(ref) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
     """What `prepare` gives the exporter."""
+    task: str
     model: torch.nn.Module
     inputs: tuple
     dynamic_shapes: tuple | None
@@ -214,7 +215,7 @@ def prepare(folder, task: str | None, batch: int | None, seq_len: int | None,
         gen = torch.Generator().manual_seed(0)
         vocab = _vocab(model.config)
         ids = torch.randint(0, vocab, (batch or 1, seq), generator=gen)
-        return Prepared(model=model, inputs=(ids,), dynamic_shapes=None,
+        return Prepared(task=task, model=model, inputs=(ids,), dynamic_shapes=None,
                         value_ranges=[(0, vocab - 1)], decode=True, max_cache_len=cache,
                         attachments=attachments, notes=notes)
     for cfg in {id(c): c for c in (model.config, _text_config(model.config))}.values():
@@ -223,5 +224,5 @@ def prepare(folder, task: str | None, batch: int | None, seq_len: int | None,
         inputs, dyn, ranges = pixel_inputs(model, batch or 2, image_size)
     else:
         inputs, dyn, ranges = text_inputs(model, batch or 2, seq)
-    return Prepared(model=model, inputs=inputs, dynamic_shapes=dyn, value_ranges=ranges,
+    return Prepared(task=task, model=model, inputs=inputs, dynamic_shapes=dyn, value_ranges=ranges,
                     decode=False, max_cache_len=None, attachments=attachments, notes=notes)
