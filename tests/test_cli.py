@@ -48,8 +48,8 @@ def test_exit_codes_are_distinct():
 
 def test_every_export_option_is_a_flag():
     params = {p.name for p in main.commands["export"].params}
-    assert {name for name, _, _ in option_fields()} <= params
-    assert set(ExportOptions().to_json()) == {name for name, _, _ in option_fields()}
+    assert {name for name, *_ in option_fields()} <= params
+    assert set(ExportOptions().to_json()) == {name for name, *_ in option_fields()}
 
 
 # ------------------------------------------------------------------------ malformed arguments

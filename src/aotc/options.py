@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from aotc.errors import UsageError
 
 
-def _opt(default, help: str, flag: str | None = None):
-    return field(default=default, metadata={"help": help, "flag": flag})
+def _opt(default, help: str, kind: type | None = None):
+    """An option: its default, help text, and the type of its CLI flag's value (default: the
+    default's type; given for options whose default is None)."""
+    return field(default=default, metadata={"help": help, "kind": kind or type(default)})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,6 +132,36 @@ class ExportOptions:
         return dataclasses.asdict(self)
 
 
-def option_fields():
-    """(name, default, help) for each option, in declaration order: what the CLI turns into flags."""
-    return [(f.name, f.default, f.metadata["help"]) for f in dataclasses.fields(ExportOptions)]
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FolderOptions:
+    """Options of exports from a Hugging Face model folder (exporter/hf_folder.py)."""
+    task: str | None = _opt(None, "Model folders: what to export (text-generation, "
+                                  "feature-extraction, fill-mask, text-classification, "
+                                  "token-classification, image-classification; default: the "
+                                  "task config.json's architectures name).", kind=str)
+    batch: int | None = _opt(None, "Model folders: example batch (default 2, dynamic 1..256; "
+                                   "text-generation: the generator's fixed batch, default 1).",
+                             kind=int)
+    seq_len: int | None = _opt(None, "Model folders: example sequence length (default 16; "
+                                     "dynamic from 1 to the model's positions).", kind=int)
+    image_size: int | None = _opt(None, "Model folders, image tasks: the image side in pixels "
+                                        "(default: the config's image_size).", kind=int)
+
+    def __post_init__(self):
+        for name, lo in (("batch", 1), ("seq_len", 2), ("image_size", 1)):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or not lo <= value <= 1 << 20):
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag} {value!r} is out of range", where=flag,
+                                 expected=f"an int in {lo}..{1 << 20}", found=value,
+                                 fix=f"pass {flag} with a positive size")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def option_fields(cls=ExportOptions):
+    """(name, default, help, type) for each option of `cls`, in declaration order: what the CLI
+    turns into flags."""
+    return [(f.name, f.default, f.metadata["help"], f.metadata["kind"])
+            for f in dataclasses.fields(cls)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from aotc.errors import AotcError
-from aotc.options import ExportOptions, option_fields
+from aotc.options import ExportOptions, FolderOptions, option_fields
 
 
 class _Progress:
@@ -55,15 +55,16 @@ def _terminate_cleanly() -> None:
 
 
 def _option_flags(fn):
-    """One click option per ExportOptions field."""
-    for name, default, help_text in reversed(option_fields()):
+    """One click option per ExportOptions and FolderOptions field."""
+    for name, default, help_text, kind in reversed(option_fields(ExportOptions)
+                                                   + option_fields(FolderOptions)):
         flag = name.replace("_", "-")
-        if isinstance(default, bool):
+        if kind is bool:
             fn = click.option(f"--{flag}/--no-{flag}", name, default=default, show_default=True,
                               help=help_text)(fn)
         else:
             fn = click.option(f"--{flag}", name, default=default, show_default=True,
-                              type=int if isinstance(default, int) else str, help=help_text)(fn)
+                              type=int if kind is int else str, help=help_text)(fn)
     return fn
 
 
@@ -84,49 +85,110 @@ def main(ctx, debug):
 
 @main.command()
 @click.argument("model")
-@click.option("--example-input", "-i", "example_inputs", multiple=True, required=True,
+@click.option("--example-input", "-i", "example_inputs", multiple=True,
               help="Example input as SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224, 8x128:int64, "
-                   "or with a dynamic dim batch=8[1..64]x128; repeat for several inputs.")
+                   "or with a dynamic dim batch=8[1..64]x128; repeat for several inputs "
+                   "(required for FILE.py:Name; model folders make their own from --task).")
 @click.option("--output", "-o", help="Artifact directory to write, in an existing folder "
-                                    "(default: ./<file stem>.aotc).")
+                                    "(default: ./<file stem or folder>.aotc).")
 @click.option("--init-args", default=None, help="JSON object or array passed to the model's "
                                                 "constructor or factory.")
 @_option_flags
 @click.pass_context
 def export(ctx, model, example_inputs, output, init_args, **options):
-    """Capture MODEL (FILE.py:Name) and compile it into an artifact directory."""
-    from aotc.codegen.target import Target
-    from aotc.exporter.loader import parse_init_args, split_ref
-    from aotc.exporter.specs import parse_input_specs
-
-    def usage_checked():
-        from aotc.runtime.format import check_output_dir
-        specs = parse_input_specs(example_inputs)
-        path, _ = split_ref(model)
-        parse_init_args(init_args)
-        Target.parse(options["target"])
-        ExportOptions.from_kwargs(**options).cast_dtype()
-        out = Path(output) if output is not None else Path(f"{path.stem}.aotc")
-        if output is not None:
-            check_output_dir(output)
-        return specs, out
-
+    """Capture MODEL and compile it into an artifact directory. MODEL is a Hugging Face model
+    folder (config.json, safetensors weights, tokenizer files: exported for --task with its
+    tokenizer), FILE.py:Name or package.module:factory (a class or a function returning the
+    model, built with --init-args, on the --example-input tensors)."""
+    from aotc.exporter.hf_folder import is_model_folder
+    folder = {k: options.pop(k) for k, *_ in option_fields(FolderOptions)}
     try:
-        specs, out = usage_checked()
+        if is_model_folder(model):
+            out, call = _folder_usage(model, example_inputs, output, init_args,
+                                       folder, options)
+        else:
+            out, call = _file_usage(model, example_inputs, output, init_args, folder,
+                                    options)
     except AotcError as e:
         raise click.UsageError(str(e)) from None
 
     def body():
-        from aotc.api import export_file
         from aotc.runtime.format import check_destination
         check_destination(out)      # before any slow work: exit 5 for a non-artifact there
         _terminate_cleanly()
         progress = _Progress()
-        path = export_file(model, specs, out, init_args=init_args, progress=progress, **options)
+        path = call(progress)
         progress(f"wrote {path}")
         click.echo(str(path))
 
     _run_guarded(ctx, body)
+
+
+def _checked_output(output, default: str) -> Path:
+    from aotc.runtime.format import check_destination, check_output_dir
+    if output is not None and not output.strip():
+        check_destination(output)     # an empty -o: a usage error
+    if output is not None:
+        check_output_dir(output)      # an existing file, or a folder that does not exist
+    return Path(output) if output is not None else Path(default)
+
+
+def _checked_options(options) -> None:
+    from aotc.codegen.target import Target
+    Target.parse(options["target"])
+    ExportOptions.from_kwargs(**options).cast_dtype()
+
+
+def _folder_usage(model, example_inputs, output, init_args, folder, options):
+    """`aotc export DIR`: its arguments checked; (the output, the export to run)."""
+    from aotc.errors import UsageError
+    if example_inputs or init_args is not None:
+        raise UsageError("a model folder makes its own example inputs and model",
+                         where="--example-input/--init-args", expected="neither, for a folder",
+                         found="given", fix="leave them out; use --task, --batch, --seq-len "
+                                            "or --image-size to shape the example inputs")
+    FolderOptions(**folder)
+    _checked_options(options)
+    out = _checked_output(output, f"{Path(model).resolve().name}.aotc")
+
+    def call(progress):
+        from aotc.api import export_folder
+        return export_folder(model, out, progress=progress, **folder, **options)
+    return out, call
+
+
+def _file_usage(model, example_inputs, output, init_args, folder, options):
+    """`aotc export FILE.py:Name` (or package.module:factory): its arguments checked."""
+    from aotc.errors import UsageError
+    from aotc.exporter.loader import parse_init_args, split_ref
+    from aotc.exporter.specs import parse_input_specs
+    if Path(model).is_dir():
+        raise UsageError(f"{model} is a folder without config.json", where="MODEL argument",
+                         expected="a model folder written by save_pretrained (config.json, "
+                         "safetensors weights, tokenizer files)", found="no config.json",
+                         fix="save the model with model.save_pretrained(DIR) and "
+                             "tokenizer.save_pretrained(DIR)")
+    given = [k for k, v in folder.items() if v is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"{flag} applies to model folders", where=flag,
+                         expected="a folder written by save_pretrained as MODEL",
+                         found=model, fix=f"leave {flag} out, or pass the model folder")
+    if not example_inputs:
+        raise UsageError("FILE.py:Name needs its example inputs", where="--example-input",
+                         expected="one -i SHAPE[:DTYPE] per input", found="none",
+                         fix="pass e.g. -i 8x3x224x224 (a model folder needs none)")
+    specs = parse_input_specs(example_inputs)
+    path, _ = split_ref(model)
+    parse_init_args(init_args)
+    _checked_options(options)
+    stem = path.stem if isinstance(path, Path) else path.rpartition(".")[2]
+    out = _checked_output(output, f"{stem}.aotc")
+
+    def call(progress):
+        from aotc.api import export_file
+        return export_file(model, specs, out, init_args=init_args, progress=progress, **options)
+    return out, call
 
 
 @main.command()
@@ -315,13 +377,16 @@ def sign(ctx, artifact, key):
               help="Sample from the smallest set of tokens whose probability reaches p.")
 @click.option("--min-p", type=float, default=None,
               help="Sample from the tokens at least p times as likely as the most likely.")
+@click.option("--prompt", default=None,
+              help="Generate from this text with the artifact's tokenizer and print the text "
+                   "generated (an artifact exported from a model folder); --new-tokens at most.")
 @_trust_option
 @click.pass_context
 def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperature, top_k,
-             top_p, min_p, trusted_keys):
+             top_p, min_p, prompt, trusted_keys):
     """Generation with a generator artifact (--decode) on random token ids, greedy or (with
     --temperature, --top-k, --top-p or --min-p) sampled: prints tokens/s, prefill latency, load
-    time."""
+    time. With --prompt: prints the text generated after the prompt."""
     def body(echo):
         import aotc
         from aotc.cli.generate import generate_report
@@ -334,6 +399,11 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperat
                              found="no prefill/decode entries", fix="use `aotc run`")
         sampled = {k: v for k, v in dict(temperature=temperature, top_k=top_k, top_p=top_p,
                                          min_p=min_p).items() if v is not None}
+        if prompt is not None:
+            from aotc.cli.generate import prompt_text
+            echo(prompt_text(m(artifact, device=device, trusted_keys=list(trusted_keys)),
+                             prompt, new_tokens, seed, sampled))
+            return
         from aotc.runtime.sampling import Choice
         sampling = Choice(True, **sampled) if sampled else None
         echo(generate_report(m, artifact, prompt_len=prompt_len, new_tokens=new_tokens,

@@ -169,6 +169,10 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
            _signature_line(art), f"runner:  {expected_runner(m)}"]
+    from aotc.runtime.tokenizer import carried
+    tok = carried(art)
+    if tok is not None:
+        out.append(f"tokenizer: {tok.describe()}")
     if art.package is not None:
         out.append(f"package: {len(art.package.members)} members in one file of "
                    f"{_bytes(art.package.size)} (read in place; `aotc unpack` for a directory)")

@@ -70,21 +70,25 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
             codegen: bool = True, isa: str = "auto", autotune: bool = False,
-            prove: bool = True, progress=None, shard_size: int | None = None) -> Path:
+            prove: bool = True, progress=None, shard_size: int | None = None,
+            attachments: dict | None = None) -> Path:
     """`autotune` (CUDA): time candidate block sizes of each kernel on this machine's GPU,
     at the sizes the program was exported with (codegen/triton/autotune.py). Size proofs
     (masks, slice starts) hold over the dims' declared ranges, which the guards enforce.
     `prove`: load the written artifact and run it on the recorded samples against eager's
     outputs before it replaces `dest` (`aotc/prove.py`); `progress(message)` hears each
-    stage. `shard_size`: the largest weights file, in bytes (runtime/shards.py)."""
+    stage. `shard_size`: the largest weights file, in bytes (runtime/shards.py).
+    `attachments`: files the artifact carries as they are (artifact path -> bytes: a model
+    folder's tokenizer files under tokenizer/), listed and hashed like the others."""
     with declared_minima(program.symbols):
         return _compile(program, target, dest, codegen=codegen, isa=isa, autotune=autotune,
                         prove=prove, progress=progress or (lambda message: None),
-                        shard_size=shard_size)
+                        shard_size=shard_size, attachments=attachments or {})
 
 
 def _compile(program: Program, target: Target, dest: str | Path, *, codegen: bool,
-             isa: str, autotune: bool, prove: bool, progress, shard_size: int | None) -> Path:
+             isa: str, autotune: bool, prove: bool, progress, shard_size: int | None,
+             attachments: dict) -> Path:
     target = _resolve_archs(target, codegen)
     progress(f"lowering {len(program.graph['nodes'])} ops")
     parts, gpu_transposed = _lower_entries(program, target, codegen)
@@ -95,6 +99,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     weights, aliases, transposed = _stored_weights(program, parts, target, codegen, bindings,
                                                    gpu_transposed)
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
+    files.update(attachments)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
     typed = {name: typed_plan(plan, name, program.symbols) for name, plan in plans.items()}

@@ -22,6 +22,9 @@ weight is read.
       kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
       kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
       signatures.json            optional: Ed25519 signatures over manifest.json (aotc sign)
+      tokenizer/                 optional: a Hugging Face model folder's tokenizer files
+                                 (TOKENIZER_FILES: tokenizer.json, its configs, the generation
+                                 config, the chat template), listed and hashed like every file
 
     NAME.aotcpkg                 the same files as one uncompressed file, read in place
                                  (aotc pack; layout in runtime/package.py)
@@ -193,6 +196,10 @@ CHANGELOG = {
 #   2026-12-07  samples/reference.safetensors: the model's float64 outputs for the recorded
 #               inputs (float outputs only, named by flat output position; float64, each the
 #               shape of its output), so `aotc verify` tells rounding from a wrong result
+#   2026-12-07  tokenizer/<name>: a Hugging Face folder's tokenizer files (TOKENIZER_FILES),
+#               listed and hashed in the file table like every file (signatures cover them);
+#               read by runtime/tokenizer.py. A reader that ignores them loads the artifact
+#               as before (token ids in, token ids out)
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
@@ -202,6 +209,12 @@ SAMPLE_REFERENCE = "samples/reference.safetensors"   # optional: float64 runs of
 KERNELS_DIR = "kernels"
 KERNEL_SOURCE = "kernels/kernels.cpp"
 LEGACY_KERNEL_LIBRARY = "kernels/kernels.so"     # formats 1-7: the one library
+TOKENIZER_DIR = "tokenizer"
+TOKENIZER_JSON = "tokenizer.json"
+# The tokenizer files an artifact may carry under TOKENIZER_DIR, with the most bytes read of each
+TOKENIZER_FILES = {TOKENIZER_JSON: 64 << 20, "tokenizer_config.json": 16 << 20,
+                   "special_tokens_map.json": 1 << 20, "generation_config.json": 1 << 20,
+                   "chat_template.jinja": 1 << 20, "chat_template.json": 1 << 20}
 
 
 def kernel_library(level: str) -> str:
@@ -210,6 +223,10 @@ def kernel_library(level: str) -> str:
 
 SELF_HASH_KEY = "manifest_sha256"
 SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
+
+
+def tokenizer_file(name: str) -> str:
+    return f"{TOKENIZER_DIR}/{name}"
 
 
 def plan_file(entry: str) -> str:

@@ -113,6 +113,8 @@ class CompiledModule:
         for entry in self.entries.values() if pending else ():
             entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+        from aotc.runtime.tokenizer import carried
+        self.tokenizer = carried(artifact)      # None: the artifact has no tokenizer/
 
     def bound_entries(self, state: dict) -> dict:
         """An Entry per entry of the manifest, its plan bound to the loaded weights and to
