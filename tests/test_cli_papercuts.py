@@ -13,6 +13,7 @@ import pytest
 from aotc.cli.report import summarize
 from aotc.errors import UsageError
 from aotc.runtime import format as fmt
+from aotc.runtime import publish
 from conftest import SAMPLES
 from test_cli import invoke, workdir  # noqa: F401 - the CLI runner and an empty cwd fixture
 
@@ -78,7 +79,7 @@ def test_refused_staging_folder_is_a_usage_error(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
     with pytest.raises(UsageError, match="Permission denied") as info:
-        fmt._staging(tmp_path / "x.aotc")
+        publish.staging_beside(tmp_path / "x.aotc")
     assert info.value.exit_code == 2
 
 
@@ -122,7 +123,7 @@ def test_artifact_root_mode_honours_the_umask(mlp_artifact, tmp_path):
     private = Path(tempfile.mkdtemp(dir=tmp_path))      # made 0700, as staging folders are
     old = os.umask(0o027)
     try:
-        fmt.publish_mode(private)
+        publish.publish_mode(private)
     finally:
         os.umask(old)
     assert stat.S_IMODE(private.stat().st_mode) == 0o750

@@ -113,7 +113,7 @@ def export(ctx, model, example_inputs, output, init_args, **options):
         raise click.UsageError(str(e)) from None
 
     def body():
-        from aotc.runtime.format import check_destination
+        from aotc.runtime.publish import check_destination
         check_destination(out)      # before any slow work: exit 5 for a non-artifact there
         _terminate_cleanly()
         progress = _Progress()
@@ -125,7 +125,7 @@ def export(ctx, model, example_inputs, output, init_args, **options):
 
 
 def _checked_output(output, default: str) -> Path:
-    from aotc.runtime.format import check_destination, check_output_dir
+    from aotc.runtime.publish import check_destination, check_output_dir
     if output is not None and not output.strip():
         check_destination(output)     # an empty -o: a usage error
     if output is not None:

@@ -105,13 +105,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     typed = {name: typed_plan(plan, name, program.symbols) for name, plan in plans.items()}
     for name, plan in typed.items():   # written through the schema the runtime reads with
         files[fmt.plan_file(name)] = fmt.dumps(plan.to_json())
-    if program.samples is not None:
-        ins, outs = program.samples
-        own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
-        files[fmt.SAMPLE_INPUTS] = save(own(ins))     # copies: samples may share memory
-        files[fmt.SAMPLE_OUTPUTS] = save(own(outs))
-        if program.reference:
-            files[fmt.SAMPLE_REFERENCE] = save({str(i): t for i, t in program.reference.items()})
+    files.update(_sample_files(program))
     manifest = {
         "format_version": fmt.FORMAT_VERSION,
         "model": {"name": program.name, "source": program.source},
@@ -147,6 +141,19 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     files.update(runner_files(manifest, typed, files.__getitem__))   # for the C++ front end
     return fmt.write_artifact(dest, files, manifest, check=check,
                               weights=weights, shard_size=shard_size, rank_weights=ranks)
+
+
+def _sample_files(program: Program) -> dict[str, bytes]:
+    """The recorded inputs, eager's outputs and the float64 reference, as safetensors files."""
+    if program.samples is None:
+        return {}
+    ins, outs = program.samples
+    own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}  # noqa: E731
+    files = {fmt.SAMPLE_INPUTS: save(own(ins)),      # copies: samples may share memory
+             fmt.SAMPLE_OUTPUTS: save(own(outs))}
+    if program.reference:
+        files[fmt.SAMPLE_REFERENCE] = save({str(i): t for i, t in program.reference.items()})
+    return files
 
 
 def _rank_stored(rank: dict, stored: dict, transposed: list) -> dict:

@@ -39,6 +39,8 @@ from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
+from aotc.runtime.publish import (check_destination, check_destination_parent, fsync_tree,
+                                  publish_mode, swap_into_place)
 
 MAGIC = b"AOTCPKG\0"
 LAYOUT = 1
@@ -254,7 +256,7 @@ def write_package(art, dest, signatures: bytes | None = None) -> Path:
 
 
 def check_package_destination(dest) -> Path:
-    dest = fmt.check_destination_parent(dest)
+    dest = check_destination_parent(dest)
     if dest.exists() and not (dest.is_file() and _has_magic(dest)):
         raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc package",
                             where=str(dest), expected="an aotc package or no file",
@@ -290,7 +292,7 @@ def unpack(src, dest) -> Path:
                          expected=f"a {SUFFIX} file written by `aotc pack`",
                          found="a directory" if Path(src).is_dir() else "nothing",
                          fix="pass the package file; a directory is already unpacked")
-    dest = fmt.check_destination(dest)
+    dest = check_destination(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     art = Artifact(src, signature_policy=False)
     staging = Staging(f".{dest.name}.tmp-", dest.parent)
@@ -300,9 +302,9 @@ def unpack(src, dest) -> Path:
             p = staging.path / name
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
-        fmt._fsync_tree(staging.path)
-        fmt.publish_mode(staging.path)
-        fmt._swap_into_place(staging.path, dest)
+        fsync_tree(staging.path)
+        publish_mode(staging.path)
+        swap_into_place(staging.path, dest)
     finally:
         art.close()
         staging.remove()
