@@ -114,6 +114,19 @@ def test_another_key_and_another_artifacts_statement_are_refused(mlp_artifact, s
     assert str(e.value.found) == "hash differs from the signed one: manifest.json"
 
 
+def test_a_statement_hashed_another_way_is_refused(mlp_artifact, tmp_path, keys):
+    """model_signing may hash by shards; aotc checks whole-file sha256 statements only."""
+    (priv, pub), _ = keys
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    hashing = model_signing.hashing.Config().use_shard_serialization(
+        ignore_paths=[fmt.OMS_SIGNATURE])
+    model_signing.signing.Config().use_elliptic_key_signer(private_key=priv) \
+        .set_hashing_config(hashing).sign(art, art / fmt.OMS_SIGNATURE)
+    with pytest.raises(ArtifactError, match="in a way aotc does not check") as e:
+        aotc.load(art, trusted_keys=[pub])
+    assert "method 'shards'" in str(e.value.found)
+
+
 @pytest.mark.parametrize("junk", ["not json", '{"mediaType": 1}', "{}"])
 def test_a_malformed_bundle_is_a_typed_error(signed, keys, junk):
     (_, pub), _ = keys
