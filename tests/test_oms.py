@@ -209,7 +209,7 @@ def _write(path, obj):
     return path
 
 
-def test_the_certificate_method(mlp_artifact, tmp_path):
+def test_the_certificate_method(mlp_artifact, tmp_path, capsys):
     ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(
         ec.SECP256R1())
     ca = _cert("aotc test CA", ca_key, ca_key, ca=True)
@@ -227,6 +227,12 @@ def test_the_certificate_method(mlp_artifact, tmp_path):
         certificate_chain=[tmp_path / "ca.pem"]).verify(art, art / fmt.OMS_SIGNATURE)
     m = aotc.load(art, trusted_keys=[tmp_path / "ca.pem"])
     assert m.signer == "OMS certificate CN=aotc test signer"
+    _, key = generate_keys(tmp_path / "k")     # a key checks key bundles only, quietly
+    assert aotc.load(art, trusted_keys=[key, tmp_path / "ca.pem"]).signer == m.signer
+    with pytest.raises(ArtifactError, match="not by a trusted key") as e:
+        aotc.load(art, trusted_keys=[key])
+    assert "certificate method, and no trusted key of that kind" in str(e.value.found)
+    assert capsys.readouterr().out == ""
     other_key = ec.generate_private_key(ec.SECP256R1())
     other = _write(tmp_path / "other.pem", _cert("another CA", other_key, other_key, ca=True))
     with pytest.raises(ArtifactError, match="not by a trusted key"):

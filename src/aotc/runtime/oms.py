@@ -117,7 +117,11 @@ def verify(art, data: bytes, anchors: tuple[Anchor, ...]) -> Signer:
     manifest, signer, failures = None, None, []
     with tempfile.TemporaryDirectory(prefix="aotc-oms-") as tmp:
         signature = _read_signature(data, Path(tmp), where)
-        for anchor in anchors:
+        kind = _method(signature.bundle)     # each anchor checks bundles of its own method
+        if not any(a.kind == kind for a in anchors):
+            failures.append(f"a bundle of the {'key' if kind == 'ec' else kind} method, "
+                            "and no trusted key of that kind")
+        for anchor in (a for a in anchors if a.kind == kind):
             try:
                 manifest = _verifier(anchor, Path(tmp)).verify(signature)
             except Exception as e:     # any failure of the library's checks refuses (fail closed)
@@ -131,6 +135,12 @@ def verify(art, data: bytes, anchors: tuple[Anchor, ...]) -> Signer:
                             found="; ".join(failures)[:400], fix=_FIX)
     _check_statement(art, manifest, where)
     return signer
+
+
+def _method(bundle) -> str:
+    """The anchor kind that verifies `bundle`: 'certificate' when it carries a chain, else 'ec'."""
+    chain = bundle.verification_material.x509_certificate_chain
+    return "certificate" if chain is not None and chain.certificates else "ec"
 
 
 def _first_line(e: Exception) -> str:
@@ -254,10 +264,10 @@ def describe(art, data: bytes, anchors: tuple[Anchor, ...]) -> str:
         except Exception as e:     # a statement the library cannot read
             return f"OMS (model.sig): INVALID: {type(e).__name__}: {str(e)[:100]}"
     material = bundle.verification_material
-    chain = material.x509_certificate_chain
-    if chain is not None and chain.certificates:
+    if _method(bundle) == "certificate":
         _, _, _, x509 = crypto()
-        leaf = x509.load_der_x509_certificate(chain.certificates[0].raw_bytes)
+        leaf = x509.load_der_x509_certificate(
+            material.x509_certificate_chain.certificates[0].raw_bytes)
         who = f"certificate method, by {leaf.subject.rfc4514_string()[:200]}"
     else:
         who = f"key method, by key {(material.public_key.hint or '?')[:16]}"
