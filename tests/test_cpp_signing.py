@@ -231,6 +231,13 @@ def py_key(text: str) -> str:
 
 def test_keys_read_as_python_reads_them(tool, tmp_path):
     texts = key_inputs(tmp_path)
+    # a text whose first PEM block is a private key: Python refuses it without showing it
+    # (issue 51); the C++ front end's answer follows on branch `cpp` (issue 45), so only
+    # Python's is checked here
+    private = [t for t in texts if t.lstrip().startswith("-----BEGIN PRIVATE KEY")]
+    assert len(private) == 2 and all(py_key(t).startswith("UsageError\ta private key was given")
+                                     and "MC4C" not in py_key(t) for t in private)
+    texts = [t for t in texts if t not in private]
     want = [py_key(t) for t in texts]
     assert ask(tool, [f"key {h(t.encode())}" for t in texts]) == want
     assert sum(w.startswith("ok ") for w in want) == 11, want
@@ -240,7 +247,8 @@ def test_keys_read_as_python_reads_them(tool, tmp_path):
 # ------------------------------------------------------------------------------ artifacts
 @pytest.fixture
 def keys(tmp_path):
-    return generate_keys(tmp_path / "producer"), generate_keys(tmp_path / "other")
+    return (generate_keys(tmp_path / "producer", "ed25519"),
+            generate_keys(tmp_path / "other", "ed25519"))
 
 
 @pytest.fixture
@@ -299,12 +307,34 @@ def test_trusted_keys_from_the_environment(tool, signed, keys, tmp_path, monkeyp
     for value, want in ((str(pub.parent), f"signer {kid}"),          # a directory of *.pub
                         (f"::{other}:{pub}:", f"signer {kid}"),
                         (str(other), "ArtifactError: the artifact is not signed"),
-                        (str(tmp_path / "empty"), "signer "),        # no key in it: none trusted
                         (str(tmp_path / "missing.pub"), "UsageError: AOTC_TRUSTED_KEYS names")):
         monkeypatch.setenv("AOTC_TRUSTED_KEYS", value)
         assert same(tool, signed).startswith(want), value
     monkeypatch.setenv("AOTC_TRUSTED_KEYS", str(other))
     assert same(tool, signed, [pub]) == f"signer {kid}"     # the argument's keys and the env's
+    # a folder with no key in it: Python fails closed (issue 51); the C++ front end's same
+    # fix is on branch `cpp` (issue 45), which restores the comparison with C++ here
+    monkeypatch.setenv("AOTC_TRUSTED_KEYS", str(tmp_path / "empty"))
+    assert py_outcome(signed).startswith("ArtifactError: the trust policy names no usable key")
+
+
+def test_an_artifact_signed_only_with_model_sig_is_refused_with_trusted_keys(
+        tool, mlp_artifact, keys, tmp_path):
+    """C++ does not verify OMS bundles yet (docs/signing.md): with trusted keys an artifact whose
+    only signature is model.sig is refused, never accepted; without, it loads, directory or
+    package (a package may hold model.sig as a member)."""
+    from aotc.runtime.package import pack
+    (_, pub), _ = keys
+    art = copy_artifact(mlp_artifact, tmp_path / "o.aotc")
+    ec_private, ec_public = generate_keys(tmp_path / "ec")
+    sign_artifact(art, ec_private)
+    pkg = pack(art, tmp_path / "o.aotcpkg")
+    for path in (art, pkg):
+        assert "found: no signature" in same(tool, path, [pub])
+        assert cpp_outcome(tool, path, [ec_public]).startswith(
+            "UsageError: the trusted key is not an Ed25519 key")
+        assert py_outcome(path, [ec_public]).startswith("signer OMS key ")
+        assert same(tool, path) == "signer "
 
 
 def test_signed_package_loads_with_its_key_and_only_with_it(tool, mlp_artifact, signed, keys,
@@ -332,7 +362,8 @@ def test_signed_package_loads_with_its_key_and_only_with_it(tool, mlp_artifact, 
     doc["signatures"][0]["signature"] = base64.b64encode(bytes(sig)).decode()
     art = Artifact(signed, signature_policy=False)
     try:
-        bad = write_package(art, tmp_path / "bad.aotcpkg", json.dumps(doc).encode())
+        bad = write_package(art, tmp_path / "bad.aotcpkg",
+                            replace={fmt.SIGNATURES: json.dumps(doc).encode()})
     finally:
         art.close()
     assert same(tool, bad, [pub]).startswith("ArtifactError: the artifact is not signed")

@@ -43,9 +43,9 @@ def timed_generation(m, prompt: torch.Tensor, new_tokens: int, pick=GREEDY,
 
 
 def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, seed: int,
-                    device=None, trusted_keys=(), sampling=None) -> str:
+                    device=None, trusted_keys=None, sampling=None) -> str:
     t0 = time.perf_counter()
-    m = load(path, device=device, trusted_keys=list(trusted_keys))
+    m = load(path, device=device, trusted_keys=trusted_keys)
     load_s = time.perf_counter() - t0
     g = m.generation
     from aotc.errors import UsageError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from aotc.errors import AotcError
+from aotc.errors import AotcError, UsageError
 from aotc.options import ExportOptions, FolderOptions, option_fields
 
 
@@ -197,8 +197,10 @@ def _file_usage(model, example_inputs, output, init_args, folder, options):
 @click.option("--code", is_flag=True, help="Also print the Python each plan compiles to.")
 @click.option("--fusion", is_flag=True, help="Show each kernel, the ops it fuses and why, and "
                                              "the fusions declined.")
+@click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="Check model.sig against this public key or CA certificate (repeatable).")
 @click.pass_context
-def inspect(ctx, artifact, as_json, code, fusion):
+def inspect(ctx, artifact, as_json, code, fusion, trusted_keys):
     """Show an artifact's inputs, outputs, guards, steps, ops, weights and versions."""
     from aotc.cli.report import inspect_text
 
@@ -211,7 +213,7 @@ def inspect(ctx, artifact, as_json, code, fusion):
             if as_json:
                 click.echo(art.manifest_bytes.decode(), nl=False)
                 return
-            click.echo(inspect_text(art, fusion=fusion))
+            click.echo(inspect_text(art, fusion=fusion, trusted=trusted_keys))
             if code:   # the plans' Python, built without loading any kernel
                 click.echo("\n" + plan_sources(art))
         finally:
@@ -223,8 +225,9 @@ def inspect(ctx, artifact, as_json, code, fusion):
 def _trust_option(fn):
     return click.option("--trusted-key", "trusted_keys", multiple=True,
                         type=click.Path(dir_okay=False),
-                        help="Require a signature by this public key (repeatable; "
-                             "AOTC_TRUSTED_KEYS adds more).")(fn)
+                        callback=lambda _ctx, _param, keys: list(keys) or None,
+                        help="Require a signature by this public key or CA certificate "
+                             "(repeatable; AOTC_TRUSTED_KEYS adds more).")(fn)
 
 
 @main.command()
@@ -250,7 +253,7 @@ def run(ctx, artifact, runs, warmup, device, seed, sizes, runner, trusted_keys):
     def body(echo):
         import aotc
         t0 = time.perf_counter()
-        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys), runner=runner)
+        m = aotc.load(artifact, device=device, trusted_keys=trusted_keys, runner=runner)
         load_s = time.perf_counter() - t0
         inputs = m.random_inputs(seed=seed, sizes=parsed)    # the same on every rank
         t0 = time.perf_counter()
@@ -301,7 +304,7 @@ def verify(ctx, artifact, rtol, atol, device, trusted_keys):
 
     def body(echo):
         import aotc
-        m = aotc.load(artifact, device=device, trusted_keys=list(trusted_keys))
+        m = aotc.load(artifact, device=device, trusted_keys=trusted_keys)
         echo(verify_artifact(m, rtol=rtol, atol=atol))
 
     _run_guarded(ctx, _on_ranks, artifact, "verify", body)
@@ -320,7 +323,7 @@ def swap_weights(ctx, artifact, weights, output, trusted_keys):
     sharing its compiled kernels and plans."""
     def body():
         from aotc.runtime.swap import swap_weights as swap
-        path, dropped = swap(artifact, weights, output, trusted_keys=list(trusted_keys))
+        path, dropped = swap(artifact, weights, output, trusted_keys=trusted_keys)
         if dropped:
             click.echo(f"left out {', '.join(dropped)} (recorded with the old weights; "
                        "`aotc verify` has nothing to compare with)", err=True)
@@ -332,14 +335,18 @@ def swap_weights(ctx, artifact, weights, output, trusted_keys):
 @main.command()
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="Private key file to write; the public key goes to OUTPUT.pub.")
+@click.option("--kind", type=click.Choice(["p256", "ed25519"]), default="p256",
+              show_default=True, help="p256: an EC P-256 key, signing OpenSSF Model Signing "
+                                      "bundles (model.sig); ed25519: the older signatures.json.")
 @click.pass_context
-def keygen(ctx, output):
-    """Write a new Ed25519 key pair for signing artifacts."""
+def keygen(ctx, output, kind):
+    """Write a new key pair for signing artifacts."""
     def body():
-        from aotc.runtime.signing import generate_keys, key_id, public_key_bytes
-        private, public = generate_keys(output)
+        from aotc.runtime.signing import generate_keys
+        from aotc.runtime.trust import anchors_of
+        private, public = generate_keys(output, kind)
         click.echo(f"wrote {private} (private: keep it secret) and {public} (key id "
-                   f"{key_id(public_key_bytes(public))}: give it to the hosts that load)")
+                   f"{anchors_of(public)[0].key_id}: give it to the hosts that load)")
 
     _run_guarded(ctx, body)
 
@@ -347,13 +354,23 @@ def keygen(ctx, output):
 @main.command()
 @click.argument("artifact", type=click.Path())
 @click.option("--key", required=True, type=click.Path(dir_okay=False),
-              help="Private key written by `aotc keygen`.")
+              help="Private key: EC (P-256/384/521) writes model.sig, an OpenSSF Model Signing "
+                   "bundle; Ed25519 adds to signatures.json.")
+@click.option("--certificate", type=click.Path(dir_okay=False), default=None,
+              help="The key's signing certificate (PEM): OMS's certificate method.")
+@click.option("--certificate-chain", "chain", multiple=True, type=click.Path(dir_okay=False),
+              help="Certificates from the signing certificate up to its root (repeatable).")
 @click.pass_context
-def sign(ctx, artifact, key):
-    """Sign ARTIFACT's manifest (which hashes every file) with an Ed25519 key."""
+def sign(ctx, artifact, key, certificate, chain):
+    """Sign ARTIFACT: every file with its sha256 (OMS), or its manifest (Ed25519)."""
     def body():
         from aotc.runtime.signing import sign_artifact
-        click.echo(f"signed {artifact} with key {sign_artifact(artifact, key)}")
+        if chain and certificate is None:
+            raise UsageError("--certificate-chain needs --certificate", where="aotc sign",
+                             expected="--certificate CERT.pem", found="a chain alone",
+                             fix="add --certificate, the signing key's own certificate")
+        who = sign_artifact(artifact, key, certificate=certificate, chain=chain)
+        click.echo(f"signed {artifact} with {who}")
 
     _run_guarded(ctx, body)
 

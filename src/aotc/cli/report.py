@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from aotc.errors import AotcError, VerifyError
+from aotc.errors import UsageError, VerifyError
 from aotc.runtime.aotc_ops import COLLECTIVES
 from aotc.runtime.binding import signature_parameters
 from aotc.runtime.cpp_runner import expected_runner
@@ -149,14 +149,14 @@ def _kernel_tuning(art, step) -> str | None:
             f"{_config_text(t['heuristic'])}, {t['heuristic_us']:.2f} us)")
 
 
-def inspect_text(art, *, fusion: bool = False) -> str:
+def inspect_text(art, *, fusion: bool = False, trusted=()) -> str:
     """The `aotc inspect` report of an open Artifact (or of the artifact at a path)."""
     if not hasattr(art, "manifest"):
         from aotc.runtime.artifact import Artifact
         art = Artifact(art)
         try:
             art.verify_all()
-            return inspect_text(art, fusion=fusion)
+            return inspect_text(art, fusion=fusion, trusted=trusted)
         finally:
             art.close()
     m = art.manifest
@@ -168,7 +168,7 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            f"target:  {t.device.value}{':' + ','.join(t.archs) if t.archs else ''}"
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
-           _signature_line(art), f"runner:  {expected_runner(m)}"]
+           _signature_line(art, trusted), f"runner:  {expected_runner(m)}"]
     from aotc.runtime.tokenizer import carried
     tok = carried(art)
     if tok is not None:
@@ -279,19 +279,26 @@ def _generation_lines(m) -> list[str]:
     return lines
 
 
-def _signature_line(art) -> str:
-    """Who signed the artifact, and whether each signature verifies over its manifest."""
-    from aotc.runtime import signing
-    sigs = signing.read_signatures(art)
-    if not sigs:
-        return "signed:  no (integrity only: the manifest's hashes)"
+def _signature_line(art, trusted=None) -> str:
+    """Who signed the artifact, by which method, and whether each signature verifies
+    (model.sig: against the keys in `trusted` when given)."""
+    from aotc.runtime import oms, signing, trust
+    lines = []
     try:
-        ok = signing.verified_signers(art, sigs)
-    except AotcError:     # cryptography is not installed: say so, do not fail inspect
-        return "signed:  by " + ", ".join(s["key_id"] for s in sigs) + " (not checked: " \
-            "cryptography is not installed)"
-    return "signed:  by " + ", ".join(f"{k} ({'valid' if v else 'INVALID'})"
-                                      for k, v in ok.items())
+        bundle = oms.read_bundle(art)
+        sigs = signing.read_signatures(art)
+        if bundle is not None:
+            anchors = tuple(a for k in trusted or () for a in trust.anchors_of(k)
+                            if a.kind in ("ec", "certificate"))
+            lines.append("signed:  " + oms.describe(art, bundle, anchors))
+        if sigs:
+            ok = signing.verified_signers(art, sigs)
+            lines.append("signed:  by " + ", ".join(f"{k} ({'valid' if v else 'INVALID'})"
+                                                   for k, v in ok.items())
+                         + " (Ed25519, signatures.json)")
+    except UsageError as e:     # cryptography or model-signing is not installed: say so
+        return f"signed:  yes (not checked: {e.what})"
+    return "\n".join(lines) or "signed:  no (integrity only: the manifest's hashes)"
 
 
 def describe_outputs(out, prefix: str = "output") -> str:

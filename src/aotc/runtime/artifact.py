@@ -213,11 +213,11 @@ class Artifact:
         return member
 
     def _check_members(self) -> None:
-        """A package holds the manifest, signatures.json and listed files, nothing else."""
+        """A package holds the manifest, the signature files and listed files, nothing else."""
         if self.package is None:
             return
         for name in self.package.members:
-            if name not in self.manifest.files and name not in (fmt.MANIFEST, fmt.SIGNATURES):
+            if name not in self.manifest.files and name not in fmt.UNLISTED:
                 raise ArtifactError(f"package member {name} is not listed in its manifest",
                                     where=self.where(name),
                                     expected="only files the manifest lists",
@@ -225,7 +225,7 @@ class Artifact:
                                     fix="re-pack the artifact with `aotc pack`")
 
     def _read_file(self, rel: str, limit: int | None, optional: bool = False) -> bytes | None:
-        """An unlisted file of the format (the manifest, signatures.json), size-bounded;
+        """An unlisted file of the format (fmt.UNLISTED), size-bounded;
         None for a missing `optional` one."""
         if self.package is not None:
             member = self._member(rel, optional)

@@ -40,7 +40,7 @@ from aotc.errors import ArtifactError
 from aotc.runtime import publish
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 20
+FORMAT_VERSION = 23
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -179,6 +179,13 @@ CHANGELOG = {
                        "`m(input_ids=..., attention_mask=...)` binds by name. A reader of "
                        "version 19 refuses the field; versions 1-19 load as they are and take "
                        "positional arguments only"),
+    23: ("2026-12-07", "an artifact may carry model.sig at its root (a package: as a member): "
+                       "an OpenSSF Model Signing bundle (Sigstore bundle, DSSE envelope, in-toto "
+                       "statement, method 'files', sha256) whose resources are manifest.json and "
+                       "every file the manifest lists, with model.sig and signatures.json "
+                       "ignored; like signatures.json it is not listed in the manifest. A "
+                       "reader of version 22 or older refuses a package holding it; versions "
+                       "1-22 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -222,6 +229,8 @@ def kernel_library(level: str) -> str:
 
 SELF_HASH_KEY = "manifest_sha256"
 SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
+OMS_SIGNATURE = "model.sig"        # an OMS bundle over the files (format 23; runtime/oms.py)
+UNLISTED = (MANIFEST, SIGNATURES, OMS_SIGNATURE)    # the files a manifest never lists
 
 
 def tokenizer_file(name: str) -> str:

@@ -1,7 +1,7 @@
 """Single-file packages: an artifact as one uncompressed file, read in place (`aotc pack`).
 
-A package holds exactly the files of an artifact directory: manifest.json, signatures.json when
-the artifact is signed, and every file the manifest lists, byte for byte, so the manifest's
+A package holds exactly the files of an artifact directory: manifest.json, the signature files
+(model.sig, signatures.json) when the artifact is signed, and every file the manifest lists, byte for byte, so the manifest's
 hashes and signatures cover a package as they cover the directory. Loading reads the manifest
 and plans from it and memory-maps the weights shards from it (runtime/artifact.py); nothing is
 unpacked to disk (the kernel library goes to a sealed memfd as from a directory).
@@ -205,13 +205,14 @@ def _pread(fd: int, offset: int, size: int, where: str) -> bytes:
 
 # ----------------------------------------------------------------------------------- write
 
-def _members(art, signatures: bytes | None) -> list[tuple[str, object]]:
-    """(name, verified bytes or mapping) of every file of the open artifact `art`."""
+def _members(art, replace: dict[str, bytes]) -> list[tuple[str, object]]:
+    """(name, verified bytes or mapping) of every file of the open artifact `art`, with the
+    signature files in `replace` stored instead of its own."""
     out = [(fmt.MANIFEST, art.manifest_bytes)]
-    sigs = signatures if signatures is not None else \
-        art._read_file(fmt.SIGNATURES, 1 << 20, optional=True)
-    if sigs is not None:
-        out.append((fmt.SIGNATURES, sigs))
+    for name, limit in ((fmt.SIGNATURES, 1 << 20), (fmt.OMS_SIGNATURE, 16 << 20)):
+        data = replace[name] if name in replace else art._read_file(name, limit, optional=True)
+        if data is not None:
+            out.append((name, data))
     for rel in sorted(art.manifest.files):
         out.append((rel, art.mapped(rel)))
     return out
@@ -232,12 +233,12 @@ def _layout(members: list[tuple[str, object]]) -> tuple[bytes, list[Member]]:
         length = len(index)
 
 
-def write_package(art, dest, signatures: bytes | None = None) -> Path:
+def write_package(art, dest, replace: dict[str, bytes] | None = None) -> Path:
     """Write the open, verified artifact `art` as a package at `dest`, atomically (a partial
-    file beside it, renamed into place). `signatures`: signatures.json to store instead of
-    the artifact's own (`aotc sign` of a package)."""
+    file beside it, renamed into place). `replace`: signature files (signatures.json,
+    model.sig) to store instead of the artifact's own (`aotc sign` of a package)."""
     dest = check_package_destination(dest)
-    members = _members(art, signatures)
+    members = _members(art, replace or {})
     head, rows = _layout(members)
     part = dest.with_name(f".{dest.name}.part-{os.getpid()}")
     try:
@@ -298,7 +299,7 @@ def unpack(src, dest) -> Path:
     staging = Staging(f".{dest.name}.tmp-", dest.parent)
     try:
         art.verify_all()
-        for name, data in _members(art, None):
+        for name, data in _members(art, {}):
             p = staging.path / name
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)

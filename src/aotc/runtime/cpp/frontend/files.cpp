@@ -183,12 +183,14 @@ void Artifact::parse_files() {
   }
 }
 
-// A package holds the manifest, signatures.json and the listed files, nothing else (its
-// members in index order, as runtime/artifact.py checks them).
+// A package holds the manifest, the signature files (signatures.json; model.sig, an OMS
+// bundle this front end does not verify) and the listed files, nothing else (its members in
+// index order, as runtime/artifact.py checks them).
 void Artifact::check_members() const {
   if (package_)
     for (const auto& [name, m] : package_->rows())
-      if (!files_.count(name) && name != "manifest.json" && name != "signatures.json")
+      if (!files_.count(name) && name != "manifest.json" && name != "signatures.json" &&
+          name != "model.sig")
         throw ArtifactError("package member " + name + " is not listed in its manifest", where(name),
                             "only files the manifest lists", "an unlisted member " + name,
                             "re-pack the artifact with `aotc pack`");
