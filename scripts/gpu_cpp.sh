@@ -26,7 +26,7 @@ printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /t
 chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
 ( time python3 setup.py -q build_ext --inplace ) > "$OUT/build.txt" 2>&1
 echo "build rc=$?"; tail -n 5 "$OUT/build.txt"
-grep -qa _ZN2at4cuda9CUDAGraph6replayEv runtime/cpp/lib/libaotc_runtime.so \
+grep -qa _ZN2at4cuda9CUDAGraph6replayEv src/aotc/runtime/cpp/lib/libaotc_runtime.so \
     && echo "C++ front end: CUDA graphs built" || echo "C++ front end: built without CUDA graphs"
 python3 -c "from aotc.runtime.cpp_runner import runner_status as s; print('runner:', s()[1] or 'cpp')"
 if [[ ${TEST_S:-240} != 0 ]]; then
