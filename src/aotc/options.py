@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from aotc.errors import UsageError
 
 
-def _opt(default, help: str, flag: str | None = None):
-    return field(default=default, metadata={"help": help, "flag": flag})
+def _opt(default, help: str, flag: str | None = None, type=None):
+    """`type`: the CLI flag's value type where the default does not say (a None default)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "type": type})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +59,22 @@ class ExportOptions:
                                    "torch.distributed (exporter/parallel.py).")
     shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
                                   "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
+    quantize: str | None = _opt(None, "Weight-only quantization: int8 (symmetric, one scale "
+                                      "per output channel) for every nn.Linear weight; the "
+                                      "artifact stores int8 weights and float32 scales "
+                                      "(docs/quantization.md).")
+    quantize_skip: str | None = _opt(None, "With --quantize: comma-separated fnmatch patterns "
+                                           "of weight names kept in full precision, e.g. "
+                                           "'*.down_proj.weight,model.layers.0.*'.")
+    quantize_embeddings: bool = _opt(False, "With --quantize: quantize nn.Embedding tables "
+                                            "too (one scale per row).")
+    quantize_lm_head: bool = _opt(False, "With --quantize: quantize the LM head too (the "
+                                         "output embeddings; kept in full precision by "
+                                         "default).")
+    max_quant_error: float | None = _opt(None, "With --quantize: refuse the export when the "
+                                               "quantized model's outputs are further than "
+                                               "this relative L2 error from the unquantized "
+                                               "model's on the example inputs.", type=float)
 
     def __post_init__(self):
         if self.decode and self.train:
@@ -82,9 +99,36 @@ class ExportOptions:
                              expected="no --train with --tensor-parallel", found="both",
                              fix="export the training step without --tensor-parallel")
         self.shard_bytes()
+        self._check_quantize()
         if self.codegen and self.target.strip().lower().partition(":")[0] == "cpu":
             from aotc.codegen.cpp.build import resolve_isa
             resolve_isa(self.isa)      # an unknown level or a missing cross compiler, now
+
+    def _check_quantize(self) -> None:
+        from aotc.runtime.quant import SCHEMES
+        if self.quantize is None:
+            given = [f for f in ("quantize_skip", "max_quant_error") if getattr(self, f) is not None]
+            given += [f for f in ("quantize_embeddings", "quantize_lm_head") if getattr(self, f)]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise UsageError(f"{flag} applies to quantized exports", where=flag,
+                                 expected="--quantize int8", found="no --quantize",
+                                 fix=f"add --quantize int8, or drop {flag}")
+            return
+        if self.quantize not in SCHEMES:
+            raise UsageError(f"unknown quantization {self.quantize!r}", where="--quantize",
+                             expected=" or ".join(SCHEMES), found=self.quantize,
+                             fix="use --quantize int8")
+        for flag, bad in (("--train", self.train), ("--tensor-parallel", self.tensor_parallel > 1)):
+            if bad:
+                raise UsageError(f"--quantize does not combine with {flag} yet", where=flag,
+                                 expected="an inference export on one device",
+                                 found=f"--quantize with {flag}",
+                                 fix=f"drop {flag} or --quantize")
+        if self.max_quant_error is not None and not self.max_quant_error >= 0:
+            raise UsageError(f"--max-quant-error {self.max_quant_error} is negative",
+                             where="--max-quant-error", expected="a relative error >= 0",
+                             found=self.max_quant_error, fix="pass e.g. --max-quant-error 0.05")
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":
@@ -133,3 +177,9 @@ class ExportOptions:
 def option_fields():
     """(name, default, help) for each option, in declaration order: what the CLI turns into flags."""
     return [(f.name, f.default, f.metadata["help"]) for f in dataclasses.fields(ExportOptions)]
+
+
+def option_type(name: str):
+    """The value type of option `name`'s CLI flag: its declared type, else its default's."""
+    f = next(f for f in dataclasses.fields(ExportOptions) if f.name == name)
+    return f.metadata["type"] or (int if isinstance(f.default, int) else str)

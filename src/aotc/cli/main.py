@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from aotc.errors import AotcError
-from aotc.options import ExportOptions, option_fields
+from aotc.options import ExportOptions, option_fields, option_type
 
 
 class _Progress:
@@ -58,7 +58,7 @@ def _option_flags(fn):
                               help=help_text)(fn)
         else:
             fn = click.option(f"--{flag}", name, default=default, show_default=True,
-                              type=int if isinstance(default, int) else str, help=help_text)(fn)
+                              type=option_type(name), help=help_text)(fn)
     return fn
 
 
