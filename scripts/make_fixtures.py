@@ -6,6 +6,7 @@
     python scripts/make_fixtures.py generator  # format_v<N>_generator.aotc only
     python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
     python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
+    python scripts/make_fixtures.py kernels_int8   # format_v<N>_kernels_int8.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -20,7 +21,9 @@ soft-capped scores and attention sinks, exported for decoding, extern-only (its 
 calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds a spectral
 filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like `kernels`.
 `kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
-count) through a linear layer and scatters them back.
+count) through a linear layer and scatters them back. `kernels_int8` (format >= 24) is the
+SwiGLU MLP of `tp` exported with `--quantize int8` (the manifest's quantization: int8 weights
+and float32 scales, the accuracy measured at export) and C++ kernels like `kernels`.
 Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
 of them with the current reader.
 """
@@ -103,7 +106,8 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
          "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
-         "kernels_select": (Select, {"isa": "auto"})}
+         "kernels_select": (Select, {"isa": "auto"}),
+         "kernels_int8": (TinyMLP, {"isa": "auto", "quantize": "int8"})}
 
 
 def main(kinds=("tiny", "kernels")) -> int:
