@@ -19,19 +19,17 @@ that agree, and the first that does not), and the manifest's export-time accurac
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import math
 import statistics
-import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from benchmarks.generate import (DTYPES, copy_rate, first_divergence, greedy_time, interleaved,
-                                 prefill_time, sync)
+from benchmarks.generate import (first_divergence, greedy_time, interleaved, parse,
+                                 prefill_time, run_points, write)
 from benchmarks.generate_models import build_model
 from benchmarks.generate_systems import Aotc, Compiled
 
@@ -137,54 +135,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
-    p.add_argument("--models", default="llama-small")
-    p.add_argument("--batches", default="1,8")
-    p.add_argument("--prompts", default="128")
-    p.add_argument("--steps", type=int, default=128, help="decode steps timed")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--target", default=None, help="aotc target (default: the device)")
-    p.add_argument("--no-torchao", action="store_true", help="leave torchao's baseline out")
-    p.add_argument("--commit", default=None, help="the commit measured, if not a git checkout")
-    p.add_argument("--out", type=Path, default=None)
-    return p.parse_args(argv)
-
-
-def write(args, rows: list, rate: float) -> None:
-    from benchmarks.run import commit
-    rev, modified = commit()
-    meta = {"benchmark": "quantized generation",
-            "command": " ".join(["python -m benchmarks.quant", *sys.argv[1:]]),
-            "commit": args.commit or rev, "modified": [] if args.commit else modified,
-            "device": args.device, "dtype": args.dtype, "torch": torch.__version__,
-            "copy_rate_gb_s": rate / 1e9,
-            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
-    text = table(rows)
-    print(text, flush=True)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows},
-                                                          indent=1))
-        (args.out / "results.md").write_text(text + "\n")
-
-
 def main(argv=None) -> None:
-    args = parse(argv)
-    args.prompts = [int(x) for x in args.prompts.split(",")]
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device, dtype = torch.device(args.device), DTYPES[args.dtype]
-    rate = copy_rate(device)
-    rows = []
-    for m in args.models.split(","):
-        for b in args.batches.split(","):
-            rows.append(bench_point(m, int(b), args, device, dtype, rate))
-            sync(device)
-            write(args, rows, rate)     # after each point: a run cut short keeps what it did
+    def flags(p):
+        p.add_argument("--no-torchao", action="store_true", help="leave torchao's baseline out")
+    run_points(parse(argv, flags, batches="1,8"), bench_point,
+               partial(write, benchmark="quantized generation", module="benchmarks.quant",
+                       table=table))
 
 
 if __name__ == "__main__":
