@@ -73,6 +73,18 @@ def test_mlp_int8_on_cpu_is_within_quantization_error(int8_mlp):
     assert m.manifest.weights.bytes < 0.4 * sum(p.numel() * 4 for p in model.parameters())
 
 
+def test_one_row_on_cpu_reads_the_int8_weights_in_a_cpp_reduction(tmp_path):
+    model, x = _mlp(), torch.randn(1, 64)
+    path = aotc.export(model, (x,), tmp_path / "r.aotc", quantize="int8")
+    plan = json.loads((path / "plans/forward.json").read_bytes())
+    assert not [s for s in plan["steps"] if s.get("op") == "aten::mm.default"]
+    assert not [s for s in plan["slots"] if s.get("producer") and len(s["shape"]) == 2
+                and s["shape"][0] * s["shape"][1] >= 32 * 96]
+    assert "int8_t" in (path / "kernels/kernels.cpp").read_text()
+    with torch.no_grad():
+        assert _rel(aotc.load(path)(x), model(x)) < 0.02
+
+
 def test_mlp_int8_for_cuda_runs_through_the_interpreter(tmp_path):
     model, x = _mlp(), torch.randn(1, 64)     # one row: the matrix-vector kernel reads int8
     path = aotc.export(model, (x,), tmp_path / "mlp.aotc", quantize="int8",

@@ -10,7 +10,14 @@ over the same rows, fused horizontally into one kernel that reads x once), resid
 Products of 2 to 16 rows (decode at a small batch) run the hand-written kernel of
 codegen/triton/skinny_mm.py, which streams the weight once too; its split sums are added by
 the kernels that read the product. Products of more rows, fp32 products of more than one row,
-and every product on CPUs stay vendor GEMMs.
+and every other product on CPUs stay vendor GEMMs.
+
+Quantized layers (--quantize int8, exporter/quantize.py) reach a product as their int8 weight
+converted to the compute dtype and transposed; `int8_source` recognizes that weight, so these
+kernels read the int8 bytes and convert them in registers: the one-row reduction on GPUs and
+on CPUs too (a C++ reduction over int8 rows, where a vendor GEMM would need a float copy of
+the weight first: 2.4x MKL's fp32 product on a 1024 x 2816 MLP, one thread), and the
+few-rows kernel.
 """
 from __future__ import annotations
 
@@ -36,7 +43,11 @@ def _static_2d(x, w) -> bool:
 
 
 def _one_row(g, x, w, dtype) -> bool:
-    if not g.split_reductions or not g.codegen or dtype not in FLOATS:
+    """A product of one row, lowered as a reduction: on GPUs always; on CPUs only over a
+    quantized layer's int8 weight, which the C++ reduction reads directly (a vendor GEMM
+    would need a float copy of the weight first)."""
+    if not g.codegen or dtype not in FLOATS or \
+            not (g.split_reductions or int8_source(g, w) is not None):
         return False
     return _static_2d(x, w) and int(x.shape[0]) == 1
 
@@ -76,11 +87,14 @@ def int8_source(g, w):
     if w.buffer is not None or len(w.shape) != 2:
         return None
     probe, k, n = _Probe(), sym("k_probe"), sym("n_probe")
-    w.loader(probe, (k, n))
+    try:
+        w.loader(probe, (k, n))
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return None    # a body the probe cannot follow is no plain widening of a weight
     if len(probe.loads) != 1 or len(probe.ops) != 1 or probe.ops[0][0] != "to_dtype" or \
             probe.ops[0][1] != "loaded":
         return None
-    name, index = probe.loads[0]
+    name, index = probe.loads[0][0], sympy.sympify(probe.loads[0][1])
     sid = int(name[3:]) if name.startswith("buf") and name[3:].isdigit() else None
     if sid is None or g.out.slots[sid].get("kind") != "weight":
         return None

@@ -59,11 +59,13 @@ class Quantization:
     layers: dict                       # key -> QuantLayer
     accuracy: dict | None = None       # display only
 
-    def stored(self) -> dict:
-        """stored name -> (layer, "weight" or "scale")."""
+    def stored(self, resolve=lambda name: name) -> dict:
+        """stored name (`resolve`: a name -> the stored tensor it is) -> (layer, "weight" or
+        "scale")."""
         out = {}
         for layer in self.layers.values():
-            out[layer.weight], out[layer.scale] = (layer, "weight"), (layer, "scale")
+            out[resolve(layer.weight)] = (layer, "weight")
+            out[resolve(layer.scale)] = (layer, "scale")
         return out
 
     def to_json(self) -> dict:
@@ -87,8 +89,8 @@ def parse_quantization(a: At, weights, version: int) -> Quantization:
         for name, what in ((layer.weight, "weight"), (layer.scale, "scale")):
             at = la.get(what)
             at.check(name not in claimed, "a stored tensor of one layer only", "repeats one")
-            at.check(weights.map is None or name in weights.map, "a stored tensor",
-                     "names none")
+            at.check(weights.map is None or weights.stored(name) in weights.map,
+                     "a stored tensor (or a tied alias of one)", "names none")
             claimed.add(name)
         layers[key] = layer
     accuracy = a.get("accuracy")
@@ -117,7 +119,7 @@ def check_plan(plan, quant: Quantization | None, resolve, doc: At) -> None:
     and shape the layer says (`resolve`: a slot's weight name -> its stored name)."""
     if quant is None:
         return
-    stored, slots = quant.stored(), doc.get("slots")
+    stored, slots = quant.stored(resolve), doc.get("slots")
     for s in plan.slots:
         if s.weight is None or resolve(s.weight) not in stored:
             continue
