@@ -125,7 +125,8 @@ def test_few_rows_in_bf16_stream_the_int8_weights_for_cuda(tmp_path):
 
 def test_skip_patterns_keep_weights_in_full_precision(tmp_path):
     model, x = _mlp(), torch.randn(4, 64)
-    path = aotc.export(model, (x,), tmp_path / "a.aotc", quantize="int8", quantize_skip="2.*")
+    path = aotc.export(model, (x,), tmp_path / "a.aotc", quantize="int8", quantize_skip="2.*",
+                       codegen=False)
     m = aotc.load(path)
     assert set(m.manifest.quantization.layers) == {"0.weight"}
     assert m.state_dict()["2.weight"].dtype == torch.float32
@@ -248,7 +249,6 @@ def _agreement(art, model, ids, n):
     return float((got == want).float().mean())
 
 
-@pytest.mark.slow   # about 2 minutes on 2 cores: C++ kernels of two entries
 def test_tiny_llama_decoder_int8_on_cpu(tmp_path):
     model = _tiny_llama()
     ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(1))

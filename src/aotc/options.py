@@ -107,8 +107,9 @@ class ExportOptions:
     def _check_quantize(self) -> None:
         from aotc.runtime.quant import SCHEMES
         if self.quantize is None:
-            given = [f for f in ("quantize_skip", "max_quant_error") if getattr(self, f) is not None]
-            given += [f for f in ("quantize_embeddings", "quantize_lm_head") if getattr(self, f)]
+            unset = {"quantize_skip": None, "max_quant_error": None,
+                     "quantize_embeddings": False, "quantize_lm_head": False}
+            given = [f for f, off in unset.items() if getattr(self, f) is not off]
             if given:
                 flag = "--" + given[0].replace("_", "-")
                 raise UsageError(f"{flag} applies to quantized exports", where=flag,

@@ -46,10 +46,9 @@ def _one_row(g, x, w, dtype) -> bool:
     """A product of one row, lowered as a reduction: on GPUs always; on CPUs only over a
     quantized layer's int8 weight, which the C++ reduction reads directly (a vendor GEMM
     would need a float copy of the weight first)."""
-    if not g.codegen or dtype not in FLOATS or \
-            not (g.split_reductions or int8_source(g, w) is not None):
+    if not g.codegen or dtype not in FLOATS or not _static_2d(x, w) or int(x.shape[0]) != 1:
         return False
-    return _static_2d(x, w) and int(x.shape[0]) == 1
+    return g.split_reductions or int8_source(g, w) is not None
 
 
 def _few_rows(g, x, w, dtype) -> bool:
