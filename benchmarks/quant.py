@@ -120,7 +120,7 @@ def bench_point(name: str, batch: int, args, device, dtype, rate: float) -> dict
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | batch | system | tok/s | vs aotc bf16 | roofline | prefill ms | "
+    lines = ["| model | batch | system | tok/s | vs unquantized aotc | roofline | prefill ms | "
              "weights | tokens agree |", "|---|---:|---|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         for n, tps in r["decode_tokens_per_s"].items():
