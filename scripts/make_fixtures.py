@@ -7,6 +7,7 @@
     python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
     python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
     python scripts/make_fixtures.py signed     # format_v<N>_signed.aotc and its .pub only
+    python scripts/make_fixtures.py kernels_int8   # format_v<N>_kernels_int8.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -23,7 +24,9 @@ filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like `
 `kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
 count) through a linear layer and scatters them back. `signed` (format >= 23) is `tiny` signed
 with a fresh EC P-256 key as an OpenSSF Model Signing bundle (model.sig); the public key is kept
-beside it (format_v<N>_signed.pub), the private key is thrown away.
+beside it (format_v<N>_signed.pub), the private key is thrown away. `kernels_int8` (format >= 24) is the
+SwiGLU MLP of `tp` exported with `--quantize int8` (the manifest's quantization: int8 weights
+and float32 scales, the accuracy measured at export) and C++ kernels like `kernels`.
 Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
 of them with the current reader.
 """
@@ -107,7 +110,8 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
          "kernels_select": (Select, {"isa": "auto"}),
-         "signed": (Tiny, {"codegen": False})}
+         "signed": (Tiny, {"codegen": False}),
+         "kernels_int8": (TinyMLP, {"isa": "auto", "quantize": "int8"})}
 
 
 def sign_fixture(dest: Path) -> None:

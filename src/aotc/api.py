@@ -46,6 +46,8 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
             step(f"splitting the model over {opts.tensor_parallel} ranks")
             program = export_parallel(captured, tuple(example_inputs) if not isinstance(
                 example_inputs, torch.Tensor) else (example_inputs,), opts, capture_one)
+        elif opts.quantize:
+            program = export_quantized(captured, example_inputs, opts, capture_one, step)
         else:
             program = capture_one(captured)
     if recorded:
@@ -82,6 +84,26 @@ def export_folder(folder, path=None, *, task: str | None = None, batch: int | No
                          dynamic_shapes=p.dynamic_shapes, progress=progress,
                          attachments=p.attachments,
                          recorded=dict(hf.to_json(), task=p.task), **options)
+
+
+def export_quantized(model, example_inputs, opts, capture_one, step):
+    """`--quantize`: the Program of the model with its chosen layers quantized
+    (exporter/quantize.py), the accuracy against the unquantized model measured first and
+    refused above --max-quant-error before any slow codegen."""
+    import dataclasses
+    from aotc.exporter import quant_accuracy
+    from aotc.exporter.quantize import check_error, layers_json, quantized, select
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    chosen = select(model, opts)
+    step(f"quantizing {len(chosen)} layers to {opts.quantize}")
+    full = quant_accuracy.run(model, args, opts)
+    with quantized(model, chosen, opts.quantize):
+        accuracy = quant_accuracy.compare(full, quant_accuracy.run(model, args, opts))
+        check_error(accuracy, opts.max_quant_error)
+        program = capture_one(model)
+    return dataclasses.replace(program, quantization={
+        "scheme": opts.quantize, "layers": layers_json(chosen, opts.quantize),
+        "accuracy": accuracy})
 
 
 def cast_floating(model, example_inputs, dtype):

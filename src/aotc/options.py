@@ -60,6 +60,22 @@ class ExportOptions:
                                    "torch.distributed (exporter/parallel.py).")
     shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
                                   "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
+    quantize: str | None = _opt(None, "Weight-only quantization: int8 (symmetric, one scale "
+                                      "per output channel) for every nn.Linear weight; the "
+                                      "artifact stores int8 weights and float32 scales "
+                                      "(docs/quantization.md).", kind=str)
+    quantize_skip: str | None = _opt(None, "With --quantize: comma-separated fnmatch patterns "
+                                           "of weight names kept in full precision, e.g. "
+                                           "'*.down_proj.weight,model.layers.0.*'.", kind=str)
+    quantize_embeddings: bool = _opt(False, "With --quantize: quantize nn.Embedding tables "
+                                            "too (one scale per row).")
+    quantize_lm_head: bool = _opt(False, "With --quantize: quantize the LM head too (the "
+                                         "output embeddings; kept in full precision by "
+                                         "default).")
+    max_quant_error: float | None = _opt(None, "With --quantize: refuse the export when the "
+                                               "quantized model's outputs are further than "
+                                               "this relative L2 error from the unquantized "
+                                               "model's on the example inputs.", kind=float)
 
     def __post_init__(self):
         if self.decode and self.train:
@@ -84,9 +100,37 @@ class ExportOptions:
                              expected="no --train with --tensor-parallel", found="both",
                              fix="export the training step without --tensor-parallel")
         self.shard_bytes()
+        self._check_quantize()
         if self.codegen and self.target.strip().lower().partition(":")[0] == "cpu":
             from aotc.codegen.cpp.build import resolve_isa
             resolve_isa(self.isa)      # an unknown level or a missing cross compiler, now
+
+    def _check_quantize(self) -> None:
+        from aotc.runtime.quant import SCHEMES
+        if self.quantize is None:
+            unset = {"quantize_skip": None, "max_quant_error": None,
+                     "quantize_embeddings": False, "quantize_lm_head": False}
+            given = [f for f, off in unset.items() if getattr(self, f) is not off]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise UsageError(f"{flag} applies to quantized exports", where=flag,
+                                 expected="--quantize int8", found="no --quantize",
+                                 fix=f"add --quantize int8, or drop {flag}")
+            return
+        if self.quantize not in SCHEMES:
+            raise UsageError(f"unknown quantization {self.quantize!r}", where="--quantize",
+                             expected=" or ".join(SCHEMES), found=self.quantize,
+                             fix="use --quantize int8")
+        for flag, bad in (("--train", self.train), ("--tensor-parallel", self.tensor_parallel > 1)):
+            if bad:
+                raise UsageError(f"--quantize does not combine with {flag} yet", where=flag,
+                                 expected="an inference export on one device",
+                                 found=f"--quantize with {flag}",
+                                 fix=f"drop {flag} or --quantize")
+        if self.max_quant_error is not None and not self.max_quant_error >= 0:
+            raise UsageError(f"--max-quant-error {self.max_quant_error} is negative",
+                             where="--max-quant-error", expected="a relative error >= 0",
+                             found=self.max_quant_error, fix="pass e.g. --max-quant-error 0.05")
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":

@@ -64,7 +64,7 @@ def _option_flags(fn):
                               help=help_text)(fn)
         else:
             fn = click.option(f"--{flag}", name, default=default, show_default=True,
-                              type=int if kind is int else str, help=help_text)(fn)
+                              type=kind if kind in (int, float) else str, help=help_text)(fn)
     return fn
 
 

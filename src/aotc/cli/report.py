@@ -191,6 +191,7 @@ def inspect_text(art, *, fusion: bool = False, trusted=()) -> str:
     if m.generation is not None:
         out += _generation_lines(m)
     out += _weights_lines(m)
+    out += _quant_lines(m.quantization)
     out.append("files:")
     out += [f"  {rel:<40} {_bytes(info.size):>10}  {_digest_text(info)}"
             for rel, info in sorted(m.files.items())]
@@ -235,6 +236,33 @@ def _weights_lines(m) -> list[str]:
         out.append(f"  stored transposed ([K, N], for the CPU matmuls that read them): "
                    f"{len(w.transposed)}: " + ", ".join(w.transposed[:4])
                    + (", ..." if len(w.transposed) > 4 else ""))
+    return out
+
+
+def quant_accuracy_text(q) -> str:
+    """One line: what --quantize measured at export against the unquantized model."""
+    a = q.accuracy or {}
+    rel = a.get("rel_l2")
+    text = f"relative L2 error {rel:.3g}" if isinstance(rel, (int, float)) else "no error measured"
+    text += " against the unquantized model"
+    if isinstance(a.get("tokens"), int):
+        first = a.get("first_disagreement")
+        text += (f", greedy tokens agree {a.get('tokens_agree')}/{a['tokens']}"
+                 + (f" (first disagreement at step {first})" if first is not None else ""))
+    return text + " (eager, on the example inputs, at export)"
+
+
+def _quant_lines(q) -> list[str]:
+    """Quantized artifacts: each layer's scheme and the bytes it saves, and the accuracy."""
+    if q is None:
+        return []
+    saved = sum(layer.bytes_saved for layer in q.layers.values())
+    out = [f"quantized: {q.scheme} weight-only, {len(q.layers)} layers, {_bytes(saved)} saved; "
+           + quant_accuracy_text(q)]
+    for key, layer in q.layers.items():
+        out.append(f"  {key:<40} {layer.kind:<9} {layer.scheme} per channel, "
+                   f"{layer.dtype}{list(layer.shape)} -> int8 + float32[{layer.shape[0]}], "
+                   f"{_bytes(layer.bytes_saved)} saved")
     return out
 
 
@@ -343,8 +371,10 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
                           expected="samples/ in the artifact", found="none",
                           fix="re-export without --no-record-samples")
     inputs, expected = samples
+    q = module.manifest.quantization
+    note = [f"quantized {q.scheme}: {quant_accuracy_text(q)}"] if q is not None else []
     if getattr(module, "generation", None) is not None:
-        return _verify_generation(module, inputs[0], expected[0])
+        return "\n".join(note + [_verify_generation(module, inputs[0], expected[0])])
     reference = module.recorded_reference(expected)
     got = module.run_flat("forward", inputs)
     lines = []
@@ -358,7 +388,8 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
                                   "--rtol/--atol if the difference is acceptable")
         lines.append(f"output #{i}: ok  ({str(w.dtype).removeprefix('torch.')}{list(w.shape)}, "
                      f"{text})")
-    return "\n".join(lines + [f"verified {len(expected)} outputs against the export-time run"])
+    return "\n".join(note + lines
+                     + [f"verified {len(expected)} outputs against the export-time run"])
 
 
 def _verify_generation(module, prompt: torch.Tensor, want: torch.Tensor) -> str:

@@ -122,6 +122,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.state is not None:
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
+    if program.quantization is not None:
+        manifest["quantization"] = program.quantization
     check, manifest["export_check"] = artifact_check(program.samples, target.device, prove,
                                                       native, program.reference)
     ranks = None

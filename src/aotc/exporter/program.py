@@ -61,6 +61,8 @@ class Program:
     tensor_parallel: dict | None = None
     # forward's call signature (exporter/signature.py): [{"name"}, ..., {"name", "default"}]
     parameters: list | None = None
+    # --quantize (exporter/quantize.py): the manifest's "quantization" (runtime/schema/quant.py)
+    quantization: dict | None = None
 
     def entry_graphs(self) -> dict[str, dict]:
         """The graph of each entry point, by name: forward (and backward) or the generator's

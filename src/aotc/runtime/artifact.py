@@ -32,6 +32,7 @@ from aotc.runtime.package import Package, is_package
 from aotc.runtime.schema import load_json, parse_manifest, parse_plan
 from aotc.runtime.schema.flow import check_collectives, check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
+from aotc.runtime.schema.quant import check_plan as check_quantized
 
 MAX_MANIFEST = 64 << 20
 MAPPED = 1 << 20          # files at least this large are memory-mapped, not read
@@ -153,6 +154,7 @@ class Artifact:
         check_states(plan, {s.name: s for s in self.manifest.state}, doc)
         tp = self.manifest.tensor_parallel
         check_collectives(plan, tp.world_size if tp is not None else None, doc)
+        check_quantized(plan, self.manifest.quantization, self.manifest.weights.stored, doc)
         return plan
 
     # ---------------------------------------------------------------------------- checking

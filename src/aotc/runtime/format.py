@@ -40,7 +40,7 @@ from aotc.errors import ArtifactError
 from aotc.runtime import publish
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 23
+FORMAT_VERSION = 24
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -186,6 +186,14 @@ CHANGELOG = {
                        "ignored; like signatures.json it is not listed in the manifest. A "
                        "reader of version 22 or older refuses a package holding it; versions "
                        "1-22 load as they are"),
+    24: ("2026-12-07", "weight-only quantized artifacts: the manifest's optional "
+                       "'quantization' (scheme; layers: each full-precision weight's state_dict "
+                       "key -> kind, scheme, dtype, shape [N, K], and the stored names of its "
+                       "int8 values [N, K] and float32 scales [N], one per output channel; an "
+                       "optional 'accuracy' measured at export, for display), checked against "
+                       "every plan slot that reads them (runtime/schema/quant.py). A reader of "
+                       "version 23 refuses the field; versions 1-23 load as they are (no "
+                       "quantized weights)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

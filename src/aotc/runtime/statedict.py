@@ -25,6 +25,7 @@ import torch
 from torch.nn.modules.module import _IncompatibleKeys
 
 from aotc.errors import StateDictError, UsageError
+from aotc.runtime.quant import quantize_state
 from aotc.runtime.weights import tensors
 
 
@@ -41,6 +42,13 @@ class StateMap:
         self.keys = tuple(keys)
         self.stored = {k: w.stored(k) for k in self.keys}
         self.transposed = frozenset(w.transposed)
+        q = manifest.quantization
+        self.quantized = q.layers if q is not None else {}
+
+    def expand(self, state: dict) -> dict:
+        """`state` with the full-precision weight of each quantized layer quantized as export
+        did (runtime/quant.py); keys already quantized pass through."""
+        return quantize_state(state, self.quantized) if self.quantized else state
 
     def view(self, key: str, weights: dict) -> torch.Tensor:
         """Key `key`'s tensor as the model holds it: a view of the stored tensor."""
@@ -74,7 +82,9 @@ def _quoted(keys) -> str:
 
 def check(smap: StateMap, weights: dict, state: dict, strict: bool, owner: str):
     """(copies to make, missing keys, unexpected keys); a StateDictError listing every problem
-    as torch words it (missing and unexpected keys only when `strict`)."""
+    as torch words it (missing and unexpected keys only when `strict`). A quantized artifact
+    takes its quantized layers' weights in full precision (quantized here) or quantized."""
+    state = smap.expand(state)
     present = {smap.stored[k] for k in state if k in smap.stored}
     missing = [k for k in smap.keys if smap.stored[k] not in present]
     unexpected = [k for k in state if k not in smap.stored]

@@ -18,6 +18,7 @@ from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
 from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
 from aotc.runtime.schema.params import parse_parameters
+from aotc.runtime.schema.quant import Quantization, parse_quantization
 from aotc.runtime.schema.trees import parse_tree
 from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
@@ -213,6 +214,7 @@ class Manifest:
     generation: Generation | None = None
     export_check: dict | None = None             # display: whether export ran the artifact
     tensor_parallel: TensorParallel | None = None   # format 8: split over ranks
+    quantization: Quantization | None = None     # format 24: weights stored quantized
     files: dict = field(default_factory=dict)   # path -> FileEntry
 
     def to_json(self) -> dict:
@@ -232,6 +234,8 @@ class Manifest:
             out["export_check"] = self.export_check
         if self.tensor_parallel is not None:
             out["tensor_parallel"] = self.tensor_parallel.to_json()
+        if self.quantization is not None:
+            out["quantization"] = self.quantization.to_json()
         return out
 
 
@@ -241,7 +245,8 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     (False while codegen builds the manifest, before the files are written)."""
     doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
                       "weights", "files", "manifest_sha256"),
-            optional=("training", "state", "generation", "export_check", "tensor_parallel"))
+            optional=("training", "state", "generation", "export_check", "tensor_parallel",
+                      "quantization"))
     version = doc.get("format_version").int(1, 1 << 16)
     entries = {name: _entry(a, name, version) for name, a in doc.get("entries").items(16)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
@@ -264,6 +269,9 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
                                          "appears in an earlier format")
         m = dataclasses.replace(m, tensor_parallel=parse_parallel(
             doc.get("tensor_parallel"), m.weights, complete=complete))
+    if doc.has("quantization"):
+        m = dataclasses.replace(m, quantization=parse_quantization(
+            doc.get("quantization"), m.weights, m.format_version))
     if complete:
         _check_listed(m, doc.get("files"))
     return m
