@@ -314,6 +314,14 @@ def cpp_tests(tmp_path_factory) -> Path:
     return build
 
 
+@pytest.fixture(scope="session")
+def cpp_signing_tool(tmp_path_factory) -> Path:
+    """tests/cpp/signing's `signing` (tests/test_cpp_signing.py, tests/test_cpp_trust.py)."""
+    build = tmp_path_factory.mktemp("cpp_signing")
+    cmake_build(AOTC_ROOT / "tests/cpp/signing", build)
+    return build / "signing"
+
+
 def run_generate(cpp_tests: Path, art: Path, ids_file: Path, n: int, flags=()):
     """(completed process, tokens [rows, n] or None) of tests/cpp's `generate` on `art`."""
     done = subprocess.run([str(cpp_tests / "generate"), str(art), str(ids_file), str(n), *flags],

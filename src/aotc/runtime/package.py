@@ -31,6 +31,7 @@ with the same messages (runtime/cpp/frontend/package.cpp).
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import struct
@@ -123,7 +124,7 @@ class Package:
         if head[:8] != MAGIC:
             raise self._fail(f"no artifact directory at {self.path}: a file that is not an "
                              "aotc package", "header",
-                             f"the magic {MAGIC!r}", repr(head[:8]))
+                             f"{MAGIC.hex()} (hex)", f"{head[:8].hex()} (hex)")
         if len(head) < HEADER.size:
             raise self._fail("the package ends inside its header", "header",
                              f"at least {HEADER.size} bytes", f"{len(head)} bytes")
@@ -180,14 +181,20 @@ def _parse_index(raw: bytes, pkg: Package) -> list[Member]:
         name, offset, size = row.list(3, 3)
         name = name.str(max_len=600)
         if not PATH.match(name) or ".." in name.split("/"):
-            raise pkg._fail(f"package member name {name[:200]!r} is not a safe relative path",
+            shown = json.dumps(name[:200], ensure_ascii=False)
+            raise pkg._fail(f"package member name {shown} is not a safe relative path",
                             name[:200], "a relative path inside the artifact (letters, digits, "
-                            "_ . -; no ..)", repr(name[:200]))
+                            "_ . -; no ..)", shown)
         if name in seen:
             raise pkg._fail(f"package member {name} appears twice", name, "distinct names",
                             f"{name} twice")
         seen.add(name)
         rows.append(Member(name, offset.int(0, 1 << 62), size.int(0, 1 << 62)))
+    for name in sorted(seen):   # "a" and "a/b": no directory can hold both (unpack)
+        for folder in (name[:i] for i, c in enumerate(name) if c == "/"):
+            if folder in seen:
+                raise pkg._fail(f"package member {folder} is both a file and a folder", folder,
+                                "each name a file or a folder, not both", f"{folder} and {name}")
     return rows
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -142,15 +143,22 @@ def load_into(module, state: dict, strict: bool = True) -> _IncompatibleKeys:
 def read_weights_file(path) -> dict[str, torch.Tensor]:
     """A safetensors file's tensors (views of a private mapping), read with the checked reader
     (runtime/weights.py): no pickle, the header checked before any tensor is made."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:   # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise UsageError(f"cannot read weights file {path}: {os.strerror(e.errno)}",
                          where=str(path), expected="a safetensors file",
                          found=os.strerror(e.errno),
                          fix="pass the path of a .safetensors file") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"weights file {path} is not a regular file", where=str(path),
+                             expected="a safetensors file (a regular file)",
+                             found="a directory" if stat.S_ISDIR(st.st_mode) else
+                             "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a special file",
+                             fix="pass the path of a .safetensors file")
+        size = st.st_size
         data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
                          prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
     finally:

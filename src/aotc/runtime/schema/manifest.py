@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 from aotc.runtime.cpu import ORDER as ISA_ORDER
 from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.fields import At, short
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
 from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
 from aotc.runtime.schema.params import parse_parameters
 from aotc.runtime.schema.quant import Quantization, parse_quantization
+from aotc.runtime.schema.rules import MAX_DIM, MAX_STATE_BYTES
 from aotc.runtime.schema.trees import parse_tree
 from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
@@ -27,7 +28,6 @@ ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 ARCH = re.compile(r"sm_[0-9]{2,3}a?\Z")
 ISAS = frozenset(ISA_ORDER)
 LIBRARY = re.compile(r"kernels/kernels(?:-[a-z0-9-]+)?\.so\Z")
-MAX_DIM = 1 << 40
 __all__ = ["FileEntry", "Weights", "Manifest", "parse_manifest"]
 
 
@@ -353,7 +353,7 @@ def _libraries(a: At) -> tuple:
     out = []
     for level, path in a.items(len(ISAS)):
         path.check(level in ISAS, f"a CPU level ({', '.join(sorted(ISAS))})",
-                   f"names the level {level[:40]!r}")
+                   f"names the level {short(level, 40)}")
         legacy = len(a.value) == 1 and path.value == "kernels/kernels.so"
         out.append((level, path.str(choices={f"kernels/kernels-{level}.so"} |
                                     ({"kernels/kernels.so"} if legacy else set()))))
@@ -362,8 +362,6 @@ def _libraries(a: At) -> tuple:
     a.check(len(arches) == 1, "levels of one architecture", "mixes x86-64 and aarch64")
     return tuple(sorted(out, key=lambda e: ISA_ORDER.index(e[0])))
 
-
-MAX_STATE_BYTES = 1 << 40
 
 
 def _states(a: At) -> tuple:

@@ -95,6 +95,8 @@ class Artifact {
   mutable std::set<std::string> verified_;   // files read() has checked (loading is serial)
 };
 
+// sha256 of n bytes as 64 lowercase hex digits (OpenSSL's libcrypto).
+std::string sha256_hex(const void* data, size_t n);
 bool safe_path(const std::string& rel);   // runtime/schema/manifest.py PATH
 
 // `size` bytes of `fd` from `offset`; an ArtifactError naming `where` (with `fix`) if it ends
