@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from aotc.errors import ExportError, UsageError
+from aotc.exporter.capture import quiet
 from aotc.runtime import format as fmt
 
 MAX_BATCH = 256          # the batch range of dynamic-batch exports: 1..MAX_BATCH
@@ -109,7 +110,8 @@ def load_model(folder: Path, task: str) -> torch.nn.Module:
     import transformers
     auto = getattr(transformers, TASKS[task][0])
     try:
-        model = auto.from_pretrained(str(folder), trust_remote_code=False)
+        with quiet():    # transformers' progress bars and notices (shown with aotc --debug)
+            model = auto.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as e:
         raise ExportError(f"transformers could not load {folder} for {task}: "
                           f"{type(e).__name__}: {str(e)[:300]}", where=str(folder),
