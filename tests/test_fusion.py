@@ -291,3 +291,18 @@ def test_independent_reductions_export_for_cuda_within_the_schema(tmp_path):
     m = aotc.load(path, interpret=True)
     for got, want in zip(m(x), [c.sum(0) for c in x.split(4, dim=1)]):
         torch.testing.assert_close(got, want)
+
+
+def test_a_kernel_of_many_buffers_loads_in_both_runners(tmp_path):
+    """40 sums of 40 inputs fuse into one kernel of 80 buffers: the C++ runner takes as many
+    extents as a launch spec may hold (rules.MAX_KERNEL_BUFFERS, one limit for both front ends;
+    it once took at most 64 and refused a ViT-S/16 backward at load)."""
+    pytest.importorskip("triton")
+    xs = [torch.randn(16, 4) for _ in range(40)]
+    path = compile_function(lambda *xs: [x.sum(0) for x in xs], xs, tmp_path / "b.aotc",
+                            target="cuda:sm_90")
+    from aotc.runtime.cpp_runner import runner_status
+    for runner in ("cpp", "python") if runner_status()[1] is None else ("python",):
+        m = aotc.load(path, interpret=True, runner=runner)
+        for got, x in zip(m(*xs), xs):
+            torch.testing.assert_close(got, x.sum(0))

@@ -7,6 +7,7 @@
 #include <c10/util/SmallVector.h>
 
 #include "expr.h"
+#include "frontend/rules.h"
 #include "include/aotc/errors.h"
 #include "instr.h"
 
@@ -24,10 +25,15 @@ void check_slot(int32_t slot, int32_t slots, const std::string& where) {
                         std::to_string(slots) + ")", where);
 }
 
-void check_dims(const std::vector<spec::Dim>& dims, size_t exprs, const std::string& where) {
-  if (dims.size() > 64) throw SpecError("at most 64 dims", where);
+void check_exprs(const std::vector<spec::Dim>& dims, size_t most, size_t exprs,
+                 const std::string& where) {
+  if (dims.size() > most) throw SpecError("at most " + std::to_string(most) + " sizes", where);
   for (const auto& d : dims)
     if (d.expr >= 0 && size_t(d.expr) >= exprs) throw SpecError("an expression index", where);
+}
+
+void check_dims(const std::vector<spec::Dim>& dims, size_t exprs, const std::string& where) {
+  check_exprs(dims, 64, exprs, where);    // a tensor's dims
 }
 
 Dims eval_dims(const std::vector<spec::Dim>& dims, const int64_t* ev) {
@@ -94,7 +100,7 @@ Program::Kernel compile_kernel(const spec::Step& s, const c10::Device& device, i
   if (s.error_code < 0 || (s.error_code && !s.launcher))
     throw SpecError("an error code of a Triton kernel, positive", where);
   check_dims(s.grid, exprs, where);
-  check_dims(s.extents, exprs, where);
+  check_exprs(s.extents, fe::rules::kMaxKernelBuffers, exprs, where);
   if (!s.extents.empty() && (!s.launcher || s.extents.size() != s.args.size() + s.outs.size()))
     throw SpecError("a Triton kernel's extents, one per argument and output", where);
   if (s.room && s.launcher) throw SpecError("a room for C++ kernels only", where);

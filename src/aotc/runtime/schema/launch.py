@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.manifest import ARCH, display
+from aotc.runtime.schema.rules import MAX_KERNEL_BUFFERS
 
 BLOCK_NAME = re.compile(r"(?:XBLOCK|R\d{1,2}_BLOCK)\Z")   # generated kernels' block sizes
 BLOCK_NODES = 100         # R<n>_BLOCK is the block of a kernel's node n: n has two digits
@@ -87,9 +88,9 @@ def parse_launch(doc: At, name: str, symbols, version: int = EXTENTS_SINCE) -> L
             optional=("autotune",))
     doc.get("name").str(choices={name})
     doc.get("source").str(choices={f"kernels/{name}.py"})
-    params = tuple(_param(p, scratch=False) for p in doc.get("params").list(4096))
+    params = tuple(_param(p, scratch=False) for p in doc.get("params").list(MAX_KERNEL_BUFFERS))
     pnames = {p.name for p in params}
-    io = {k: tuple(x.ident() for x in doc.get(k).list(4096)) for k in ("inputs", "outputs")}
+    io = {k: tuple(x.ident() for x in doc.get(k).list(MAX_KERNEL_BUFFERS)) for k in ("inputs", "outputs")}
     for k, names in io.items():
         doc.get(k).check(set(names) <= pnames, "names of the kernel's parameters")
     code = doc.get("error_code")
@@ -141,6 +142,6 @@ def _build(a: At, cubin: str, *, div16: bool, extra=()) -> Build:
     return Build(cubin=cubin, symbol=a.get("symbol").ident(),
                  shared=a.get("shared").int(0, MAX_SHARED), num_warps=warps,
                  num_ctas=a.get("num_ctas", 1).int(1, 16),
-                 params=tuple(_param(p, scratch=True) for p in a.get("params").list(4096)),
+                 params=tuple(_param(p, scratch=True) for p in a.get("params").list(MAX_KERNEL_BUFFERS)),
                  sizes=tuple(s.ident() for s in a.get("sizes", []).list(MAX_SIZES)),
                  pdl=a.get("pdl", False).bool())

@@ -13,6 +13,9 @@ from aotc.runtime.cpu import ORDER as ISA_ORDER, arch_of
 MAX_STATE_BYTES = 1 << 40      # a module's state (a generator's caches), all of it
 MAX_DIM = 1 << 40              # one dim of a state's shape
 MAX_SIGNATURES = 64            # entries of signatures.json
+MAX_KERNEL_BUFFERS = 4096      # a Triton kernel's parameters, buffers read and written (and so
+                               # its extents, one per buffer): a backward's horizontally fused
+                               # reductions read and write hundreds
 LEVELS = tuple((level, arch_of(level)) for level in ISA_ORDER)   # CPU levels, lowest first
 # a runner file's top-level fields (runtime/runner_file.py writes exactly these)
 RUNNER_FIELDS = ("entry", "slots", "symbols", "exprs", "inputs", "steps", "outputs", "weights",

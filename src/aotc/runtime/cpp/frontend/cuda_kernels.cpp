@@ -1,5 +1,6 @@
 // CudaKernels (cuda_kernels.h): launch specs read, cubins loaded, kernel steps bound.
 #include "cuda_kernels.h"
+#include "rules.h"
 
 #include <algorithm>
 #include <cctype>
@@ -90,7 +91,7 @@ Build build(const Field& a, const std::string& cubin, bool div16) {
   if (b.warps & (b.warps - 1)) a["num_warps"].fail("one of 1, 2, 4, 8, 16, 32", a["num_warps"].found());
   b.ctas = a.has("num_ctas") ? a["num_ctas"].integer(1, 16) : 1;
   b.pdl = a.has("pdl") && a["pdl"].boolean();
-  for (size_t i = 0, n = a["params"].size(4096); i < n; ++i) b.params.push_back(param(a["params"][i], true));
+  for (size_t i = 0, n = a["params"].size(rules::kMaxKernelBuffers); i < n; ++i) b.params.push_back(param(a["params"][i], true));
   if (div16 && a.has("sizes"))
     for (size_t i = 0, n = a["sizes"].size(64); i < n; ++i) b.sizes.push_back(ident_of(a["sizes"][i]));
   return b;
@@ -176,7 +177,8 @@ std::vector<int32_t> aligned(const Field& at, const Build& plain, const std::vec
 // The launch spec's extents: one size expression per buffer; a number is kept (the runner
 // file's must equal it), an expression of sizes is -1 (the runner file's is checked per call).
 CudaKernels::Kernel with_extents(const Field& f, CudaKernels::Kernel k) {
-  if (f.size(4096) != size_t(k.nbuffers)) f.fail(std::to_string(k.nbuffers) + " extents", std::to_string(f.size(4096)));
+  if (f.size(rules::kMaxKernelBuffers) != size_t(k.nbuffers))
+    f.fail(std::to_string(k.nbuffers) + " extents", std::to_string(f.size(rules::kMaxKernelBuffers)));
   k.has_extents = true;
   for (size_t i = 0; i < size_t(k.nbuffers); ++i) {
     const std::string& text = f[i].string(4096);
@@ -200,11 +202,11 @@ Spec parse(const Artifact& art, const std::string& name) {
   if (f["name"].string(128) != name) f["name"].fail("\"" + name + "\"", f["name"].found());
   if (f["source"].string(256) != "kernels/" + name + ".py") f["source"].fail("kernels/" + name + ".py", f["source"].found());
   std::vector<Param> params;
-  for (size_t i = 0, n = f["params"].size(4096); i < n; ++i) params.push_back(param(f["params"][i], false));
+  for (size_t i = 0, n = f["params"].size(rules::kMaxKernelBuffers); i < n; ++i) params.push_back(param(f["params"][i], false));
   Spec s;
   std::set<std::string> io;
   for (const std::string key : {"inputs", "outputs"})
-    for (const auto& n : names(f[key.c_str()], 4096)) {
+    for (const auto& n : names(f[key.c_str()], rules::kMaxKernelBuffers)) {
       if (std::none_of(params.begin(), params.end(), [&](const Param& p) { return p.name == n; }))
         f[key.c_str()].fail("names of the kernel's parameters", n);
       io.insert(n);

@@ -10,6 +10,7 @@ namespace aotc::fe::rules {
 inline constexpr uint64_t kMaxStateBytes = 1099511627776ull;
 inline constexpr int64_t kMaxDim = 1099511627776ll;
 inline constexpr size_t kMaxSignatures = 64;
+inline constexpr size_t kMaxKernelBuffers = 4096;
 
 struct Level { const char* name; const char* arch; };
 inline constexpr Level kLevels[] = {
