@@ -7,6 +7,11 @@
 // only DER form of one), as `aotc keygen` writes it. AOTC_TRUSTED_KEYS names key files and
 // directories (whose *.pub and *.pem files are keys), separated by ':'. What is no key is a
 // UsageError with Python's message.
+//
+// A trust anchor (runtime/trust.py anchors_of) is either such an Ed25519 key or an elliptic-
+// curve public key on P-256, P-384 or P-521 (a PEM "PUBLIC KEY" block, read by OpenSSL), which
+// verifies OMS bundles (model.sig, oms.h). A certificate (the OMS certificate method) is refused
+// with a UsageError: this front end does not verify certificate chains (docs/signing.md).
 #pragma once
 
 #include <optional>
@@ -33,6 +38,16 @@ std::string public_key_bytes(const std::string& key, bool is_path = false);
 // nullopt where it is unset or empty (names no key), an empty list where it names keys but
 // yields none (":", a directory with no *.pub or *.pem), which check_signature refuses.
 std::optional<std::vector<std::string>> trusted_from_env();
+
+struct Anchor {
+  std::string kind;     // "ed25519" (raw: the 32 key bytes) or "ec" (raw: its PEM SPKI)
+  std::string raw;
+  std::string key_id;   // key_id(raw)
+};
+
+// The anchor one trusted key stands for, as runtime/trust.py anchors_of reads it (`is_path`:
+// as public_key_bytes).
+Anchor anchor_of(const std::string& key, bool is_path = false);
 
 // runtime/signing.py key_id: the first 16 hex digits of sha256 of the 32 raw bytes.
 std::string key_id(std::string_view raw);
