@@ -3,8 +3,9 @@ keys.cpp), held against Python's runtime/oms.py on the same artifacts: EC keys a
 trusted keys, a bundle aotc signed accepted with its key and refused with another, and a
 tampered, extra or missing file, another artifact's bundle, a corrupted signature or a malformed
 bundle refused by both front ends with the same error (class, what, where; the same text where
-both can say the same). Packages carry the bundle; an artifact signed both ways verifies when
-either signature does. The tool is tests/cpp/signing's (conftest.py)."""
+both can say the same). The certificate method likewise; packages carry the bundle; an
+artifact signed both ways verifies when either signature does. The tool is tests/cpp/signing's
+(conftest.py)."""
 from __future__ import annotations
 
 import base64
@@ -250,13 +251,49 @@ def test_keys_of_other_curves(cpp_signing_tool, mlp_artifact, tmp_path):
         assert out.startswith("UsageError: the trusted key is not an Ed25519 key"), out
 
 
-def test_a_certificate_is_refused_as_a_trusted_key_in_cpp(cpp_signing_tool, signed, tmp_path):
-    """The C++ front end does not verify the certificate method (docs/signing.md)."""
+def _certificates(tmp_path: Path, signing: bool = True):
+    """(CA certificate file, signing key file, signing certificate file); `signing`: the signing
+    certificate allows digital signatures."""
     from test_oms import _cert, _write
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _write(tmp_path / "ca.pem", _cert("aotc test CA", ca_key, ca_key, ca=True))
-    out = cpp_outcome(cpp_signing_tool, signed, [ca])
-    assert out.startswith("UsageError: the C++ front end does not verify OMS certificate"), out
+    ca_key, leaf_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(2))
+    ca = _cert("aotc test CA", ca_key, ca_key, ca=True)
+    leaf = _cert("aotc test signer", ca_key, leaf_key, issuer=ca.subject)
+    if not signing:   # the CA signs a certificate that may only sign certificates
+        leaf = _cert("aotc test signer", ca_key, leaf_key, issuer=ca.subject, ca=True)
+    (tmp_path / "leaf.key").write_bytes(leaf_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return (_write(tmp_path / "ca.pem", ca), tmp_path / "leaf.key",
+            _write(tmp_path / "leaf.pem", leaf))
+
+
+def test_the_certificate_method(cpp_signing_tool, mlp_artifact, keys, tmp_path):
+    ca, key, leaf = _certificates(tmp_path)
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    sign_artifact(art, key, certificate=leaf, chain=[ca])
+    ok = same(cpp_signing_tool, art, [ca])
+    assert ok == "signer OMS certificate CN=aotc test signer", ok
+    assert same(cpp_signing_tool, art, [keys[0][1], ca]) == ok     # a key: key bundles only
+    refused = same(cpp_signing_tool, art, [keys[0][1]])
+    assert "certificate method, and no trusted key of that kind" in refused
+    (tmp_path / "another_ca").mkdir()
+    other, _, _ = _certificates(tmp_path / "another_ca")
+    out = same(cpp_signing_tool, art, [other], exact=False)         # OpenSSL's words differ
+    assert out.startswith(f"ArtifactError: {rules.OMS_UNTRUSTED['what']}"), out
+    _extra(art, None)
+    assert same(cpp_signing_tool, art, [ca]).startswith(
+        f"ArtifactError: {rules.OMS_NOT_EXACT['what']}")
+    pkg = pack(copy_artifact(mlp_artifact, tmp_path / "b.aotc"), tmp_path / "b.aotcpkg")
+    sign_artifact(pkg, key, certificate=leaf, chain=[ca])
+    assert same(cpp_signing_tool, pkg, [ca]) == ok
+
+
+def test_a_certificate_that_may_not_sign_is_refused(cpp_signing_tool, mlp_artifact, tmp_path):
+    ca, key, leaf = _certificates(tmp_path, signing=False)
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    sign_artifact(art, key, certificate=leaf, chain=[ca])
+    out = same(cpp_signing_tool, art, [ca])
+    assert "Signing certificate cannot be used for signing" in out, out
 
 
 def test_the_format_23_fixture_verifies_in_both(cpp_signing_tool):

@@ -9,6 +9,7 @@
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -172,7 +173,8 @@ std::vector<std::string> key_files_in(const std::string& dir) {
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d.get())) {
     std::string name = e->d_name, sfx = suffix(name);
-    if (name != "." && name != ".." && (sfx == ".pub" || sfx == ".pem")) names.push_back(name);
+    if (name != "." && name != ".." && (sfx == ".pub" || sfx == ".pem" || sfx == ".crt"))
+      names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   std::string base = dir;
@@ -276,21 +278,51 @@ std::string ec_pem(const std::string& text) {
 
 }  // namespace
 
-Anchor anchor_of(const std::string& key, bool is_path) {
+std::string subject_of(const void* cert, bool unnamed) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> out(BIO_new(BIO_s_mem()), BIO_free);
+  char* data = nullptr;
+  X509_NAME* name = X509_get_subject_name(static_cast<const X509*>(cert));
+  if (!out || X509_NAME_print_ex(out.get(), name, 0, XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) < 0) return "";
+  std::string text(data, size_t(BIO_get_mem_data(out.get(), &data)));
+  text = text.substr(0, 200);
+  return text.empty() && unnamed ? "an unnamed certificate" : text;
+}
+
+namespace {
+
+// Each certificate of a PEM text, as certificate anchors (raw: DER); none where none parses.
+std::vector<Anchor> certificates(const std::string& text) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(BIO_new_mem_buf(text.data(), int(text.size())), BIO_free);
+  std::vector<Anchor> out;
+  while (in) {
+    std::unique_ptr<X509, decltype(&X509_free)> cert(PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr),
+                                                     X509_free);
+    unsigned char* der = nullptr;
+    int n = cert ? i2d_X509(cert.get(), &der) : -1;
+    if (n <= 0) break;
+    out.push_back({"certificate", std::string(reinterpret_cast<char*>(der), size_t(n)), subject_of(cert.get())});
+    OPENSSL_free(der);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Anchor> anchors_of(const std::string& key, bool is_path) {
   std::string text = key;
   if (is_path ? is_file(key) : key.rfind("-----", 0) != 0 && is_file(key)) text = read_key_file(key);
   std::string label = pem_label(text);
-  if (label == "CERTIFICATE")
-    throw UsageError("the C++ front end does not verify OMS certificate signatures", kWhere,
-                     "an Ed25519 or EC public key", "a certificate",
-                     "trust the signer's EC public key, or load the artifact from Python "
-                     "(docs/signing.md)");
+  if (label == "CERTIFICATE") {
+    std::vector<Anchor> certs = certificates(text);
+    if (certs.empty()) not_a_key(text);
+    return certs;
+  }
   if (label == "PUBLIC KEY") {
     std::string pem = ec_pem(text);
-    if (!pem.empty()) return {"ec", pem, key_id(pem)};
+    if (!pem.empty()) return {{"ec", pem, key_id(pem)}};
   }
   std::string raw = public_key_bytes(key, is_path);
-  return {"ed25519", raw, key_id(raw)};
+  return {{"ed25519", raw, key_id(raw)}};
 }
 
 std::string key_id(std::string_view raw) { return sha256_hex(raw.data(), raw.size()).substr(0, 16); }

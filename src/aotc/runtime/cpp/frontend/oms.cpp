@@ -6,9 +6,12 @@
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -52,7 +55,8 @@ std::string cut(std::string s, size_t n) { return s.size() > n ? s.substr(0, n) 
 // ----------------------------------------------------------------------------- the bundle
 struct Bundle {
   std::string media_type, hint, payload, payload_type, sig;
-  bool has_key = false, has_envelope = false, has_sig = false, certificates = false, tlog = false;
+  std::vector<std::string> chain;   // the certificate method's certificates (DER), signer first
+  bool has_key = false, has_envelope = false, has_sig = false, tlog = false;
 };
 
 [[noreturn]] void malformed(const std::string& where, const std::string& found) {
@@ -92,7 +96,9 @@ void read_material(const json::Value& doc, Bundle& b, const std::string& where) 
   if (chain) {
     const json::Value* certs = member(object(chain, "x509CertificateChain", {"certificates"}, where), "certificates");
     if (!certs || certs->type != Type::Array) malformed(where, "x509CertificateChain.certificates is not a list");
-    b.certificates = !certs->items.empty();
+    for (const json::Value& c : certs->items)
+      b.chain.push_back(b64(member(object(&c, "a certificate", {"rawBytes"}, where), "rawBytes"),
+                            "a certificate's rawBytes", where));
   }
   const json::Value* tlog = member(vm, "tlogEntries");
   if (tlog && tlog->type != Type::Array) malformed(where, "tlogEntries is not a list");
@@ -142,17 +148,23 @@ Bundle read_bundle(const std::string& data, const std::string& where) {
 }
 
 // ------------------------------------------------------------------------- one key's check
-bool ecdsa_verify(const std::string& pem, const std::string& sig, const std::string& message) {
-  std::unique_ptr<BIO, decltype(&BIO_free)> in(BIO_new_mem_buf(pem.data(), int(pem.size())), BIO_free);
-  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
-      in ? PEM_read_bio_PUBKEY(in.get(), nullptr, nullptr, nullptr) : nullptr, EVP_PKEY_free);
-  if (!key) return false;
-  int bits = EVP_PKEY_get_bits(key.get());   // model_signing get_ec_key_hash
+using Key = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;
+
+// Whether `sig` (DER) is `key`'s ECDSA signature of `message`, hashed as model_signing's
+// get_ec_key_hash says (SHA-256, -384, -512 by the curve's size).
+bool ecdsa_verify(EVP_PKEY* key, const std::string& sig, const std::string& message) {
+  if (!key || EVP_PKEY_get_base_id(key) != EVP_PKEY_EC) return false;
+  int bits = EVP_PKEY_get_bits(key);
   const EVP_MD* md = bits == 256 ? EVP_sha256() : bits == 384 ? EVP_sha384() : EVP_sha512();
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, md, nullptr, key.get()) == 1 &&
+  return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, md, nullptr, key) == 1 &&
          EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
                           reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
+}
+
+Key pem_key(const std::string& pem) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(BIO_new_mem_buf(pem.data(), int(pem.size())), BIO_free);
+  return Key(in ? PEM_read_bio_PUBKEY(in.get(), nullptr, nullptr, nullptr) : nullptr, EVP_PKEY_free);
 }
 
 // DSSE v1's pre-authentication encoding of an in-toto payload.
@@ -215,6 +227,8 @@ void check_form(const json::Value& st) {
                   "to " + sha256_hex(digests.data(), digests.size())};
 }
 
+json::Value payload_statement(const Bundle& b);
+
 // The statement `b` carries, if `anchor` verifies it (model_signing's key-method Verifier).
 json::Value statement(const Bundle& b, const Anchor& anchor) {
   if (b.media_type != kMediaType)
@@ -225,7 +239,12 @@ json::Value statement(const Bundle& b, const Anchor& anchor) {
                   "match the provided public key. "};
   if (!b.has_envelope) throw Failure{"the bundle holds no DSSE envelope"};
   if (!b.has_sig) throw Failure{"the DSSE envelope holds no signature"};
-  if (!ecdsa_verify(anchor.raw, b.sig, pae(b.payload))) throw Failure{"InvalidSignature"};
+  if (!ecdsa_verify(pem_key(anchor.raw).get(), b.sig, pae(b.payload))) throw Failure{"InvalidSignature"};
+  return payload_statement(b);
+}
+
+// The statement of an envelope whose signature verified (model_signing Verifier.verify).
+json::Value payload_statement(const Bundle& b) {
   if (b.payload_type != kPayloadType)
     throw Failure{"Expected DSSE payload " + std::string(kPayloadType) + ", but got " + b.payload_type};
   json::Value st;
@@ -236,6 +255,56 @@ json::Value statement(const Bundle& b, const Anchor& anchor) {
   }
   check_form(st);
   return st;
+}
+
+using Cert = std::unique_ptr<X509, decltype(&X509_free)>;
+
+Cert der_cert(const std::string& der) {
+  const unsigned char* at = reinterpret_cast<const unsigned char*>(der.data());
+  return Cert(d2i_X509(nullptr, &at, long(der.size())), X509_free);
+}
+
+// The signing certificate of `b`, verified up to the trusted certificate `root` as of its own
+// start of validity, allowed to sign (key usage digitalSignature, or extended key usage code
+// signing), as model_signing's certificate Verifier checks it.
+Cert signing_certificate(const Bundle& b, const Anchor& root) {
+  Cert leaf = der_cert(b.chain[0]), trusted = der_cert(root.raw);
+  if (!leaf || !trusted) throw Failure{"the signing certificate is not DER X.509"};
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
+  std::unique_ptr<STACK_OF(X509), void (*)(STACK_OF(X509)*)> chain(
+      sk_X509_new_null(), [](STACK_OF(X509)* s) { sk_X509_pop_free(s, X509_free); });
+  for (size_t i = 1; i < b.chain.size(); ++i) {
+    Cert c = der_cert(b.chain[i]);
+    if (!c) throw Failure{"a chain certificate is not DER X.509"};
+    sk_X509_push(chain.get(), c.release());
+  }
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> ctx(X509_STORE_CTX_new(), X509_STORE_CTX_free);
+  struct tm start {};
+  if (!store || !chain || !ctx || X509_STORE_add_cert(store.get(), trusted.get()) != 1 ||
+      X509_STORE_CTX_init(ctx.get(), store.get(), leaf.get(), chain.get()) != 1 ||
+      ASN1_TIME_to_tm(X509_get0_notBefore(leaf.get()), &start) != 1)
+    throw Failure{"cannot set up the certificate check"};
+  X509_STORE_CTX_set_time(ctx.get(), 0, timegm(&start));
+  if (X509_verify_cert(ctx.get()) != 1)
+    throw Failure{X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get()))};
+  uint32_t usage = X509_get_key_usage(leaf.get()), extended = X509_get_extended_key_usage(leaf.get());
+  if (!(usage != UINT32_MAX && (usage & KU_DIGITAL_SIGNATURE)) &&
+      !(extended != UINT32_MAX && (extended & XKU_CODE_SIGN)))
+    throw Failure{"Signing certificate cannot be used for signing"};
+  return leaf;
+}
+
+// The statement `b` carries, if its chain leads to `root` and its signing certificate's key
+// verifies it (model_signing's certificate Verifier); `signer`: that certificate's subject.
+json::Value certificate_statement(const Bundle& b, const Anchor& root, std::string& signer) {
+  if (b.media_type != kMediaType)
+    throw Failure{"Invalid sigstore bundle, got media type " + b.media_type + " but expected " + kMediaType};
+  Cert leaf = signing_certificate(b, root);
+  if (!b.has_envelope) throw Failure{"the bundle holds no DSSE envelope"};
+  if (!b.has_sig) throw Failure{"the DSSE envelope holds no signature"};
+  if (!ecdsa_verify(X509_get0_pubkey(leaf.get()), b.sig, pae(b.payload))) throw Failure{"InvalidSignature"};
+  signer = subject_of(leaf.get(), false);
+  return payload_statement(b);
 }
 
 // ---------------------------------------------------------------------------- the statement
@@ -305,19 +374,24 @@ void check_statement(const Artifact& art, const json::Value& st, const std::stri
 std::string verify_oms(const Artifact& art, const std::string& data, const std::vector<Anchor>& anchors) {
   std::string where = art.where(kOmsSignature);
   Bundle b = read_bundle(data, where);
+  std::string kind = b.chain.empty() ? "ec" : "certificate";   // oms.py _method
   std::vector<std::string> failures, ids;
-  if (b.certificates)   // the certificate method: no anchor of that kind here (keys.h)
-    failures.push_back("a bundle of the certificate method, and no trusted key of that kind");
+  if (std::none_of(anchors.begin(), anchors.end(), [&](const Anchor& a) { return a.kind == kind; }))
+    failures.push_back("a bundle of the " + std::string(kind == "ec" ? "key" : kind) +
+                       " method, and no trusted key of that kind");
+  for (const Anchor& a : anchors) ids.push_back("'" + a.key_id + "'");
   for (const Anchor& a : anchors) {
-    ids.push_back("'" + a.key_id + "'");
-    if (b.certificates) continue;
+    if (a.kind != kind) continue;
+    json::Value st;
+    std::string signer;
     try {
-      json::Value st = statement(b, a);
-      check_statement(art, st, where);
-      return "OMS key " + a.key_id;
+      st = kind == "ec" ? statement(b, a) : certificate_statement(b, a, signer);
     } catch (const Failure& f) {
       failures.push_back(a.key_id + ": " + cut(f.why, 100));
+      continue;
     }
+    check_statement(art, st, where);   // the first anchor that verifies decides
+    return kind == "ec" ? "OMS key " + a.key_id : "OMS certificate " + signer;
   }
   std::string found, list;
   for (const auto& f : failures) found += (found.empty() ? "" : "; ") + f;

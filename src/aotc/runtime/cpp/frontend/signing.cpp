@@ -185,18 +185,20 @@ std::string check_signature(const Artifact& art,
                             const std::optional<std::vector<std::string>>& trusted_keys) {
   std::optional<std::vector<std::string>> env = trusted_from_env();
   if (!trusted_keys && !env) return "";
-  std::vector<Anchor> anchors, ec;
-  for (const auto& k : trusted_keys.value_or(std::vector<std::string>{})) anchors.push_back(anchor_of(k));
-  for (const auto& path : env.value_or(std::vector<std::string>{})) anchors.push_back(anchor_of(path, true));
+  std::vector<Anchor> anchors, oms_anchors;
+  for (const auto& k : trusted_keys.value_or(std::vector<std::string>{}))
+    for (auto& a : anchors_of(k)) anchors.push_back(std::move(a));
+  for (const auto& path : env.value_or(std::vector<std::string>{}))
+    for (auto& a : anchors_of(path, true)) anchors.push_back(std::move(a));
   if (anchors.empty()) raise<ArtifactError>(rules::kNoUsableKey);   // names keys, yields none: closed
   std::set<std::string> ed25519;
   for (const Anchor& a : anchors)
-    if (a.kind == "ec") ec.push_back(a);
-    else ed25519.insert(a.key_id);
+    if (a.kind == "ed25519") ed25519.insert(a.key_id);
+    else oms_anchors.push_back(a);   // EC keys and certificates: OMS bundles
   std::optional<ArtifactError> refusal;   // the first, as runtime/signing.py raises it
-  if (!ec.empty())
+  if (!oms_anchors.empty())
     if (std::optional<std::string> bundle = art.read_unlisted(kOmsSignature, rules::kMaxBundle)) try {
-        return verify_oms(art, *bundle, ec);
+        return verify_oms(art, *bundle, oms_anchors);
       } catch (const ArtifactError& e) {
         refusal = e;
       }
