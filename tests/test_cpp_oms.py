@@ -300,3 +300,21 @@ def test_the_format_23_fixture_verifies_in_both(cpp_signing_tool):
     fixtures = Path(__file__).parent / "fixtures"
     art, pub = fixtures / "format_v23_signed.aotc", fixtures / "format_v23_signed.pub"
     assert same(cpp_signing_tool, art, [pub]).startswith("signer OMS key ")
+
+
+def test_what_model_signing_signs_loads_or_is_refused_alike(cpp_signing_tool, mlp_artifact,
+                                                            tmp_path, keys):
+    """A bundle `model_signing` wrote over the folder loads in both; one hashed by shards is
+    refused by both, as hashed in a way aotc does not check."""
+    import model_signing
+    (priv, pub), _ = keys
+    config = model_signing.hashing.Config
+    for name, hashing in (
+            ("files", config().set_ignored_paths(paths=[fmt.OMS_SIGNATURE])),
+            ("shards", config().use_shard_serialization(ignore_paths=[fmt.OMS_SIGNATURE]))):
+        art = copy_artifact(mlp_artifact, tmp_path / f"{name}.aotc")
+        model_signing.signing.Config().use_elliptic_key_signer(private_key=priv) \
+            .set_hashing_config(hashing).sign(art, art / fmt.OMS_SIGNATURE)
+        out = same(cpp_signing_tool, art, [pub])
+        assert out.startswith("signer OMS key " if name == "files" else
+                              f"ArtifactError: {rules.OMS_HASHING['what']}"), out
