@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent / "src" / "aotc"   # the package's source
 RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp",
           "room.cpp"]
 FRONTEND = ["json.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp", "spec.cpp",
-            "guard_errors.cpp", "module.cpp", "tensors.cpp", "keys.cpp", "signing.cpp",
+            "guard_errors.cpp", "module.cpp", "tensors.cpp", "keys.cpp", "signing.cpp", "oms.cpp",
             "cuda_kernels.cpp", "graphs.cpp"]
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"

@@ -35,7 +35,9 @@ def render() -> str:
              f"inline constexpr uint64_t kMaxStateBytes = {rules.MAX_STATE_BYTES}ull;",
              f"inline constexpr int64_t kMaxDim = {rules.MAX_DIM}ll;",
              f"inline constexpr size_t kMaxSignatures = {rules.MAX_SIGNATURES};",
-             f"inline constexpr size_t kMaxKernelBuffers = {rules.MAX_KERNEL_BUFFERS};", "",
+             f"inline constexpr size_t kMaxKernelBuffers = {rules.MAX_KERNEL_BUFFERS};",
+             f"inline constexpr size_t kMaxBundle = {rules.MAX_BUNDLE};",
+             f"inline constexpr size_t kMaxOmsResources = {rules.MAX_OMS_RESOURCES};", "",
              "struct Level { const char* name; const char* arch; };",
              "inline constexpr Level kLevels[] = {"]
     lines += [f"    {{{_c(name)}, {_c(arch)}}}," for name, arch in rules.LEVELS]

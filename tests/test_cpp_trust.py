@@ -1,6 +1,7 @@
 """Trust policies in the C++ front end (runtime/cpp/frontend/signing.cpp, keys.cpp): a policy
-that names keys but yields none fails closed, and a private key given as a trusted key is
-refused without its bytes in the message. The tool is tests/cpp/signing's (conftest.py).
+that names keys but yields none fails closed, a private key given as a trusted key is refused
+without its bytes in the message, and AOTC_TRUSTED_KEYS folders of EC keys and certificates are
+read as Python reads them. The tool is tests/cpp/signing's (conftest.py).
 """
 from __future__ import annotations
 
@@ -77,3 +78,30 @@ def test_a_private_key_is_refused_without_echoing_it(cpp_signing_tool, signed):
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith(f"UsageError: {PRIVATE_KEY['what']}"), done.stderr
         assert body[:16] not in done.stderr and body[-16:] not in done.stderr
+
+
+def test_ec_keys_and_certificates_from_the_environment(cpp_signing_tool, mlp_artifact, tmp_path,
+                                                       monkeypatch):
+    """AOTC_TRUSTED_KEYS folders hold EC keys (*.pub) and CA certificates (*.crt), read by both
+    front ends alike: the OMS signer, or the same refusal."""
+    from test_cpp_oms import _certificates
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    private, _ = generate_keys(keys / "producer")               # EC P-256, keys/producer.pub
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    sign_artifact(art, private)
+    ca, key, leaf = _certificates(tmp_path)
+    by_cert = copy_artifact(mlp_artifact, tmp_path / "c.aotc")
+    sign_artifact(by_cert, key, certificate=leaf, chain=[ca])
+    (keys / "ca.crt").write_bytes(ca.read_bytes())
+    env = {"AOTC_TRUSTED_KEYS": str(keys)}
+    for target, want in ((art, "OMS key "), (by_cert, "OMS certificate CN=aotc test signer")):
+        done = load(cpp_signing_tool, target, env=env)
+        assert done.stdout.startswith(f"signer {want}"), done.stderr
+        with monkeypatch.context() as m:
+            m.setenv("AOTC_TRUSTED_KEYS", str(keys))
+            assert aotc.load(target).signer.startswith(want)
+    (keys / "ca.crt").unlink()
+    done = load(cpp_signing_tool, by_cert, env=env)
+    assert done.returncode == ArtifactError.exit_code
+    assert "certificate method, and no trusted key of that kind" in done.stderr

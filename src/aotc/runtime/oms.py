@@ -23,12 +23,12 @@ from pathlib import Path, PurePosixPath
 
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
+from aotc.runtime.schema import rules
+from aotc.runtime.schema.rules import MAX_BUNDLE, MAX_OMS_RESOURCES, fill
 from aotc.runtime.trust import Anchor, crypto, key_id
 
-MAX_BUNDLE = 16 << 20
 GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")   # OMS never signs these
 IGNORED = (fmt.OMS_SIGNATURE, fmt.SIGNATURES) + GIT_PATHS
-_FIX = "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,9 +130,9 @@ def verify(art, data: bytes, anchors: tuple[Anchor, ...]) -> Signer:
             signer = _signer_of(anchor, signature)
             break
     if manifest is None:
-        raise ArtifactError("the OMS signature (model.sig) is not by a trusted key", where=where,
-                            expected=f"a signature by one of {[a.key_id for a in anchors]}",
-                            found="; ".join(failures)[:400], fix=_FIX)
+        raise ArtifactError(**fill(rules.OMS_UNTRUSTED, where=where,
+                                   ids=str([a.key_id for a in anchors]),
+                                   found="; ".join(failures)[:400]))
     _check_statement(art, manifest, where)
     return signer
 
@@ -151,23 +151,22 @@ def _first_line(e: Exception) -> str:
 def _check_statement(art, manifest, where: str) -> None:
     args = manifest.serialization_type
     if args.get("method") != "files" or args.get("hash_type") != "sha256":
-        raise ArtifactError("the OMS statement hashes the artifact in a way aotc does not check",
-                            where=where, expected="method 'files', hash_type 'sha256'",
-                            found=f"method {args.get('method')!r}, hash_type "
-                                  f"{args.get('hash_type')!r}", fix=_FIX)
+        raise ArtifactError(**fill(rules.OMS_HASHING, where=where,
+                                   found=f"method {args.get('method')!r}, hash_type "
+                                         f"{args.get('hash_type')!r}"))
+    count = sum(1 for _ in manifest.resource_descriptors())
+    if count > MAX_OMS_RESOURCES:
+        raise ArtifactError(**fill(rules.OMS_TOO_MANY, where=where, found=f"{count} resources"))
     signed = {rd.identifier: rd.digest.digest_hex for rd in manifest.resource_descriptors()
               if rd.digest.algorithm == "sha256"}
-    if len(signed) != sum(1 for _ in manifest.resource_descriptors()):
-        raise ArtifactError("the OMS statement holds a digest that is not sha256", where=where,
-                            expected="sha256 digests", found="another algorithm", fix=_FIX)
+    if len(signed) != count:
+        raise ArtifactError(**fill(rules.OMS_NOT_SHA256, where=where))
     diff = statement_diff(signed, artifact_digests(art))
     extra = unlisted_files(art)
     if extra:
         diff.append("not covered by the signature (extra): " + ", ".join(extra[:5]))
     if diff:
-        raise ArtifactError("the OMS signature does not cover exactly this artifact's files",
-                            where=where, expected="every file of the artifact with its sha256, "
-                            "and nothing else", found="; ".join(diff)[:600], fix=_FIX)
+        raise ArtifactError(**fill(rules.OMS_NOT_EXACT, where=where, found="; ".join(diff)[:600]))
 
 
 def _read_signature(data: bytes, tmp: Path, where: str):
@@ -177,16 +176,10 @@ def _read_signature(data: bytes, tmp: Path, where: str):
     try:
         signature = pb.Signature.read(path)
     except Exception as e:     # JSON, protobuf or field errors: a malformed bundle
-        raise ArtifactError("model.sig is not an OMS signature bundle aotc reads", where=where,
-                            expected="a Sigstore bundle with a DSSE envelope (key or certificate "
-                            "method)", found=f"{type(e).__name__}: {str(e)[:120]}", fix=_FIX) \
-            from None
+        raise ArtifactError(**fill(rules.OMS_MALFORMED, where=where,
+                                   found=f"{type(e).__name__}: {str(e)[:120]}")) from None
     if signature.bundle.verification_material.tlog_entries:
-        raise ArtifactError("model.sig is a keyless Sigstore signature, which needs the network",
-                            where=where, expected="a key or certificate signature",
-                            found="a bundle with transparency-log entries",
-                            fix="verify it with `model_signing verify sigstore`, or re-sign it "
-                                "with a key (`aotc sign ART --key KEY`)")
+        raise ArtifactError(**fill(rules.OMS_KEYLESS, where=where))
     return signature
 
 

@@ -4,7 +4,7 @@ scripts/gen_cpp_rules.py writes them into the C++ front end's header
 
 Stage: the artifact contract (what a loader accepts). In: nothing. Out: constants and error
 templates (what / where / expected / found / fix, as aotc.errors takes them), which a caller
-fills with `str.format` fields named in braces (none needs one today).
+fills with `str.format` fields named in braces (`fill`).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ MAX_SIGNATURES = 64            # entries of signatures.json
 MAX_KERNEL_BUFFERS = 4096      # a Triton kernel's parameters, buffers read and written (and so
                                # its extents, one per buffer): a backward's horizontally fused
                                # reductions read and write hundreds
+MAX_BUNDLE = 16 << 20          # bytes of an OMS bundle (model.sig)
+MAX_OMS_RESOURCES = 1 << 17    # resources of an OMS statement (a manifest lists at most 1 << 16)
 LEVELS = tuple((level, arch_of(level)) for level in ISA_ORDER)   # CPU levels, lowest first
 # a runner file's top-level fields (runtime/runner_file.py writes exactly these)
 RUNNER_FIELDS = ("entry", "slots", "symbols", "exprs", "inputs", "steps", "outputs", "weights",
@@ -48,8 +50,39 @@ PLAN_FAILED = dict(
     fix="re-export the model with this aotc (the plan may be damaged or not aotc's); if a fresh "
         "export fails too, report it")
 
+# OMS bundles (model.sig, runtime/oms.py; the C++ front end's oms.cpp): each refusal once.
+_OMS_FIX = "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer"
+OMS_MALFORMED = dict(
+    what="model.sig is not an OMS signature bundle aotc reads", where="{where}",
+    expected="a Sigstore bundle with a DSSE envelope (key or certificate method)",
+    found="{found}", fix=_OMS_FIX)
+OMS_KEYLESS = dict(
+    what="model.sig is a keyless Sigstore signature, which needs the network", where="{where}",
+    expected="a key or certificate signature", found="a bundle with transparency-log entries",
+    fix="verify it with `model_signing verify sigstore`, or re-sign it with a key "
+        "(`aotc sign ART --key KEY`)")
+OMS_UNTRUSTED = dict(
+    what="the OMS signature (model.sig) is not by a trusted key", where="{where}",
+    expected="a signature by one of {ids}", found="{found}", fix=_OMS_FIX)
+OMS_HASHING = dict(
+    what="the OMS statement hashes the artifact in a way aotc does not check", where="{where}",
+    expected="method 'files', hash_type 'sha256'", found="{found}", fix=_OMS_FIX)
+OMS_NOT_SHA256 = dict(
+    what="the OMS statement holds a digest that is not sha256", where="{where}",
+    expected="sha256 digests", found="another algorithm", fix=_OMS_FIX)
+OMS_TOO_MANY = dict(
+    what="the OMS statement lists more resources than aotc reads", where="{where}",
+    expected=f"at most {MAX_OMS_RESOURCES} resources", found="{found}", fix=_OMS_FIX)
+OMS_NOT_EXACT = dict(
+    what="the OMS signature does not cover exactly this artifact's files", where="{where}",
+    expected="every file of the artifact with its sha256, and nothing else", found="{found}",
+    fix=_OMS_FIX)
+
 TEMPLATES = {"NO_USABLE_KEY": NO_USABLE_KEY, "PRIVATE_KEY": PRIVATE_KEY,
-             "PLAN_FAILED": PLAN_FAILED}
+             "PLAN_FAILED": PLAN_FAILED, "OMS_MALFORMED": OMS_MALFORMED,
+             "OMS_KEYLESS": OMS_KEYLESS, "OMS_UNTRUSTED": OMS_UNTRUSTED,
+             "OMS_HASHING": OMS_HASHING, "OMS_NOT_SHA256": OMS_NOT_SHA256,
+             "OMS_TOO_MANY": OMS_TOO_MANY, "OMS_NOT_EXACT": OMS_NOT_EXACT}
 
 
 def fill(template: dict, **fields) -> dict:

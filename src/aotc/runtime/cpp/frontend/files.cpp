@@ -1,6 +1,7 @@
 // The artifact reader (files.h).
 #include "files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "package.h"
@@ -196,7 +198,7 @@ void Artifact::parse_files() {
 }
 
 // A package holds the manifest, the signature files (signatures.json; model.sig, an OMS
-// bundle this front end does not verify) and the listed files, nothing else (its members in
+// bundle: oms.h) and the listed files, nothing else (its members in
 // index order, as runtime/artifact.py checks them).
 void Artifact::check_members() const {
   if (package_)
@@ -335,6 +337,74 @@ std::optional<std::string> Artifact::read_unlisted(const std::string& name, size
                         "at most " + std::to_string(limit) + " bytes",
                         std::to_string(f.size) + " bytes", "re-export the model");
   return read_at(f.fd, f.base, size_t(f.size), where(name), kDamaged);
+}
+
+std::string Artifact::whole_sha256(const std::string& rel) const {
+  Opened f = open_listed(rel, files_.at(rel).size);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("OpenSSL's SHA-256 failed");
+  constexpr uint64_t kBlock = 1 << 24;
+  for (uint64_t at = 0; at < f.size; at += kBlock) {
+    std::string block = read_at(f.fd, f.base + at, size_t(std::min(kBlock, f.size - at)), where(rel), kDamaged);
+    EVP_DigestUpdate(ctx.get(), block.data(), block.size());
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &len);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) out += kHex[digest[i] >> 4], out += kHex[digest[i] & 15];
+  return out;
+}
+
+namespace {
+
+// The entries under directory `fd` (closed here) whose relative names `keep` accepts, depth
+// first; directories are entered (not symlinks to them), at most 16 deep.
+void walk(int fd, const std::string& prefix, int depth, const std::function<bool(const std::string&, bool)>& keep,
+          std::vector<std::string>& out, size_t limit) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(fd), ::closedir);
+  if (!d) {
+    ::close(fd);
+    return;
+  }
+  while (dirent* e = ::readdir(d.get())) {
+    std::string name = e->d_name, rel = prefix + name;
+    struct stat st;
+    if (name == "." || name == ".." || ::fstatat(::dirfd(d.get()), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      continue;
+    bool dir = S_ISDIR(st.st_mode);
+    if (!keep(rel, dir)) continue;
+    if (!dir) {
+      if (out.size() < limit) out.push_back(rel);
+      continue;
+    }
+    int sub = ::openat(::dirfd(d.get()), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub >= 0 && depth < 16) walk(sub, rel + "/", depth + 1, keep, out, limit);
+    else if (sub >= 0) ::close(sub);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Artifact::unlisted(const std::vector<std::string>& skipped,
+                                            const std::vector<std::string>& ignored, size_t limit) const {
+  std::vector<std::string> out;
+  if (package_) return out;
+  int fd = ::openat(dirfd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return out;
+  auto keep = [&](const std::string& rel, bool dir) {
+    bool top = rel.find('/') == std::string::npos;
+    auto in = [&](const std::vector<std::string>& names) {
+      return top && std::find(names.begin(), names.end(), rel) != names.end();
+    };
+    if (dir) return !in(skipped);   // OMS never enters .git and its kin at the top
+    return !in(ignored) && rel != "manifest.json" && !files_.count(rel);
+  };
+  walk(fd, "", 0, keep, out, limit);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace aotc::fe

@@ -74,6 +74,16 @@ class Artifact {
   // A file of the format the manifest does not list (signatures.json) at the artifact's top,
   // opened as listed ones are, at most `limit` bytes; nullopt where there is none.
   std::optional<std::string> read_unlisted(const std::string& name, size_t limit) const;
+  const std::map<std::string, FileEntry>& files() const { return files_; }
+  // sha256 of a listed file's whole bytes (its size checked, its digests not: oms.cpp compares
+  // it with a signed one), for a file the manifest hashes by chunks.
+  std::string whole_sha256(const std::string& rel) const;
+  // A directory's files (and symlinks) the manifest does not list, sorted, as runtime/oms.py
+  // unlisted_files finds them: the manifest and, at the top, `ignored` names aside and the
+  // `skipped` folders not entered; at most `limit` of them. None for a package (its members
+  // are checked when it is opened).
+  std::vector<std::string> unlisted(const std::vector<std::string>& skipped,
+                                    const std::vector<std::string>& ignored, size_t limit) const;
 
  private:
   struct Opened;

@@ -6,6 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -168,7 +173,8 @@ std::vector<std::string> key_files_in(const std::string& dir) {
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d.get())) {
     std::string name = e->d_name, sfx = suffix(name);
-    if (name != "." && name != ".." && (sfx == ".pub" || sfx == ".pem")) names.push_back(name);
+    if (name != "." && name != ".." && (sfx == ".pub" || sfx == ".pem" || sfx == ".crt"))
+      names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   std::string base = dir;
@@ -239,6 +245,84 @@ std::optional<std::vector<std::string>> trusted_from_env() {
     }
   }
   return keys;
+}
+
+namespace {
+
+// The label of the first PEM block in `text`, as trust.py _pem_label finds it ("" if none).
+std::string pem_label(std::string_view text) {
+  size_t at = text.find("-----BEGIN ");
+  size_t end = at == std::string_view::npos ? at : text.find("-----", at + 11);
+  return end == std::string_view::npos ? "" : std::string(text.substr(at + 11, end - at - 11));
+}
+
+// The PEM SubjectPublicKeyInfo (as cryptography writes it) of an EC public key on a curve OMS's
+// key method takes, read from the first PUBLIC KEY block of `text`; "" for any other key.
+std::string ec_pem(const std::string& text) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(BIO_new_mem_buf(text.data(), int(text.size())), BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      in ? PEM_read_bio_PUBKEY(in.get(), nullptr, nullptr, nullptr) : nullptr, EVP_PKEY_free);
+  char group[64] = {0};
+  size_t len = 0;
+  if (!key || EVP_PKEY_get_base_id(key.get()) != EVP_PKEY_EC ||
+      EVP_PKEY_get_group_name(key.get(), group, sizeof group, &len) != 1)
+    return "";
+  std::string name(group, len);   // OpenSSL's names of trust.py EC_CURVES
+  if (name != "prime256v1" && name != "secp384r1" && name != "secp521r1") return "";
+  std::unique_ptr<BIO, decltype(&BIO_free)> out(BIO_new(BIO_s_mem()), BIO_free);
+  char* data = nullptr;
+  if (!out || PEM_write_bio_PUBKEY(out.get(), key.get()) != 1) return "";
+  long n = BIO_get_mem_data(out.get(), &data);
+  return std::string(data, size_t(n));
+}
+
+}  // namespace
+
+std::string subject_of(const void* cert, bool unnamed) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> out(BIO_new(BIO_s_mem()), BIO_free);
+  char* data = nullptr;
+  X509_NAME* name = X509_get_subject_name(static_cast<const X509*>(cert));
+  if (!out || X509_NAME_print_ex(out.get(), name, 0, XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) < 0) return "";
+  std::string text(data, size_t(BIO_get_mem_data(out.get(), &data)));
+  text = text.substr(0, 200);
+  return text.empty() && unnamed ? "an unnamed certificate" : text;
+}
+
+namespace {
+
+// Each certificate of a PEM text, as certificate anchors (raw: DER); none where none parses.
+std::vector<Anchor> certificates(const std::string& text) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(BIO_new_mem_buf(text.data(), int(text.size())), BIO_free);
+  std::vector<Anchor> out;
+  while (in) {
+    std::unique_ptr<X509, decltype(&X509_free)> cert(PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr),
+                                                     X509_free);
+    unsigned char* der = nullptr;
+    int n = cert ? i2d_X509(cert.get(), &der) : -1;
+    if (n <= 0) break;
+    out.push_back({"certificate", std::string(reinterpret_cast<char*>(der), size_t(n)), subject_of(cert.get())});
+    OPENSSL_free(der);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Anchor> anchors_of(const std::string& key, bool is_path) {
+  std::string text = key;
+  if (is_path ? is_file(key) : key.rfind("-----", 0) != 0 && is_file(key)) text = read_key_file(key);
+  std::string label = pem_label(text);
+  if (label == "CERTIFICATE") {
+    std::vector<Anchor> certs = certificates(text);
+    if (certs.empty()) not_a_key(text);
+    return certs;
+  }
+  if (label == "PUBLIC KEY") {
+    std::string pem = ec_pem(text);
+    if (!pem.empty()) return {{"ec", pem, key_id(pem)}};
+  }
+  std::string raw = public_key_bytes(key, is_path);
+  return {{"ed25519", raw, key_id(raw)}};
 }
 
 std::string key_id(std::string_view raw) { return sha256_hex(raw.data(), raw.size()).substr(0, 16); }

@@ -5,8 +5,13 @@
 // raw bytes themselves; a file holds PEM or base64. PEM is a "PUBLIC KEY" block holding an
 // Ed25519 SubjectPublicKeyInfo (RFC 8410: DER 302a300506032b6570032100 and the 32 bytes, the
 // only DER form of one), as `aotc keygen` writes it. AOTC_TRUSTED_KEYS names key files and
-// directories (whose *.pub and *.pem files are keys), separated by ':'. What is no key is a
+// directories (whose *.pub, *.pem and *.crt files are keys), separated by ':'. What is no key is a
 // UsageError with Python's message.
+//
+// A trust anchor (runtime/trust.py anchors_of) is either such an Ed25519 key or an elliptic-
+// curve public key on P-256, P-384 or P-521 (a PEM "PUBLIC KEY" block, read by OpenSSL), which
+// verifies OMS bundles (model.sig, oms.h) by the key method, or a certificate (each of a PEM
+// file's "CERTIFICATE" blocks, read by OpenSSL), a trust root of OMS's certificate method.
 #pragma once
 
 #include <optional>
@@ -31,8 +36,23 @@ std::string public_key_bytes(const std::string& key, bool is_path = false);
 
 // The key files AOTC_TRUSTED_KEYS names, in Python's order (a directory's files sorted);
 // nullopt where it is unset or empty (names no key), an empty list where it names keys but
-// yields none (":", a directory with no *.pub or *.pem), which check_signature refuses.
+// yields none (":", a directory with no *.pub, *.pem or *.crt), which check_signature refuses.
 std::optional<std::vector<std::string>> trusted_from_env();
+
+struct Anchor {
+  std::string kind;     // "ed25519" (raw: the 32 key bytes), "ec" (raw: its PEM SPKI) or
+                        // "certificate" (raw: its DER)
+  std::string raw;
+  std::string key_id;   // key_id(raw); a certificate's: its subject (RFC 4514)
+};
+
+// The anchors one trusted key stands for, as runtime/trust.py anchors_of reads it (`is_path`:
+// as public_key_bytes).
+std::vector<Anchor> anchors_of(const std::string& key, bool is_path = false);
+
+// A certificate's subject as cryptography's rfc4514_string() writes it, at most 200
+// characters ("an unnamed certificate" for an empty one when `unnamed`).
+std::string subject_of(const void* x509, bool unnamed = true);
 
 // runtime/signing.py key_id: the first 16 hex digits of sha256 of the 32 raw bytes.
 std::string key_id(std::string_view raw);

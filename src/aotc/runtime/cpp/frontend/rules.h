@@ -11,6 +11,8 @@ inline constexpr uint64_t kMaxStateBytes = 1099511627776ull;
 inline constexpr int64_t kMaxDim = 1099511627776ll;
 inline constexpr size_t kMaxSignatures = 64;
 inline constexpr size_t kMaxKernelBuffers = 4096;
+inline constexpr size_t kMaxBundle = 16777216;
+inline constexpr size_t kMaxOmsResources = 131072;
 
 struct Level { const char* name; const char* arch; };
 inline constexpr Level kLevels[] = {
@@ -56,6 +58,55 @@ inline constexpr Template kPlanFailed = {
     "ATen calls that fit the plan's slots",
     "{found}",
     "re-export the model with this aotc (the plan may be damaged or not aotc's); if a fresh export fails too, report it",
+};
+inline constexpr Template kOmsMalformed = {
+    "model.sig is not an OMS signature bundle aotc reads",
+    "{where}",
+    "a Sigstore bundle with a DSSE envelope (key or certificate method)",
+    "{found}",
+    "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
+};
+inline constexpr Template kOmsKeyless = {
+    "model.sig is a keyless Sigstore signature, which needs the network",
+    "{where}",
+    "a key or certificate signature",
+    "a bundle with transparency-log entries",
+    "verify it with `model_signing verify sigstore`, or re-sign it with a key (`aotc sign ART --key KEY`)",
+};
+inline constexpr Template kOmsUntrusted = {
+    "the OMS signature (model.sig) is not by a trusted key",
+    "{where}",
+    "a signature by one of {ids}",
+    "{found}",
+    "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
+};
+inline constexpr Template kOmsHashing = {
+    "the OMS statement hashes the artifact in a way aotc does not check",
+    "{where}",
+    "method 'files', hash_type 'sha256'",
+    "{found}",
+    "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
+};
+inline constexpr Template kOmsNotSha256 = {
+    "the OMS statement holds a digest that is not sha256",
+    "{where}",
+    "sha256 digests",
+    "another algorithm",
+    "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
+};
+inline constexpr Template kOmsTooMany = {
+    "the OMS statement lists more resources than aotc reads",
+    "{where}",
+    "at most 131072 resources",
+    "{found}",
+    "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
+};
+inline constexpr Template kOmsNotExact = {
+    "the OMS signature does not cover exactly this artifact's files",
+    "{where}",
+    "every file of the artifact with its sha256, and nothing else",
+    "{found}",
+    "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
 };
 
 }  // namespace aotc::fe::rules

@@ -14,6 +14,7 @@
 #include "files.h"
 #include "json.h"
 #include "keys.h"
+#include "oms.h"
 #include "templates.h"
 
 namespace aotc::fe {
@@ -136,16 +137,14 @@ std::map<std::string, bool> verified_signers(std::string_view manifest,
   return out;
 }
 
-std::string check_signature(const Artifact& art,
-                            const std::optional<std::vector<std::string>>& trusted_keys) {
-  std::optional<std::vector<std::string>> env = trusted_from_env();
-  if (!trusted_keys && !env) return "";
-  std::set<std::string> trusted;
-  for (const auto& k : trusted_keys.value_or(std::vector<std::string>{}))
-    trusted.insert(key_id(public_key_bytes(k)));
-  for (const auto& path : env.value_or(std::vector<std::string>{}))
-    trusted.insert(key_id(public_key_bytes(path, true)));
-  if (trusted.empty()) raise<ArtifactError>(rules::kNoUsableKey);   // names keys, yields none: closed
+namespace {
+
+const char* kSignFix = "sign it with a trusted key (`aotc sign ART --key KEY`), or load it from the "
+                       "producer you trust";
+
+// A trusted Ed25519 key id that signed signatures.json, or the ArtifactError saying why none
+// did (runtime/signing.py _ed25519_signer).
+std::string ed25519_signer(const Artifact& art, const std::set<std::string>& trusted) {
   std::vector<Signature> signatures = read_signatures(art);
   std::set<std::string> valid, claimed;
   for (const auto& [id, ok] : verified_signers(art.manifest_bytes(), signatures))
@@ -161,8 +160,55 @@ std::string check_signature(const Artifact& art,
   throw ArtifactError("the artifact is not signed by a trusted key", art.where(kFile),
                       "a valid signature by one of " +
                           id_list(std::vector<std::string>(trusted.begin(), trusted.end())),
-                      found, "sign it with a trusted key (`aotc sign ART --key KEY`), or load it "
-                             "from the producer you trust");
+                      found, kSignFix);
+}
+
+// Neither signature file could be checked by a trusted key of its kind (signing.py's last
+// refusal).
+[[noreturn]] void unsigned_for(const Artifact& art, const std::vector<Anchor>& anchors) {
+  std::vector<std::string> present, named;
+  for (const char* name : {kOmsSignature, kFile})
+    if (art.read_unlisted(name, kMaxSignaturesFile)) present.push_back(name);
+  for (const Anchor& a : anchors) named.push_back(a.kind + " " + a.key_id);
+  std::string files = present.empty() ? "" : present[0] + (present.size() > 1 ? " and " + present[1] : "");
+  throw ArtifactError("the artifact is not signed by a trusted key",
+                      art.where(present.empty() ? "manifest.json" : present[0]),
+                      "a signature by one of " + id_list(named),
+                      present.empty() ? "no signature"
+                                      : "only " + files + ", which no trusted key of its kind can check",
+                      kSignFix);
+}
+
+}  // namespace
+
+std::string check_signature(const Artifact& art,
+                            const std::optional<std::vector<std::string>>& trusted_keys) {
+  std::optional<std::vector<std::string>> env = trusted_from_env();
+  if (!trusted_keys && !env) return "";
+  std::vector<Anchor> anchors, oms_anchors;
+  for (const auto& k : trusted_keys.value_or(std::vector<std::string>{}))
+    for (auto& a : anchors_of(k)) anchors.push_back(std::move(a));
+  for (const auto& path : env.value_or(std::vector<std::string>{}))
+    for (auto& a : anchors_of(path, true)) anchors.push_back(std::move(a));
+  if (anchors.empty()) raise<ArtifactError>(rules::kNoUsableKey);   // names keys, yields none: closed
+  std::set<std::string> ed25519;
+  for (const Anchor& a : anchors)
+    if (a.kind == "ed25519") ed25519.insert(a.key_id);
+    else oms_anchors.push_back(a);   // EC keys and certificates: OMS bundles
+  std::optional<ArtifactError> refusal;   // the first, as runtime/signing.py raises it
+  if (!oms_anchors.empty())
+    if (std::optional<std::string> bundle = art.read_unlisted(kOmsSignature, rules::kMaxBundle)) try {
+        return verify_oms(art, *bundle, oms_anchors);
+      } catch (const ArtifactError& e) {
+        refusal = e;
+      }
+  if (!ed25519.empty()) try {
+      return ed25519_signer(art, ed25519);
+    } catch (const ArtifactError& e) {
+      if (!refusal) refusal = e;
+    }
+  if (refusal) throw *refusal;
+  unsigned_for(art, anchors);
 }
 
 }  // namespace aotc::fe

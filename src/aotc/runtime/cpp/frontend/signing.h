@@ -1,5 +1,6 @@
 // Signed artifacts in the C++ front end: runtime/signing.py's check, with its rules and its
-// messages.
+// messages. This header: signatures.json (Ed25519) and the check that also tries model.sig
+// (OMS bundles: oms.h).
 //
 // With no trust policy (LoadOptions.trusted_keys not given, AOTC_TRUSTED_KEYS unset or empty)
 // no signature is required and signatures.json is not read. With trusted keys, signatures.json
@@ -58,9 +59,11 @@ std::vector<Signature> read_signatures(const Artifact& art);
 std::map<std::string, bool> verified_signers(std::string_view manifest,
                                              const std::vector<Signature>& signatures);
 
-// The key id of a trusted key that signed the artifact (the first in sorted order); "" when
-// no key is trusted. UsageError for a trusted key that is no Ed25519 public key (keys.h);
-// ArtifactError when keys are trusted and none of them signed.
+// Who signed the artifact among the trusted keys, as runtime/signing.py check_signature says
+// it: "OMS key ID" for model.sig verified by a trusted EC key (oms.h), else the key id of a
+// trusted Ed25519 key that signed signatures.json (the first in sorted order); "" when no key
+// is trusted. UsageError for a trusted key that is neither (keys.h); ArtifactError when keys
+// are trusted and no signature by one of them verifies (the first refusal Python gives).
 // A policy that names keys and yields none (trusted_keys given empty, AOTC_TRUSTED_KEYS ":" or
 // a directory with no key file) is an ArtifactError on every load: it fails closed.
 std::string check_signature(const Artifact& art,
