@@ -50,6 +50,11 @@ class ExportOptions:
                                "the example input is a prompt of token ids [batch, T].")
     max_cache_len: int = _opt(2048, "Generators: the KV cache's length (the prompt and the "
                                     "tokens generated after it, together).")
+    max_batch: int = _opt(0, "Generators: export N cache slots, each at its own position, for "
+                             "continuous batching (aotc.serve): a decode entry stepping every "
+                             "slot at once and a prefill entry writing one prompt (or a chunk "
+                             "of one) into a chosen slot. 0: one batch in lockstep, the batch "
+                             "of the example input.")
     tensor_parallel: int = _opt(1, "Split the model over N ranks, Megatron-style (column-"
                                    "parallel q/k/v and gate/up projections, row-parallel output "
                                    "and down projections followed by an all-reduce, the LM head "
@@ -68,6 +73,11 @@ class ExportOptions:
             raise UsageError(f"--max-cache-len {self.max_cache_len} is out of range",
                              where="--max-cache-len", expected="2..1048576",
                              found=self.max_cache_len, fix="choose a cache length in range")
+        if self.max_batch and not (self.decode and 1 <= self.max_batch <= 4096):
+            raise UsageError(f"--max-batch {self.max_batch} needs --decode and 1..4096 slots",
+                             where="--max-batch", expected="--decode --max-batch 1..4096",
+                             found=f"decode={self.decode}, max_batch={self.max_batch}",
+                             fix="add --decode, or choose a number of slots in range")
         if self.autotune and self.target.strip().lower().partition(":")[0] == "cpu":
             raise UsageError("--autotune times Triton kernels on a GPU; target cpu has none",
                              where="--autotune", expected="a cuda target, e.g. --target cuda",

@@ -38,7 +38,7 @@ from pathlib import Path
 from aotc.errors import ArtifactError
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 19
+FORMAT_VERSION = 22
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -171,6 +171,13 @@ CHANGELOG = {
                        "kernel's buffer) before the kernel runs. A reader of version 18 "
                        "refuses the field; versions 1-18 load as they are, their Triton "
                        "kernels unchecked"),
+    22: ("2026-12-07", "generators may hold slots (continuous batching, --max-batch N): the "
+                       "manifest's generation.slots = N (equal to its batch), the position "
+                       "state int64 [N] (each slot's own), prefill taking (input_ids [1, T], "
+                       "slot [1], start [1]) and writing that slot alone, decode taking "
+                       "input_ids [N, 1]; the prefill's greedy token is [1, 1]. A reader of "
+                       "version 19 refuses the field; versions 1-19 load as they are (one "
+                       "batch in lockstep)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -178,7 +178,10 @@ class Generation:
     tokens, then decode one token a step; `position` names the state holding the next
     position; batch is fixed at export. `token` (format 18) is the index of both entries'
     flat output holding the logits' argmax [batch, 1] int64, the greedy token (None: the
-    runtime takes the argmax itself)."""
+    runtime takes the argmax itself). `slots` (format 22): the cache holds that many
+    sequences, each at its own position (position is int64 [slots]); prefill takes
+    (input_ids [1, T], slot [1], start [1]) and decode input_ids [slots, 1] (continuous
+    batching, exporter/generate.py); batch equals it. None: one batch in lockstep."""
     prefill: str
     decode: str
     position: str
@@ -186,12 +189,15 @@ class Generation:
     batch: int
     vocab: int
     token: int | None = None
+    slots: int | None = None
 
     def to_json(self) -> dict:
         out = {"batch": self.batch, "decode": self.decode, "max_cache_len": self.max_cache_len,
                "position": self.position, "prefill": self.prefill, "vocab": self.vocab}
         if self.token is not None:
             out["token"] = self.token
+        if self.slots is not None:
+            out["slots"] = self.slots
         return out
 
 
@@ -370,24 +376,30 @@ def _states(a: At) -> tuple:
 
 
 def _generation(a: At, m: Manifest) -> Generation:
+    optional = ("token",) * (m.format_version >= 18) + ("slots",) * (m.format_version >= 22)
     a.obj(required=("prefill", "decode", "position", "max_cache_len", "batch", "vocab"),
-          optional=("token",) if m.format_version >= 18 else ())
+          optional=optional)
     g = Generation(prefill=a.get("prefill").str(choices=set(m.entries)),
                    decode=a.get("decode").str(choices=set(m.entries)),
                    position=a.get("position").str(choices={s.name for s in m.state}),
                    max_cache_len=a.int_of("max_cache_len", 2, 1 << 24),
                    batch=a.int_of("batch", 1, 1 << 16), vocab=a.int_of("vocab", 1, 1 << 26),
-                   token=a.get("token").int(0, 1 << 16) if a.has("token") else None)
+                   token=a.get("token").int(0, 1 << 16) if a.has("token") else None,
+                   slots=a.get("slots").int(1, 1 << 16) if a.has("slots") else None)
+    if g.slots is not None:
+        a.get("slots").check(g.slots == g.batch, f"the batch ({g.batch})", "differs from it")
     pos = next(s for s in m.state if s.name == g.position)
-    a.get("position").check(pos.dtype == "int64" and pos.shape == (1,),
-                            "an int64 state of shape [1]", "names another kind of state")
+    a.get("position").check(pos.dtype == "int64" and pos.shape == (g.slots or 1,),
+                            f"an int64 state of shape [{g.slots or 1}]",
+                            "names another kind of state")
     if g.token is not None:
         for name in dict.fromkeys((g.prefill, g.decode)):
             outs = m.entries[name].outputs
             meta = outs[g.token] if g.token < len(outs) else None
+            rows = 1 if g.slots and name == g.prefill else g.batch
             a.get("token").check(meta is not None and meta.dtype == "int64"
-                                 and meta.shape == (g.batch, 1),
-                                 f"the index of an int64 [{g.batch}, 1] output of {name!r}",
+                                 and meta.shape == (rows, 1),
+                                 f"the index of an int64 [{rows}, 1] output of {name!r}",
                                  f"names {meta.dtype}{list(meta.shape)}" if meta is not None
                                  else f"names none of its {len(outs)} outputs")
     return g
