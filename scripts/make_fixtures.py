@@ -20,7 +20,7 @@ interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a slidin
 soft-capped scores and attention sinks, exported for decoding, extern-only (its decode attention
 calls aotc's op with all three extra arguments). `slots` (format >= 22) is the same sample
 without a window (a ring holds no slots), soft-capped and with sinks, exported with 2 cache
-slots (`--max-batch 2`: per-slot positions), extern-only. `kernels_fft` (format >= 15) holds a
+slots (`--max-batch 2`: per-slot positions) and a decode bucket of one slot, extern-only. `kernels_fft` (format >= 15) holds a
 spectral filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like
 `kernels`.
 `kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
@@ -108,7 +108,8 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
          "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
          "slots": (lambda: tiny_generator(window=0),
-                   {"decode": True, "max_cache_len": 16, "max_batch": 2, "codegen": False}),
+                   {"decode": True, "max_cache_len": 16, "max_batch": 2, "slot_buckets": "1",
+                    "codegen": False}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
          "kernels_select": (Select, {"isa": "auto"})}
 

@@ -34,6 +34,25 @@ def test_manifest_and_state(slot_llm):
     assert m.slots == 4 and m.generation.slots == 4 and m.generation.batch == 4
     assert m.state["pos"].shape == (4,)
     assert [i.name for i in m.entries["prefill"].spec.inputs] == ["input_ids", "slot", "start"]
+    assert m.generation.buckets == ((2, "decode_2"),)
+
+
+def test_a_decode_bucket_steps_the_first_slots_alone(slot_llm):
+    m = aotc.load(slot_llm)
+    for s, p in enumerate(([4, 5, 6], [7, 8], [9], [1, 2, 3, 4])):
+        m.prefill_slot(torch.tensor([p]), s)
+    feed = torch.tensor([[11], [12], [13], [14]])
+    kept = {n: t[2:].clone() for n, t in m.state.items()}
+    small = m.decode_slots(feed, live=[0, 1])                  # the bucket of 2 slots
+    assert small[0].shape == (2, 96) and m.state["pos"].tolist() == [4, 3, 1, 4]
+    assert all(torch.equal(t[2:], kept[n]) for n, t in m.state.items())
+    full = aotc.load(slot_llm)
+    for s, p in enumerate(([4, 5, 6], [7, 8], [9], [1, 2, 3, 4])):
+        full.prefill_slot(torch.tensor([p]), s)
+    whole = full.decode_slots(feed)                            # every slot
+    assert whole[0].shape == (4, 96) and full.state["pos"].tolist() == [4, 3, 2, 5]
+    torch.testing.assert_close(small[0], whole[0][:2], rtol=1e-5, atol=1e-5)
+    assert torch.equal(small[1], whole[1][:2])
 
 
 def test_padded_batch_equals_each_prompt_alone_and_eager(slot_llm):
@@ -123,6 +142,10 @@ def test_max_batch_needs_decode():
         ExportOptions(max_batch=4)
     with pytest.raises(aotc.UsageError, match="--max-batch"):
         ExportOptions(decode=True, max_batch=5000)
+    with pytest.raises(aotc.UsageError, match="--slot-buckets"):
+        ExportOptions(decode=True, max_batch=4, slot_buckets="2,4")
+    assert ExportOptions(decode=True, max_batch=8, target="cuda").bucket_rows() == (1, 2, 4)
+    assert ExportOptions(decode=True, max_batch=8).bucket_rows() == ()
 
 
 def test_transformers_padded_batch_equals_hf_generate(tmp_path):

@@ -184,8 +184,9 @@ class KVCache(torch.nn.Module):
             positions = input_pos if input_pos.dim() == 2 else input_pos[None]
             self.k[rows, :, positions] = k.transpose(1, 2)   # [R, T, Hkv, D] at (row, pos)
             self.v[rows, :, positions] = v.transpose(1, 2)
-            if input_pos.dim() == 2:
-                return self.k, self.v
+            if input_pos.dim() == 2:          # the first R rows (a decode bucket: R < N)
+                r = input_pos.shape[0]
+                return (self.k, self.v) if r == self.k.shape[0] else (self.k[:r], self.v[:r])
             row = rows.reshape(1)                  # a slot's prompt: that slot's cache
             return self.k.index_select(0, row), self.v.index_select(0, row)
         if self._ring_prompt(t):

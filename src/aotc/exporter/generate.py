@@ -15,6 +15,9 @@ position (the position state is int64 [N]):
     decode(input_ids [N, 1]) -> logits [N, vocab]
         every slot at its own position; position := min(position + 1, max_cache_len - 1)
         (the runtime keeps live slots inside the cache; a free slot's writes are never read)
+    decode_K(input_ids [K, 1]) -> logits [K, vocab]
+        the same for slots 0..K-1 only (`--slot-buckets`: the runtime runs the smallest that
+        holds every slot in use; each replays its own CUDA graph)
 
 Both steps wrap the same `Generator` (the decoder with its `aotc.nn.KVCache`s, and the position
 as an int64 buffer), so their captured graphs name the same weights and the same state; the
@@ -38,10 +41,11 @@ PREFIX = "m.g."           # what capture's wrappers put before the generator's o
 class Generator(torch.nn.Module):
     """The decoder, its caches, and the position of the next token (state)."""
 
-    def __init__(self, decoder: torch.nn.Module, max_cache_len: int, slots: int = 0):
+    def __init__(self, decoder: torch.nn.Module, max_cache_len: int, slots: int = 0,
+                 buckets: tuple[int, ...] = ()):
         super().__init__()
         self.decoder = decoder
-        self.max_cache_len, self.slots = max_cache_len, slots
+        self.max_cache_len, self.slots, self.buckets = max_cache_len, slots, buckets
         device = next(iter(decoder.parameters())).device
         self.register_buffer("pos", torch.zeros(max(slots, 1), dtype=torch.int64,
                                                 device=device), persistent=False)
@@ -99,11 +103,17 @@ class SlotPrefillStep(PrefillStep):
 
 
 class SlotDecodeStep(PrefillStep):
-    """One token for every slot, each at its own position (module doc)."""
+    """One token for every slot, each at its own position (module doc); with `rows`, for the
+    first `rows` slots only (a decode bucket: the others keep their state)."""
+
+    def __init__(self, g: Generator, token: bool = False, rows: int | None = None):
+        super().__init__(g, token)
+        self.rows = rows
 
     def forward(self, input_ids):
-        logits = self.g.decoder(input_ids, self.g.pos[:, None])
-        self.g.pos.copy_((self.g.pos + 1).clamp(max=self.g.max_cache_len - 1))
+        pos = self.g.pos if self.rows is None else self.g.pos[:self.rows]
+        logits = self.g.decoder(input_ids, pos[:, None])
+        pos.copy_((pos + 1).clamp(max=self.g.max_cache_len - 1))
         return picked(logits[:, -1], self.token)
 
 
@@ -216,7 +226,8 @@ def export_generator(model: torch.nn.Module, example_inputs: tuple, options, *,
                          f"{slots}", where="example input", expected=f"batch <= {slots}",
                          found=ids.shape[0], fix="give a prompt of batch 1")
     model.eval()
-    g = Generator(adapt(model, slots or ids.shape[0], max_len), max_len, slots)
+    g = Generator(adapt(model, slots or ids.shape[0], max_len), max_len, slots,
+                  options.bucket_rows())
     src = source.rpartition(":")[0] if source else None
     from pathlib import Path
     src_file = Path(src) if src else _source_file(model)

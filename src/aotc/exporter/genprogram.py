@@ -34,7 +34,7 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
     entries, weights, notes = {}, {}, []
     batch, max_len = ids.shape[0], g.max_cache_len
     for name, step, examples, dyn in _steps(g, ids):
-        set_mode(g, name)
+        set_mode(g, name.partition("_")[0])          # decode_K: a decode bucket
         reset_state(g)
         entry, w = _capture_entry(step, examples, dyn, options, src_file, states, strip, values,
                                   notes)
@@ -46,7 +46,9 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
     vocab = int(entries["decode"]["output_meta"]["shape"][-1])
     generation = {"prefill": "prefill", "decode": "decode", "position": "pos",
                   "max_cache_len": max_len, "batch": g.slots or batch, "vocab": vocab,
-                  "token": TOKEN, **({"slots": g.slots} if g.slots else {})}
+                  "token": TOKEN, **({"slots": g.slots} if g.slots else {}),
+                  **({"buckets": [{"rows": k, "entry": f"decode_{k}"} for k in g.buckets]}
+                     if g.buckets else {})}
     first = entries["prefill"]
     owner = g.decoder.model if isinstance(g.decoder, HFDecoder) else g.decoder
     state_dict, unread = state_keys(owner, weights)   # stored names are the model's own
@@ -68,9 +70,12 @@ def _steps(g, ids: torch.Tensor):
         return (("prefill", PrefillStep(g, token=True), (ids,), (prompt,)),
                 ("decode", DecodeStep(g, token=True), (ids[:, :1],), None))
     slot, start = ids.new_zeros(1), ids.new_zeros(1)    # two tensors: two inputs
+    buckets = tuple((f"decode_{k}", SlotDecodeStep(g, token=True, rows=k),
+                     (ids[:1, :1].repeat(k, 1),), None) for k in g.buckets)
     return (("prefill", SlotPrefillStep(g, token=True), (ids[:1], slot, start),
              (prompt, None, None)),
-            ("decode", SlotDecodeStep(g, token=True), (ids[:1, :1].repeat(g.slots, 1),), None))
+            ("decode", SlotDecodeStep(g, token=True), (ids[:1, :1].repeat(g.slots, 1),), None),
+            *buckets)
 
 
 SLOT_INPUTS = ("input_ids", "slot", "start")    # a slot prefill's inputs, in order

@@ -175,7 +175,9 @@ CHANGELOG = {
                        "manifest's generation.slots = N (equal to its batch), the position "
                        "state int64 [N] (each slot's own), prefill taking (input_ids [1, T], "
                        "slot [1], start [1]) and writing that slot alone, decode taking "
-                       "input_ids [N, 1]; the prefill's greedy token is [1, 1]. A reader of "
+                       "input_ids [N, 1]; the prefill's greedy token is [1, 1]; optional "
+                       "generation.buckets [{rows: K, entry}] name decode entries stepping "
+                       "slots 0..K-1 only, whose kernels are named decode_K_kernelN. A reader of "
                        "version 19 refuses the field; versions 1-19 load as they are (one "
                        "batch in lockstep)"),
 }

@@ -63,8 +63,10 @@ class SlotMethods:
 
     def decode_slots(self, input_ids: torch.Tensor, live=None) -> list:
         """One token for every slot, `input_ids` [N, 1] (a free slot's row is ignored): the
-        flat outputs, logits [N, vocab] and their argmax [N, 1]. `live`: the slots in use,
-        each must hold a prompt and have room for one more token (default: every slot)."""
+        flat outputs, logits [K, vocab] and their argmax [K, 1], K = N or, where the artifact
+        has decode buckets, the smallest bucket holding every live slot (rows past K are
+        not stepped). `live`: the slots in use, each must hold a prompt and have room for one
+        more token (default: every slot)."""
         self._need_slots("decode_slots")
         live = range(self.slots) if live is None else set(live)
         with self.lock:
@@ -76,12 +78,22 @@ class SlotMethods:
                                      f"{self.max_cache_len} (a prompt first, room left)",
                                      found=at, fix="prefill the slot first; finish a sequence "
                                                    "when its slot's cache is full")
-            out = self.run_flat(self.generation.decode, (input_ids,))
+            rows, entry = self._bucket(live)
+            out = self.run_flat(entry, (input_ids[:rows] if rows < self.slots else input_ids,))
             # a live slot's next position (a full one takes no more); the plan keeps the
-            # others inside the cache
+            # others it steps inside the cache
             self.slot_positions = [p + 1 if s in live else min(p + 1, self.max_cache_len - 1)
-                                   for s, p in enumerate(self.slot_positions)]
+                                   if s < rows else p for s, p in enumerate(self.slot_positions)]
             return out
+
+    def _bucket(self, live) -> tuple[int, str]:
+        """(K, entry): the smallest decode entry stepping every live slot, slots 0..K-1 (the
+        manifest's buckets; the full decode steps all)."""
+        top = max(live, default=0) + 1
+        for rows, entry in self.generation.buckets:
+            if rows >= top:
+                return rows, entry
+        return self.slots, self.generation.decode
 
     def _need_slots(self, call: str) -> None:
         if not self.slots:

@@ -181,7 +181,8 @@ class Generation:
     runtime takes the argmax itself). `slots` (format 22): the cache holds that many
     sequences, each at its own position (position is int64 [slots]); prefill takes
     (input_ids [1, T], slot [1], start [1]) and decode input_ids [slots, 1] (continuous
-    batching, exporter/generate.py); batch equals it. None: one batch in lockstep."""
+    batching, exporter/generate.py); batch equals it. None: one batch in lockstep. `buckets`
+    (format 22, with slots): ((K, entry), ...), decode entries stepping slots 0..K-1 only."""
     prefill: str
     decode: str
     position: str
@@ -190,6 +191,7 @@ class Generation:
     vocab: int
     token: int | None = None
     slots: int | None = None
+    buckets: tuple = ()
 
     def to_json(self) -> dict:
         out = {"batch": self.batch, "decode": self.decode, "max_cache_len": self.max_cache_len,
@@ -198,6 +200,8 @@ class Generation:
             out["token"] = self.token
         if self.slots is not None:
             out["slots"] = self.slots
+        if self.buckets:
+            out["buckets"] = [{"rows": k, "entry": e} for k, e in self.buckets]
         return out
 
 
@@ -376,7 +380,8 @@ def _states(a: At) -> tuple:
 
 
 def _generation(a: At, m: Manifest) -> Generation:
-    optional = ("token",) * (m.format_version >= 18) + ("slots",) * (m.format_version >= 22)
+    optional = ("token",) * (m.format_version >= 18) + \
+        ("slots", "buckets") * (m.format_version >= 22)
     a.obj(required=("prefill", "decode", "position", "max_cache_len", "batch", "vocab"),
           optional=optional)
     g = Generation(prefill=a.get("prefill").str(choices=set(m.entries)),
@@ -388,6 +393,8 @@ def _generation(a: At, m: Manifest) -> Generation:
                    slots=a.get("slots").int(1, 1 << 16) if a.has("slots") else None)
     if g.slots is not None:
         a.get("slots").check(g.slots == g.batch, f"the batch ({g.batch})", "differs from it")
+    if a.has("buckets"):
+        g = dataclasses.replace(g, buckets=_buckets(a.get("buckets"), m, g))
     pos = next(s for s in m.state if s.name == g.position)
     a.get("position").check(pos.dtype == "int64" and pos.shape == (g.slots or 1,),
                             f"an int64 state of shape [{g.slots or 1}]",
@@ -403,6 +410,22 @@ def _generation(a: At, m: Manifest) -> Generation:
                                  f"names {meta.dtype}{list(meta.shape)}" if meta is not None
                                  else f"names none of its {len(outs)} outputs")
     return g
+
+
+def _buckets(a: At, m: Manifest, g: Generation) -> tuple:
+    """generation.buckets: decode entries over the first K < slots slots, K increasing."""
+    a.check(g.slots is not None, "buckets only with slots", "buckets without slots")
+    out = []
+    for b in a.list(64):
+        b.obj(required=("rows", "entry"))
+        rows = b.get("rows").int(1, (g.slots or 2) - 1)
+        entry = b.get("entry").str(choices=set(m.entries))
+        spec = m.entries[entry].inputs
+        b.check(len(spec) == 1 and tuple(spec[0].shape) == (rows, 1),
+                f"an entry taking input_ids [{rows}, 1]", "names another entry")
+        b.check(not out or rows > out[-1][0], "rows increasing", "out of order")
+        out.append((rows, entry))
+    return tuple(out)
 
 
 def _training(a: At) -> Training:
