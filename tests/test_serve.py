@@ -1,11 +1,9 @@
 """`aotc serve`: a real uvicorn server on 127.0.0.1 driven by the official openai client
 (aotc/serve/app.py). Greedy answers must equal the same request run alone."""
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +20,7 @@ pytest.importorskip("uvicorn")
 
 from aotc.serve.app import create_app  # noqa: E402
 from aotc.serve.background import BackgroundServer as LiveServer, free_port  # noqa: E402
+from conftest import aotc_exe, subprocess_env  # noqa: E402
 from serve_helpers import WordTokenizer, wait_for  # noqa: E402
 
 TOK = WordTokenizer()
@@ -178,11 +177,9 @@ def test_api_key_queue_limit_and_no_tokenizer(slot_llm):
 
 def test_sigterm_drains_requests_in_flight(slot_llm):
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-m", "aotc.cli.main", "serve", str(slot_llm),
-                             "--port", str(port), "--max-batch", "1", "--prefill-chunk", "1",
-                             "--drain-timeout", "60"], env=env, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([*aotc_exe(), "serve", str(slot_llm), "--port", str(port),
+                             "--max-batch", "1", "--prefill-chunk", "1", "--drain-timeout",
+                             "60"], env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _up(url), timeout=120)
