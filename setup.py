@@ -3,7 +3,9 @@ declared in pyproject.toml.
 
 Two front ends share one plan runner (runtime/cpp):
   - `libaotc_runtime.so` (runtime/cpp/lib/): the runner and the Python-free front end
-    (`aotc::Module`, runtime/cpp/frontend), a plain shared library linking only libtorch; with
+    (`aotc::Module`, runtime/cpp/frontend), a plain shared library linking libtorch and
+    OpenSSL's libcrypto (hashes, signatures; JSON is nlohmann/json's, header-only: the system
+    packages libssl-dev and nlohmann-json3-dev on Debian and Ubuntu); with
     its headers (runtime/cpp/include) and CMake config (runtime/cpp/cmake/aotcConfig.cmake) it is
     what `aotc config --cmake-prefix-path` points C++ programs at;
   - `aotc.runtime._runner`: the Python bindings (runtime/cpp/python.cpp), linking that library.
@@ -23,10 +25,9 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent / "src" / "aotc"   # the package's sources
 RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp",
           "room.cpp"]
-FRONTEND = ["json.cpp", "sha256.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp",
-            "spec.cpp", "guard_errors.cpp", "module.cpp", "tensors.cpp", "sha512.cpp",
-            "ed25519.cpp", "pyrepr.cpp", "keys.cpp", "signing.cpp", "cuda_kernels.cpp",
-            "graphs.cpp"]
+FRONTEND = ["json.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp", "spec.cpp",
+            "guard_errors.cpp", "module.cpp", "tensors.cpp", "keys.cpp", "signing.cpp",
+            "cuda_kernels.cpp", "graphs.cpp"]
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"
 
@@ -115,7 +116,7 @@ def _build(cxx: str, flags: list[str], out_dir: Path, temp: Path, graph_flags: l
     torch_lib = library_paths()[0]
     subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib), f"-L{torch_lib}",
                     f"-Wl,-rpath,{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", *graph_libs,
-                    "-ldl"], check=True)
+                    "-lcrypto", "-ldl"], check=True)
     return lib
 
 

@@ -166,12 +166,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def parse(argv=None):
+def parse(argv=None, extra=None, *, batches: str = "1"):
+    """The command line; `extra(parser)` adds a benchmark's own flags (benchmarks/quant.py)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     p.add_argument("--models", default="llama-small")
-    p.add_argument("--batches", default="1")
+    p.add_argument("--batches", default=batches)
     p.add_argument("--prompts", default="128")
     p.add_argument("--steps", type=int, default=128, help="decode steps timed")
     p.add_argument("--repeats", type=int, default=3)
@@ -179,29 +180,37 @@ def parse(argv=None):
     p.add_argument("--target", default=None, help="aotc target (default: the device)")
     p.add_argument("--commit", default=None, help="the commit measured, if not a git checkout")
     p.add_argument("--out", type=Path, default=None)
-    return p.parse_args(argv)
-
-
-def main(argv=None) -> None:
-    args = parse(argv)
+    if extra is not None:
+        extra(p)
+    args = p.parse_args(argv)
     args.prompts = [int(x) for x in args.prompts.split(",")]
     if args.threads:
         torch.set_num_threads(args.threads)
+    return args
+
+
+def main(argv=None) -> None:
+    run_points(parse(argv), bench_point, write)
+
+
+def run_points(args, point, write) -> None:
+    """`point(model, batch, args, device, dtype, rate)` for every model and batch, the results
+    written after each (a run cut short keeps what it did)."""
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     rate = copy_rate(device)
     rows = []
     for m in args.models.split(","):
         for b in args.batches.split(","):
-            rows.append(bench_point(m, int(b), args, device, dtype, rate))
-            write(args, rows, rate)     # after each point: a run cut short keeps what it did
+            rows.append(point(m, int(b), args, device, dtype, rate))
+            write(args, rows, rate)
 
 
-def write(args, rows: list, rate: float) -> None:
+def write(args, rows: list, rate: float, *, benchmark: str = "generation",
+          module: str = "benchmarks.generate", table=table) -> None:
     import sys
     from benchmarks.run import commit
     rev, modified = commit()
-    meta = {"benchmark": "generation", "command": " ".join(["python -m benchmarks.generate",
-                                                              *sys.argv[1:]]),
+    meta = {"benchmark": benchmark, "command": " ".join([f"python -m {module}", *sys.argv[1:]]),
             "commit": args.commit or rev, "modified": [] if args.commit else modified,
             "device": args.device,
             "dtype": args.dtype, "torch": torch.__version__, "copy_rate_gb_s": rate / 1e9,

@@ -89,11 +89,12 @@ class Aotc(Loaded):
     """A generator artifact exported from the model, loaded, driven through its module."""
 
     def __init__(self, model, batch: int, cache: int, prompt, path, target=None,
-                 autotune: bool = False):
+                 autotune: bool = False, **options):
+        """`options`: more export options (benchmarks/quant.py passes quantize="int8")."""
         t = time.perf_counter()
         aotc.export(model, (prompt,), path, decode=True, max_cache_len=cache, autotune=autotune,
                     **({"target": target} if target else
-                       {"target": "cuda" if prompt.is_cuda else "cpu"}))
+                       {"target": "cuda" if prompt.is_cuda else "cpu"}), **options)
         export_s = time.perf_counter() - t
         t = time.perf_counter()
         self.m = aotc.load(path)

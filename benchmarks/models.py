@@ -158,6 +158,13 @@ REGISTRY: tuple[ModelSpec, ...] = (
               build=sample("transformer.py:Net"),
               configs={"small": {}, "full": {"dim": 768, "heads": 12, "layers": 6}},
               inputs=features({"small": 128, "full": 768}, seq=SEQ), batches=TEXT_BATCHES),
+    # timm's ViT-S/16 shape (samples/vit.py: attention through F.scaled_dot_product_attention)
+    ModelSpec(name="vit_s16", family="sample", requires="torch", build=sample("vit.py:Net"),
+              configs={"small": {},
+                       "full": {"dim": 384, "depth": 12, "heads": 6, "image": 224,
+                                "patch": 16, "classes": 1000}},
+              inputs=images({"small": 32, "full": 224}),
+              batches={"small": (1, 8), "full": (1, 16)}),
     # transformers (BERT and GPT-2 through aotc's samples/hf_models.py, as the CLI builds them)
     ModelSpec(name="bert", family="transformers", requires="transformers",
               build=sample("hf_models.py:bert"), configs={"small": {}, "full": {"full": True}},

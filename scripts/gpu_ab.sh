@@ -16,7 +16,8 @@ export PYTHONUNBUFFERED=1
 profile() {   # tree name: run the tree's own profile script with its own aotc importable
     local tree=$1 name=$2 root="/tmp/aotc-ab-$2"
     shift 2
-    mkdir -p "$root" && ln -sfn "$tree" "$root/aotc"
+    local pkg="$tree/src/aotc"; [[ -d $pkg ]] || pkg=$tree   # trees before the src/ layout
+    mkdir -p "$root" && ln -sfn "$pkg" "$root/aotc"
     (cd "$tree" && PYTHONPATH="$root:$tree" timeout -k 5 "${AB_S:-140}" python3 \
         scripts/gpu_decode_profile.py --systems aotc "$@" > "$OUT/profile_$name.txt" 2>&1)
     echo "$name rc=$? $(grep -m1 '^== ' "$OUT/profile_$name.txt")"

@@ -20,7 +20,8 @@ SCRIPT="$PWD/scripts/gpu_ab_steps.py"
 arts=()
 build() {   # tree name: export with the tree's own aotc importable
     local tree=$1 name=$2 root="/tmp/aotc-ab-$2"
-    mkdir -p "$root" && ln -sfn "$tree" "$root/aotc"
+    local pkg="$tree/src/aotc"; [[ -d $pkg ]] || pkg=$tree   # trees before the src/ layout
+    mkdir -p "$root" && ln -sfn "$pkg" "$root/aotc"
     (cd "$tree" && PYTHONPATH="$root:$tree" timeout -k 5 "${AB_EXPORT_S:-120}" python3 "$SCRIPT" \
         export "/tmp/aotc-ab-art/$name.aotc" --model "$MODEL" > "$OUT/export_$name.txt" 2>&1)
     echo "$name export rc=$? $(tail -n 1 "$OUT/export_$name.txt")"
@@ -30,7 +31,7 @@ for tree in .ab/*/; do
     [[ -d $tree ]] && build "$PWD/${tree%/}" "$(basename "$tree")"
 done
 build "$PWD" head
-mkdir -p /tmp/aotc-ab-head && ln -sfn "$PWD" /tmp/aotc-ab-head/aotc
+mkdir -p /tmp/aotc-ab-head && ln -sfn "$PWD/src/aotc" /tmp/aotc-ab-head/aotc
 PYTHONPATH="/tmp/aotc-ab-head:$PWD" python3 "$SCRIPT" time "${arts[@]}" "$@" > "$OUT/steps.txt" 2>&1
 echo "time rc=$?"
 cat "$OUT/steps.txt" | grep -v Warn | tail -n 12

@@ -19,14 +19,14 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 # the runner builds against this torch (16 cores: about a minute), in place; aotc imported from
 # this tree through a folder that links it as `aotc` (the GPU host's pip leaves no import hook)
-mkdir -p /tmp/aotc-root && ln -sfn "$PWD" /tmp/aotc-root/aotc
+mkdir -p /tmp/aotc-root && ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p /tmp/aotc-root/bin   # the `aotc` console script the tests run, with this python
 printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /tmp/aotc-root/bin/aotc
 chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
 ( time python3 setup.py -q build_ext --inplace ) > "$OUT/build.txt" 2>&1
 echo "build rc=$?"; tail -n 5 "$OUT/build.txt"
-grep -qa _ZN2at4cuda9CUDAGraph6replayEv runtime/cpp/lib/libaotc_runtime.so \
+grep -qa _ZN2at4cuda9CUDAGraph6replayEv src/aotc/runtime/cpp/lib/libaotc_runtime.so \
     && echo "C++ front end: CUDA graphs built" || echo "C++ front end: built without CUDA graphs"
 python3 -c "from aotc.runtime.cpp_runner import runner_status as s; print('runner:', s()[1] or 'cpp')"
 if [[ ${TEST_S:-240} != 0 ]]; then

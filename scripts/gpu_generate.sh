@@ -11,7 +11,7 @@
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_generate.sh OUT}
 mkdir -p "$OUT" /tmp/aotc-root
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1

@@ -10,7 +10,7 @@
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_greedy.sh OUT}
 mkdir -p "$OUT" /tmp/aotc-root /tmp/aotc-base
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 mkdir -p /tmp/aotc-root/bin   # the `aotc` console script some tests run, with this python
 printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /tmp/aotc-root/bin/aotc
 chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH

@@ -11,7 +11,7 @@
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_loading.sh OUT}
 mkdir -p "$OUT" /tmp/aotc-root
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 df -h /tmp | tail -n 1

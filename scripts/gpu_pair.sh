@@ -14,7 +14,7 @@ set -uo pipefail
 OUT=${1:?usage: scripts/gpu_pair.sh OUT DTYPE MODELS_GPU0 MODELS_GPU1 [BUDGET_S]}
 DTYPE=${2:?dtype}; M0=${3:?models for GPU 0}; M1=${4:?models for GPU 1}; BUDGET_S=${5:-420}
 mkdir -p "$OUT" /tmp/aotc-root
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 part() {   # part GPU MODELS
     local gpu=$1 models=$2 dir="$OUT/gpu$1"

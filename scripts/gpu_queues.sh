@@ -14,7 +14,7 @@ set -uo pipefail
 OUT=${1:?usage: scripts/gpu_queues.sh OUT QUEUE_FILE [QUEUE_FILE ...]}
 shift
 mkdir -p "$OUT" /tmp/aotc-root
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 queue() {   # queue GPU FILE

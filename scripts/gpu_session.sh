@@ -14,7 +14,7 @@ DTYPE=${2:?dtype}
 MODELS=${3:?models}
 BUDGET_S=${4:-360}
 mkdir -p "$OUT" /tmp/aotc-root
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 export PYTHONPATH=/tmp/aotc-root${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 CHECK=${CHECK:-$([[ $DTYPE == fp32 ]] && echo 1)}   # the correctness checks: fp32 parts by default

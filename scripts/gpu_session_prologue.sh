@@ -11,7 +11,7 @@
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_session_prologue.sh OUT}
 mkdir -p "$OUT" /tmp/aotc-root/bin
-ln -sfn "$PWD" /tmp/aotc-root/aotc
+ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
 printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /tmp/aotc-root/bin/aotc
 chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
 nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1

@@ -7,6 +7,8 @@
     python scripts/make_fixtures.py slots      # format_v<N>_slots.aotc only
     python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
     python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
+    python scripts/make_fixtures.py signed     # format_v<N>_signed.aotc and its .pub only
+    python scripts/make_fixtures.py kernels_int8   # format_v<N>_kernels_int8.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -24,7 +26,11 @@ slots (`--max-batch 2`: per-slot positions) and a decode bucket of one slot, ext
 spectral filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like
 `kernels`.
 `kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
-count) through a linear layer and scatters them back.
+count) through a linear layer and scatters them back. `signed` (format >= 23) is `tiny` signed
+with a fresh EC P-256 key as an OpenSSF Model Signing bundle (model.sig); the public key is kept
+beside it (format_v<N>_signed.pub), the private key is thrown away. `kernels_int8` (format >= 24) is the
+SwiGLU MLP of `tp` exported with `--quantize int8` (the manifest's quantization: int8 weights
+and float32 scales, the accuracy measured at export) and C++ kernels like `kernels`.
 Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
 of them with the current reader.
 """
@@ -111,7 +117,19 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
                    {"decode": True, "max_cache_len": 16, "max_batch": 2, "slot_buckets": "1",
                     "codegen": False}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
-         "kernels_select": (Select, {"isa": "auto"})}
+         "kernels_select": (Select, {"isa": "auto"}),
+         "signed": (Tiny, {"codegen": False}),
+         "kernels_int8": (TinyMLP, {"isa": "auto", "quantize": "int8"})}
+
+
+def sign_fixture(dest: Path) -> None:
+    """Sign `dest` (model.sig) with a new P-256 key; keep only its public key, beside it."""
+    import tempfile
+    from aotc.runtime.signing import generate_keys, sign_artifact
+    with tempfile.TemporaryDirectory() as tmp:
+        private, public = generate_keys(Path(tmp) / "key")
+        sign_artifact(dest, private)
+        shutil.copy(public, dest.with_suffix(".pub"))
 
 
 def main(kinds=("tiny", "kernels")) -> int:
@@ -124,6 +142,8 @@ def main(kinds=("tiny", "kernels")) -> int:
         if dest.exists():
             shutil.rmtree(dest)
         aotc.export(model, (x,), dest, shard_size="64B", **options)
+        if kind == "signed":
+            sign_fixture(dest)
         print(dest)
     return 0
 

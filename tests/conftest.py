@@ -287,7 +287,7 @@ def cli_mlp_artifact(tmp_path_factory) -> Path:
 # ------------------------------------------------------------------ the C++ front end's programs
 
 def cmake_build(source: Path, build: Path) -> None:
-    """A CMake project built as a user builds one against aotc (README, "A C++ front end")."""
+    """A CMake project built as a user builds one against aotc (docs/packages.md, "The C++ front end")."""
     prefix = run_aotc("config", "--cmake-prefix-path")
     if prefix.returncode != 0:
         pytest.skip(f"aotc was installed without its C++ runtime: {prefix.stderr.strip()}")
@@ -312,6 +312,14 @@ def cpp_tests(tmp_path_factory) -> Path:
     build = tmp_path_factory.mktemp("cpp_tests")
     cmake_build(AOTC_ROOT / "tests/cpp", build)
     return build
+
+
+@pytest.fixture(scope="session")
+def cpp_signing_tool(tmp_path_factory) -> Path:
+    """tests/cpp/signing's `signing` (tests/test_cpp_signing.py, tests/test_cpp_trust.py)."""
+    build = tmp_path_factory.mktemp("cpp_signing")
+    cmake_build(AOTC_ROOT / "tests/cpp/signing", build)
+    return build / "signing"
 
 
 def run_generate(cpp_tests: Path, art: Path, ids_file: Path, n: int, flags=()):

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import torch
@@ -70,6 +72,37 @@ def load_and_run(path: Path, **kwargs):
     return m(*inputs)
 
 
+# tests/test_hostile_parity.py sets this to samples/cpp's aotc_run: each refusal is then held
+# against the C++ front end's verdict on the same artifact (the same error class).
+CPP_FRONT_END: Path | None = None
+
+
+def cpp_verdict(path: Path) -> str:
+    """What the C++ front end makes of `path`: "accepted" (it loads; running it needs no entry
+    called forward), or the class of the error it exits with."""
+    done = subprocess.run([str(CPP_FRONT_END), str(path)], capture_output=True, text=True,
+                          timeout=300)
+    kind = done.stderr.split(":")[0]
+    if done.returncode == 0 or (kind == "UsageError" and "has no entry forward" in done.stderr):
+        return "accepted"
+    return kind if done.returncode in (2, 5, 6, 7) else f"untyped (exit {done.returncode}): " \
+        + done.stderr[-300:]
+
+
+def assert_same_verdict(path: Path, marker: Path, error: AotcError | None) -> None:
+    if CPP_FRONT_END is None:
+        return
+    want = "accepted" if error is None else type(error).__name__
+    got = cpp_verdict(path)
+    assert not marker.exists(), "a payload ran in the C++ front end"
+    from test_hostile_parity import known_divergence   # the cases the C++ side cannot match yet
+    why = known_divergence(os.environ.get("PYTEST_CURRENT_TEST", ""), want, got)
+    if why:
+        import pytest
+        pytest.xfail(why)
+    assert got == want, f"Python: {want}, C++: {got}"
+
+
 def assert_refused(path: Path, marker: Path, error=AotcError, **kwargs) -> AotcError:
     """Loading (and calling) `path` raises `error`, and the payload's marker never appears."""
     try:
@@ -77,6 +110,8 @@ def assert_refused(path: Path, marker: Path, error=AotcError, **kwargs) -> AotcE
     except error as e:
         assert not marker.exists(), "a payload ran"
         assert str(e), "an error without a message"
+        if not kwargs:
+            assert_same_verdict(path, marker, e)
         return e
     except Exception as e:   # noqa: BLE001 - an untyped error is the failure we look for
         raise AssertionError(f"untyped {type(e).__name__}: {e}") from e

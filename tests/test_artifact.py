@@ -235,7 +235,7 @@ KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import torch
     import aotc
-    import aotc.runtime.format as fmt
+    import aotc.runtime.publish as fmt
 
     victim, dest, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     sys.path.insert(0, {samples!r})
@@ -260,7 +260,7 @@ def _verifies(path: Path) -> None:
     assert result.exit_code == 0, result.output
 
 
-@pytest.mark.parametrize("victim", ["_fsync_tree", "_swap_into_place"])
+@pytest.mark.parametrize("victim", ["fsync_tree", "swap_into_place"])
 def test_killed_export_leaves_previous_artifact(exported, tmp_path, victim):
     ex = exported("mlp")
     dest = tmp_path / "model.aotc"

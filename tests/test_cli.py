@@ -48,8 +48,8 @@ def test_exit_codes_are_distinct():
 
 def test_every_export_option_is_a_flag():
     params = {p.name for p in main.commands["export"].params}
-    assert {name for name, _, _ in option_fields()} <= params
-    assert set(ExportOptions().to_json()) == {name for name, _, _ in option_fields()}
+    assert {name for name, *_ in option_fields()} <= params
+    assert set(ExportOptions().to_json()) == {name for name, *_ in option_fields()}
 
 
 # ------------------------------------------------------------------------ malformed arguments
@@ -72,6 +72,7 @@ BAD_EXPORT_ARGS = {
     "bad target": [MLP, "-i", "32x64", "--target", "tpu"],
     "cpu with arch": [MLP, "-i", "32x64", "--target", "cpu:sm_90"],
     "bad arch": [MLP, "-i", "32x64", "--target", "cuda:sm9"],
+    "unsupported arch": [MLP, "-i", "32x64", "--target", "cuda:sm_12"],
     "no example input": [MLP],
     "unknown option": [MLP, "-i", "32x64", "--frobnicate"],
 }
@@ -79,7 +80,8 @@ EXPECTED_WORDS = {
     "double x": "32xx64", "letters": "a x b", "zero dim": "zero", "unknown dtype": "float33",
     "missing file": "does_not_exist.py", "bad init json": "--init-args",
     "init json scalar": "--init-args", "bad target": "tpu", "cpu with arch": "cpu:sm_90",
-    "bad arch": "sm9", "range on float": "integer", "reversed range": "9..0",
+    "bad arch": "sm9", "unsupported arch": "sm_12", "range on float": "integer",
+    "reversed range": "9..0",
 }
 
 
@@ -252,11 +254,15 @@ def test_inspect_text(cli_mlp_artifact):
     assert "model:   Net" in out and "target:  cpu" in out
 
 
-def test_inspect_hf_guards_show_value_range(exported):
+def test_inspect_hf_shows_value_range_apart_from_guards(exported):
+    """An integer input's recorded range is what random inputs draw from, not a guard."""
     result = invoke("inspect", exported("bert").path)
     assert result.exit_code == 0, result.output
-    assert "#0 input_ids: dtype int64, rank 2, dim 0 == 2, dim 1 == 32, values in [" in \
-        result.output
+    guards = result.output.split("guards (checked on every call):")[1].split("steps:")[0]
+    guarded, sampling = guards.split("sampling range for random inputs")
+    assert "#0 input_ids: dtype int64, rank 2, dim 0 == 2, dim 1 == 32\n" in guarded
+    assert "values in" not in guarded
+    assert "#0 input_ids: values in [" in sampling
     assert "last_hidden_state" in result.output and "pooler_output" in result.output
 
 

@@ -233,7 +233,7 @@ def test_a_signed_package_runs(aotc_run, packed, tmp_path):
     keys C++ verifies it: tests/test_cpp_signing.py, test_a_signed_package_...)."""
     pytest.importorskip("cryptography")
     from aotc.runtime.signing import generate_keys, sign_artifact
-    priv, _ = generate_keys(tmp_path / "k")
+    priv, _ = generate_keys(tmp_path / "k", "ed25519")
     pkg = tmp_path / "s.aotcpkg"
     pkg.write_bytes(packed.read_bytes())
     sign_artifact(pkg, priv)

@@ -1,9 +1,10 @@
-"""Signed artifacts in the C++ front end (runtime/cpp/frontend: sha512, ed25519, keys,
-signing), held against Python on the same inputs: Ed25519 verification against the RFC 8032
-vectors and against the `cryptography` package's verdict (bit flips, random signatures, the
-edge cases of point and scalar encodings), SHA-512 against hashlib, base64 and key reading
-against runtime/signing.py, and `aotc::Module` loading signed, tampered and unsigned artifacts
-with the outcome `aotc.load` has: the same signer, or the same error class and message.
+"""Signed artifacts in the C++ front end (runtime/cpp/frontend: keys, signing; Ed25519 through
+OpenSSL's libcrypto), held against Python on the same inputs: Ed25519 verification against the
+RFC 8032 vectors and against the `cryptography` package's verdict (bit flips, random
+signatures, the edge cases of point and scalar encodings), base64 and key reading against
+runtime/signing.py, and `aotc::Module` loading signed, tampered and unsigned artifacts with the
+outcome `aotc.load` has: the same signer, or the same error class and message. Trust policies
+that yield no key, private keys: tests/test_cpp_trust.py.
 
 tests/cpp/signing (a CMake project; about a minute on 2 cores) is built once per session.
 """
@@ -24,8 +25,8 @@ import aotc
 from aotc import errors
 from aotc.errors import AotcError
 from aotc.runtime import format as fmt
+from aotc.runtime.schema.rules import PRIVATE_KEY
 from aotc.runtime.signing import generate_keys, key_id, public_key_bytes, sign_artifact
-from conftest import AOTC_ROOT, cmake_build
 from hostile import copy_artifact, edit_json
 
 pytest.importorskip("cryptography")
@@ -59,11 +60,9 @@ RFC8032 = [   # section 7.1: name, secret key, public key, message, signature
 ]
 
 
-@pytest.fixture(scope="session")
-def tool(tmp_path_factory) -> Path:
-    build = tmp_path_factory.mktemp("cpp_signing")
-    cmake_build(AOTC_ROOT / "tests/cpp/signing", build)
-    return build / "signing"
+@pytest.fixture
+def tool(cpp_signing_tool) -> Path:
+    return cpp_signing_tool
 
 
 def ask(tool: Path, lines: list[str]) -> list[str]:
@@ -158,13 +157,6 @@ def test_verification_agrees_with_cryptography(tool):
     assert not py_verify(enc(1), enc(1) + L.to_bytes(32, "little"), b"")   # S = L refused
 
 
-def test_sha512_matches_hashlib(tool):
-    rng = random.Random(1)
-    msgs = [rng.randbytes(n) for n in [*range(0, 260), 511, 512, 1000, 4096, 100_000]]
-    assert ask(tool, [f"sha512 {h(m)}" for m in msgs]) == [hashlib.sha512(m).hexdigest()
-                                                          for m in msgs]
-
-
 B64 = ["", "AA==", "AAA=", "AAAA", "A", "AA", "AAA", "AA=", "A=", "A===", "=", "==", "===",
        "====", "AAAA=", "AAAA==", "AA==AA==", "AA=A", "AA===", "AB==", "AAB=", "AP//", " AAAA",
        "AAAA ", "AA\nAA", "AA-_", "AA+/", "////", "\u00ffAAA", "\0AAA", "AA==\n", "QUJD", "QUI=",
@@ -230,9 +222,26 @@ def py_key(text: str) -> str:
 
 
 def test_keys_read_as_python_reads_them(tool, tmp_path):
+    """The same key, or the same error class and message; C++ never echoes what is no key
+    (it may be a secret), and names a private key as such (rules.PRIVATE_KEY)."""
     texts = key_inputs(tmp_path)
+    # a text whose first PEM block is a private key: Python refuses it without showing it
+    # (issue 51); the C++ front end's answer follows on branch `cpp` (issue 45), so only
+    # Python's is checked here
+    private = [t for t in texts if t.lstrip().startswith("-----BEGIN PRIVATE KEY")]
+    assert len(private) == 2 and all(py_key(t).startswith("UsageError\ta private key was given")
+                                     and "MC4C" not in py_key(t) for t in private)
+    texts = [t for t in texts if t not in private]
     want = [py_key(t) for t in texts]
-    assert ask(tool, [f"key {h(t.encode())}" for t in texts]) == want
+    got = ask(tool, [f"key {h(t.encode())}" for t in texts])
+    for text, w, g in zip(texts, want, got, strict=True):
+        if "PRIVATE KEY" in text and g.startswith("UsageError"):
+            assert g.split("\t")[1:] == [PRIVATE_KEY["what"], PRIVATE_KEY["found"]], text
+        elif "not an Ed25519 public key" in g:
+            assert w.split("\t")[:2] == g.split("\t")[:2]
+            assert g.split("\t")[2] == f"{len(text.encode())} bytes (not shown)"
+        else:
+            assert g == w, text
     assert sum(w.startswith("ok ") for w in want) == 11, want
     assert sum("not an Ed25519 key" in w for w in want) == 5, want
 
@@ -240,7 +249,8 @@ def test_keys_read_as_python_reads_them(tool, tmp_path):
 # ------------------------------------------------------------------------------ artifacts
 @pytest.fixture
 def keys(tmp_path):
-    return generate_keys(tmp_path / "producer"), generate_keys(tmp_path / "other")
+    return (generate_keys(tmp_path / "producer", "ed25519"),
+            generate_keys(tmp_path / "other", "ed25519"))
 
 
 @pytest.fixture
@@ -289,22 +299,48 @@ def test_signed_artifact_loads_with_its_key_and_only_with_it(tool, mlp_artifact,
     assert f"found: signatures by ['{kid}']" in refused
     unsigned = same(tool, mlp_artifact, [pub])
     assert "found: no signature" in unsigned
-    assert same(tool, signed, ["not a key"]).startswith("UsageError: a trusted key is not")
+    for outcome in (py_outcome(signed, ["not a key"]), cpp_outcome(tool, signed, ["not a key"])):
+        assert outcome.startswith("UsageError: a trusted key is not")   # C++ does not echo it
 
 
 def test_trusted_keys_from_the_environment(tool, signed, keys, tmp_path, monkeypatch):
     (_, pub), (_, other) = keys
     kid = key_id(public_key_bytes(pub))
-    (tmp_path / "empty").mkdir()
     for value, want in ((str(pub.parent), f"signer {kid}"),          # a directory of *.pub
                         (f"::{other}:{pub}:", f"signer {kid}"),
                         (str(other), "ArtifactError: the artifact is not signed"),
-                        (str(tmp_path / "empty"), "signer "),        # no key in it: none trusted
                         (str(tmp_path / "missing.pub"), "UsageError: AOTC_TRUSTED_KEYS names")):
         monkeypatch.setenv("AOTC_TRUSTED_KEYS", value)
+        if want.startswith("UsageError"):   # the path quoted as JSON in C++ (Python: repr)
+            assert py_outcome(signed).startswith(want) and cpp_outcome(tool, signed).startswith(
+                f'{want} "{value}", which is no key file or directory'), value
+            continue
         assert same(tool, signed).startswith(want), value
     monkeypatch.setenv("AOTC_TRUSTED_KEYS", str(other))
     assert same(tool, signed, [pub]) == f"signer {kid}"     # the argument's keys and the env's
+    # a folder with no key in it: Python fails closed (issue 51); the C++ front end's same
+    # fix is on branch `cpp` (issue 45), which restores the comparison with C++ here
+    monkeypatch.setenv("AOTC_TRUSTED_KEYS", str(tmp_path / "empty"))
+    assert py_outcome(signed).startswith("ArtifactError: the trust policy names no usable key")
+
+
+def test_an_artifact_signed_only_with_model_sig_is_refused_with_trusted_keys(
+        tool, mlp_artifact, keys, tmp_path):
+    """C++ does not verify OMS bundles yet (docs/signing.md): with trusted keys an artifact whose
+    only signature is model.sig is refused, never accepted; without, it loads, directory or
+    package (a package may hold model.sig as a member)."""
+    from aotc.runtime.package import pack
+    (_, pub), _ = keys
+    art = copy_artifact(mlp_artifact, tmp_path / "o.aotc")
+    ec_private, ec_public = generate_keys(tmp_path / "ec")
+    sign_artifact(art, ec_private)
+    pkg = pack(art, tmp_path / "o.aotcpkg")
+    for path in (art, pkg):
+        assert "found: no signature" in same(tool, path, [pub])
+        assert cpp_outcome(tool, path, [ec_public]).startswith(
+            "UsageError: the trusted key is not an Ed25519 key")
+        assert py_outcome(path, [ec_public]).startswith("signer OMS key ")
+        assert same(tool, path) == "signer "
 
 
 def test_signed_package_loads_with_its_key_and_only_with_it(tool, mlp_artifact, signed, keys,
@@ -332,7 +368,8 @@ def test_signed_package_loads_with_its_key_and_only_with_it(tool, mlp_artifact, 
     doc["signatures"][0]["signature"] = base64.b64encode(bytes(sig)).decode()
     art = Artifact(signed, signature_policy=False)
     try:
-        bad = write_package(art, tmp_path / "bad.aotcpkg", json.dumps(doc).encode())
+        bad = write_package(art, tmp_path / "bad.aotcpkg",
+                            replace={fmt.SIGNATURES: json.dumps(doc).encode()})
     finally:
         art.close()
     assert same(tool, bad, [pub]).startswith("ArtifactError: the artifact is not signed")

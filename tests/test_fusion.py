@@ -265,3 +265,29 @@ def test_relu_keeps_nan_and_clears_negatives_in_kernels(tmp_path):
     got, want = m(x), fn(x)
     torch.testing.assert_close(got[0], want[0], equal_nan=True)
     assert torch.equal(got[1], want[1])
+
+
+def test_independent_reductions_stay_within_a_launch_specs_blocks():
+    """A backward's bias and norm gradients are independent reductions over the same rows: they
+    fuse horizontally, but no kernel takes more block sizes than a launch spec holds (a ViT-S/16
+    training export once wrote a kernel of 102 and failed at its end)."""
+    from aotc.runtime.schema.launch import BLOCK_NODES, MAX_BLOCKS
+    x = torch.randn(16, 100 * 4)
+    program = trace_function(lambda x: [c.sum(0) for c in x.split(4, dim=1)], (x,))
+    _, steps, decisions = lower_and_schedule(program)
+    sizes = [len(k.nodes) for k in steps if isinstance(k, Kernel)]
+    assert sum(sizes) >= 100 and len(sizes) >= 2, sizes
+    assert max(sizes) < min(MAX_BLOCKS, BLOCK_NODES), sizes
+    assert any("block sizes, the most a launch spec holds" in d for d in decisions)
+
+
+def test_independent_reductions_export_for_cuda_within_the_schema(tmp_path):
+    """The same program cross-compiled for a GPU: every launch spec fits the schema it is read
+    with, checked as codegen writes it."""
+    pytest.importorskip("triton")
+    x = torch.randn(16, 100 * 4)
+    path = compile_function(lambda x: [c.sum(0) for c in x.split(4, dim=1)], (x,),
+                            tmp_path / "r.aotc", target="cuda:sm_90")
+    m = aotc.load(path, interpret=True)
+    for got, want in zip(m(x), [c.sum(0) for c in x.split(4, dim=1)]):
+        torch.testing.assert_close(got, want)

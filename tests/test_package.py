@@ -113,7 +113,7 @@ def test_a_package_loads_where_cwd_and_tmpdir_are_read_only(packed, tmp_path):
 def test_a_signed_package_verifies_and_a_tampered_one_does_not(packed, tmp_path):
     pytest.importorskip("cryptography")
     from aotc.runtime.signing import generate_keys, sign_artifact
-    priv, pub = generate_keys(tmp_path / "k")
+    priv, pub = generate_keys(tmp_path / "k", "ed25519")
     pkg = tmp_path / "s.aotcpkg"
     pkg.write_bytes(packed.read_bytes())
     sign_artifact(pkg, priv)

@@ -18,7 +18,8 @@ pytest.importorskip("cryptography")
 
 @pytest.fixture
 def keys(tmp_path):
-    return generate_keys(tmp_path / "producer"), generate_keys(tmp_path / "other")
+    return (generate_keys(tmp_path / "producer", "ed25519"),
+            generate_keys(tmp_path / "other", "ed25519"))
 
 
 def test_signed_artifact_loads_with_its_key_and_only_with_it(mlp_artifact, tmp_path, keys):
@@ -94,14 +95,19 @@ def test_trusted_keys_in_every_form(mlp_artifact, tmp_path, keys):
     with pytest.raises(UsageError):
         aotc.load(art, trusted_keys=["not a key"])
     private = (tmp_path / "producer").read_text()   # a PEM, but no public key
-    for junk in (private, "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"):
-        with pytest.raises(UsageError, match="a trusted key is not an Ed25519 public key"):
-            aotc.load(art, trusted_keys=[junk])
+    for given in (private, tmp_path / "producer"):
+        with pytest.raises(UsageError, match="a private key was given") as e:
+            aotc.load(art, trusted_keys=[given])
+        body = "".join(private.splitlines()[1:-1])
+        assert not any(body[i:i + 8] in str(e.value) for i in range(0, len(body) - 8, 4))
+    junk = "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"
+    with pytest.raises(UsageError, match="a trusted key is not an Ed25519 public key"):
+        aotc.load(art, trusted_keys=[junk])
 
 
 def test_cli_keygen_sign_inspect_and_verify(mlp_artifact, tmp_path):
     art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
-    proc = run_aotc("keygen", "-o", tmp_path / "k")
+    proc = run_aotc("keygen", "--kind", "ed25519", "-o", tmp_path / "k")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "k").stat().st_mode & 0o077 == 0
     assert run_aotc("keygen", "-o", tmp_path / "k").returncode == 2     # never overwritten

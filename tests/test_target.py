@@ -38,6 +38,9 @@ def test_valid_targets(text, device, archs):
     ("cuda:sm_90,", "unknown GPU architecture"),
     ("cuda:sm_80;sm_90", "unknown GPU architecture"),
     ("cuda:compute_90", "unknown GPU architecture"),
+    ("cuda:sm_12", "unknown GPU architecture"),     # compute 1.2: no GPU Triton compiles for
+    ("cuda:sm_95", "unknown GPU architecture"),     # no such compute capability
+    ("cuda:sm_80a", "unknown GPU architecture"),    # arch-specific variants from 9.0 only
 ])
 def test_invalid_targets(text, fragment):
     with pytest.raises(UsageError) as info:

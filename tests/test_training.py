@@ -26,8 +26,25 @@ def projection_loss(out, seed=123):
                if o.is_floating_point())
 
 
+class SdpaBlock(nn.Module):
+    """Attention through F.scaled_dot_product_attention (as timm's ViTs and transformers' sdpa
+    models call it), causal and not: its backward must be the op's, not a kernel's guess."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(q, k, v)
+        c = nn.functional.scaled_dot_product_attention(q, k, a, is_causal=True)
+        return self.proj(c.transpose(1, 2).reshape(b, t, d))
+
+
 def models():
     torch.manual_seed(0)
+    yield "sdpa", SdpaBlock(), (torch.randn(2, 8, 32),)
     yield "mlp", mlp.Net(), (torch.randn(16, 64),)
     yield "cnn", cnn.Net(), (torch.randn(4, 3, 16, 16),)
     yield "transformer", transformer.Net(layers=1), (torch.randn(2, 16, 128),)

@@ -13,7 +13,9 @@ from aotc.options import ExportOptions
 
 def export_module(model, example_inputs, path, *, source: str | None = None,
                   value_ranges: list | None = None, dynamic_shapes=None, progress=None,
+                  attachments: dict | None = None, recorded: dict | None = None,
                   **options) -> Path:
+    """`recorded`: more options to record in the manifest (a model folder's task and sizes)."""
     opts = ExportOptions.from_kwargs(**options)
     target = Target.parse(opts.target)   # validate before any slow work
     step = progress or (lambda msg: None)
@@ -44,11 +46,64 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
             step(f"splitting the model over {opts.tensor_parallel} ranks")
             program = export_parallel(captured, tuple(example_inputs) if not isinstance(
                 example_inputs, torch.Tensor) else (example_inputs,), opts, capture_one)
+        elif opts.quantize:
+            program = export_quantized(captured, example_inputs, opts, capture_one, step)
         else:
             program = capture_one(captured)
+    if recorded:
+        import dataclasses
+        program = dataclasses.replace(program, options={**program.options, **recorded})
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
                            autotune=opts.autotune, prove=opts.prove, progress=step,
-                           shard_size=opts.shard_bytes())
+                           shard_size=opts.shard_bytes(), attachments=attachments)
+
+
+def export_folder(folder, path=None, *, task: str | None = None, batch: int | None = None,
+                  seq_len: int | None = None, image_size: int | None = None, progress=None,
+                  **options) -> Path:
+    """`aotc export DIR`: a Hugging Face model folder exported for its task, with its real
+    weights and its tokenizer (exporter/hf_folder.py). `path` defaults to ./<folder>.aotc."""
+    from aotc.exporter.hf_folder import prepare
+    from aotc.options import FolderOptions
+    hf = FolderOptions(task=task, batch=batch, seq_len=seq_len, image_size=image_size)
+    opts = ExportOptions.from_kwargs(**options)
+    Target.parse(opts.target)
+    step = progress or (lambda msg: None)
+    step(f"loading {folder} with transformers")
+    p = prepare(folder, hf.task, hf.batch, hf.seq_len, hf.image_size, opts.max_cache_len)
+    for note in p.notes:
+        step(note)
+    if p.decode:
+        if p.max_cache_len < opts.max_cache_len:
+            step(f"KV cache of {p.max_cache_len} tokens (the model's positions)")
+        options = dict(options, decode=True, max_cache_len=p.max_cache_len)
+    if options.get("name") is None:      # the model's class, not the generator's adapter
+        options = dict(options, name=type(p.model).__name__)
+    out = Path(path) if path is not None else Path(f"{Path(folder).resolve().name}.aotc")
+    return export_module(p.model, p.inputs, out, value_ranges=p.value_ranges,
+                         dynamic_shapes=p.dynamic_shapes, progress=progress,
+                         attachments=p.attachments,
+                         recorded=dict(hf.to_json(), task=p.task), **options)
+
+
+def export_quantized(model, example_inputs, opts, capture_one, step):
+    """`--quantize`: the Program of the model with its chosen layers quantized
+    (exporter/quantize.py), the accuracy against the unquantized model measured first and
+    refused above --max-quant-error before any slow codegen."""
+    import dataclasses
+    from aotc.exporter import quant_accuracy
+    from aotc.exporter.quantize import check_error, layers_json, quantized, select
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    chosen = select(model, opts)
+    step(f"quantizing {len(chosen)} layers to {opts.quantize}")
+    full = quant_accuracy.run(model, args, opts)
+    with quantized(model, chosen, opts.quantize):
+        accuracy = quant_accuracy.compare(full, quant_accuracy.run(model, args, opts))
+        check_error(accuracy, opts.max_quant_error)
+        program = capture_one(model)
+    return dataclasses.replace(program, quantization={
+        "scheme": opts.quantize, "layers": layers_json(chosen, opts.quantize),
+        "accuracy": accuracy})
 
 
 def cast_floating(model, example_inputs, dtype):

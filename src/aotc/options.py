@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from aotc.errors import UsageError
 
 
-def _opt(default, help: str, flag: str | None = None):
-    return field(default=default, metadata={"help": help, "flag": flag})
+def _opt(default, help: str, kind: type | None = None):
+    """An option: its default, help text, and the type of its CLI flag's value (default: the
+    default's type; given for options whose default is None)."""
+    return field(default=default, metadata={"help": help, "kind": kind or type(default)})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,6 +70,22 @@ class ExportOptions:
                                    "torch.distributed (exporter/parallel.py).")
     shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
                                   "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
+    quantize: str | None = _opt(None, "Weight-only quantization: int8 (symmetric, one scale "
+                                      "per output channel) for every nn.Linear weight; the "
+                                      "artifact stores int8 weights and float32 scales "
+                                      "(docs/quantization.md).", kind=str)
+    quantize_skip: str | None = _opt(None, "With --quantize: comma-separated fnmatch patterns "
+                                           "of weight names kept in full precision, e.g. "
+                                           "'*.down_proj.weight,model.layers.0.*'.", kind=str)
+    quantize_embeddings: bool = _opt(False, "With --quantize: quantize nn.Embedding tables "
+                                            "too (one scale per row).")
+    quantize_lm_head: bool = _opt(False, "With --quantize: quantize the LM head too (the "
+                                         "output embeddings; kept in full precision by "
+                                         "default).")
+    max_quant_error: float | None = _opt(None, "With --quantize: refuse the export when the "
+                                               "quantized model's outputs are further than "
+                                               "this relative L2 error from the unquantized "
+                                               "model's on the example inputs.", kind=float)
 
     def __post_init__(self):
         if self.decode and self.train:
@@ -98,9 +116,37 @@ class ExportOptions:
                              expected="no --train with --tensor-parallel", found="both",
                              fix="export the training step without --tensor-parallel")
         self.shard_bytes()
+        self._check_quantize()
         if self.codegen and self.target.strip().lower().partition(":")[0] == "cpu":
             from aotc.codegen.cpp.build import resolve_isa
             resolve_isa(self.isa)      # an unknown level or a missing cross compiler, now
+
+    def _check_quantize(self) -> None:
+        from aotc.runtime.quant import SCHEMES
+        if self.quantize is None:
+            unset = {"quantize_skip": None, "max_quant_error": None,
+                     "quantize_embeddings": False, "quantize_lm_head": False}
+            given = [f for f, off in unset.items() if getattr(self, f) is not off]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise UsageError(f"{flag} applies to quantized exports", where=flag,
+                                 expected="--quantize int8", found="no --quantize",
+                                 fix=f"add --quantize int8, or drop {flag}")
+            return
+        if self.quantize not in SCHEMES:
+            raise UsageError(f"unknown quantization {self.quantize!r}", where="--quantize",
+                             expected=" or ".join(SCHEMES), found=self.quantize,
+                             fix="use --quantize int8")
+        for flag, bad in (("--train", self.train), ("--tensor-parallel", self.tensor_parallel > 1)):
+            if bad:
+                raise UsageError(f"--quantize does not combine with {flag} yet", where=flag,
+                                 expected="an inference export on one device",
+                                 found=f"--quantize with {flag}",
+                                 fix=f"drop {flag} or --quantize")
+        if self.max_quant_error is not None and not self.max_quant_error >= 0:
+            raise UsageError(f"--max-quant-error {self.max_quant_error} is negative",
+                             where="--max-quant-error", expected="a relative error >= 0",
+                             found=self.max_quant_error, fix="pass e.g. --max-quant-error 0.05")
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":
@@ -165,6 +211,36 @@ class ExportOptions:
         return dataclasses.asdict(self)
 
 
-def option_fields():
-    """(name, default, help) for each option, in declaration order: what the CLI turns into flags."""
-    return [(f.name, f.default, f.metadata["help"]) for f in dataclasses.fields(ExportOptions)]
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FolderOptions:
+    """Options of exports from a Hugging Face model folder (exporter/hf_folder.py)."""
+    task: str | None = _opt(None, "Model folders: what to export (text-generation, "
+                                  "feature-extraction, fill-mask, text-classification, "
+                                  "token-classification, image-classification; default: the "
+                                  "task config.json's architectures name).", kind=str)
+    batch: int | None = _opt(None, "Model folders: example batch (default 2, dynamic 1..256; "
+                                   "text-generation: the generator's fixed batch, default 1).",
+                             kind=int)
+    seq_len: int | None = _opt(None, "Model folders: example sequence length (default 16; "
+                                     "dynamic from 1 to the model's positions).", kind=int)
+    image_size: int | None = _opt(None, "Model folders, image tasks: the image side in pixels "
+                                        "(default: the config's image_size).", kind=int)
+
+    def __post_init__(self):
+        for name, lo in (("batch", 1), ("seq_len", 2), ("image_size", 1)):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or not lo <= value <= 1 << 20):
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag} {value!r} is out of range", where=flag,
+                                 expected=f"an int in {lo}..{1 << 20}", found=value,
+                                 fix=f"pass {flag} with a positive size")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def option_fields(cls=ExportOptions):
+    """(name, default, help, type) for each option of `cls`, in declaration order: what the CLI
+    turns into flags."""
+    return [(f.name, f.default, f.metadata["help"], f.metadata["kind"])
+            for f in dataclasses.fields(cls)]

@@ -1,4 +1,5 @@
-"""`aotc generate`: generation on random token ids, timed (tokens/s, prefill latency).
+"""`aotc generate`: generation on random token ids, timed (tokens/s, prefill latency); or,
+with --prompt, the text generated after a prompt.
 
 Each run resets the cache, prefills the prompt, then decodes one token per sequence per step
 through the module's `stream` (greedy, or with a sampling Choice a token drawn from the logits,
@@ -42,9 +43,9 @@ def timed_generation(m, prompt: torch.Tensor, new_tokens: int, pick=GREEDY,
 
 
 def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, seed: int,
-                    device=None, trusted_keys=(), sampling=None) -> str:
+                    device=None, trusted_keys=None, sampling=None) -> str:
     t0 = time.perf_counter()
-    m = load(path, device=device, trusted_keys=list(trusted_keys))
+    m = load(path, device=device, trusted_keys=trusted_keys)
     load_s = time.perf_counter() - t0
     g = m.generation
     from aotc.errors import UsageError
@@ -76,3 +77,13 @@ def generate_report(load, path, *, prompt_len: int, new_tokens: int, runs: int, 
         f"prefill {prefill * 1e3:.2f} ms (median of {len(timed)})",
         f"decode {steps / decode:.1f} tokens/s ({decode / (new_tokens - 1) * 1e3:.3f} ms a "
         f"step, {g.batch} sequence{'s' if g.batch > 1 else ''})"])
+
+
+def prompt_text(m, prompt: str, new_tokens: int, seed: int, sampled: dict) -> str:
+    """`aotc generate --prompt`: the text generated after `prompt` (greedy, or sampled from
+    `seed` with the `sampled` settings)."""
+    kwargs = {}
+    if sampled:
+        kwargs = dict(sampled, do_sample=True,
+                      generator=torch.Generator(m.device).manual_seed(seed))
+    return m.generate(prompt, max_new_tokens=new_tokens, **kwargs)

@@ -6,8 +6,9 @@ import time
 
 import torch
 
-from aotc.errors import AotcError, VerifyError
+from aotc.errors import UsageError, VerifyError
 from aotc.runtime.aotc_ops import COLLECTIVES
+from aotc.runtime.binding import signature_parameters
 from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.kernels import launch_specs
 from aotc.runtime.schema import expr as ex
@@ -33,9 +34,8 @@ def _guard_words(spec) -> list[str]:
     for i, inp in enumerate(spec.inputs):
         dims = ", ".join(f"dim {d} == {s}" if isinstance(s, int) else f"dim {d} = {s}"
                          for d, s in enumerate(size_json(inp.shape)))
-        rng = f", values in [{inp.values[0]}, {inp.values[1]}]" if inp.values else ""
         lines.append(f"  #{i} {inp.name}: dtype {inp.dtype}, rank {len(inp.shape)}"
-                     f"{', ' + dims if dims else ''}{rng}")
+                     f"{', ' + dims if dims else ''}")
     given = {d.name for inp in spec.inputs for d in inp.shape if isinstance(d, ex.Sym)}
     for name, r in spec.symbols.items():   # the others are value-dependent sizes (format 16)
         lines.append(f"  {r.min} <= {name} <= {r.max}" + ("" if name in given else
@@ -45,13 +45,23 @@ def _guard_words(spec) -> list[str]:
     return lines
 
 
+def _sampling_words(spec) -> list[str]:
+    """The value ranges recorded for integer inputs: what `aotc run` and random_inputs draw
+    from (not checked on calls: an embedding's own index check covers its table)."""
+    ranged = [(i, inp) for i, inp in enumerate(spec.inputs) if inp.values]
+    if not ranged:
+        return []
+    return ["sampling range for random inputs (aotc run; not checked on calls):"] + [
+        f"  #{i} {inp.name}: values in [{inp.values[0]}, {inp.values[1]}]" for i, inp in ranged]
+
+
 def _entry_lines(name: str, e, art, fusion: bool) -> list[str]:
-    ins = ", ".join(f"{i.name}: {i.dtype}[{_dims(i.shape)}]" for i in e.inputs)
+    ins = signature_parameters(e, [f"{i.dtype}[{_dims(i.shape)}]" for i in e.inputs])
     st = e.stats
     lowered, fallback = st.get("lowered", {}), st.get("fallback", {})
     steps = st.get("steps", {})
     out = [f"\n{name}({ins})", f"  -> {describe(e.output_tree, e.outputs)}",
-           "guards (checked on every call):", *_guard_words(e),
+           "guards (checked on every call):", *_guard_words(e), *_sampling_words(e),
            "steps:   " + ", ".join(f"{k} {v}" for k, v in steps.items()),
            f"ops:     {sum(lowered.values())} ATen calls lowered into "
            f"{st.get('kernels', 0)} generated kernels; {steps.get('extern', 0)} extern calls; "
@@ -139,14 +149,14 @@ def _kernel_tuning(art, step) -> str | None:
             f"{_config_text(t['heuristic'])}, {t['heuristic_us']:.2f} us)")
 
 
-def inspect_text(art, *, fusion: bool = False) -> str:
+def inspect_text(art, *, fusion: bool = False, trusted=()) -> str:
     """The `aotc inspect` report of an open Artifact (or of the artifact at a path)."""
     if not hasattr(art, "manifest"):
         from aotc.runtime.artifact import Artifact
         art = Artifact(art)
         try:
             art.verify_all()
-            return inspect_text(art, fusion=fusion)
+            return inspect_text(art, fusion=fusion, trusted=trusted)
         finally:
             art.close()
     m = art.manifest
@@ -158,7 +168,11 @@ def inspect_text(art, *, fusion: bool = False) -> str:
            f"target:  {t.device.value}{':' + ','.join(t.archs) if t.archs else ''}"
            + (_native_text(native) if native
               else "  (portable: extern-only plan, loads on any device)"),
-           _signature_line(art), f"runner:  {expected_runner(m)}"]
+           _signature_line(art, trusted), f"runner:  {expected_runner(m)}"]
+    from aotc.runtime.tokenizer import carried
+    tok = carried(art)
+    if tok is not None:
+        out.append(f"tokenizer: {tok.describe()}")
     if art.package is not None:
         out.append(f"package: {len(art.package.members)} members in one file of "
                    f"{_bytes(art.package.size)} (read in place; `aotc unpack` for a directory)")
@@ -177,6 +191,7 @@ def inspect_text(art, *, fusion: bool = False) -> str:
     if m.generation is not None:
         out += _generation_lines(m)
     out += _weights_lines(m)
+    out += _quant_lines(m.quantization)
     out.append("files:")
     out += [f"  {rel:<40} {_bytes(info.size):>10}  {_digest_text(info)}"
             for rel, info in sorted(m.files.items())]
@@ -224,6 +239,33 @@ def _weights_lines(m) -> list[str]:
     return out
 
 
+def quant_accuracy_text(q) -> str:
+    """One line: what --quantize measured at export against the unquantized model."""
+    a = q.accuracy or {}
+    rel = a.get("rel_l2")
+    text = f"relative L2 error {rel:.3g}" if isinstance(rel, (int, float)) else "no error measured"
+    text += " against the unquantized model"
+    if isinstance(a.get("tokens"), int):
+        first = a.get("first_disagreement")
+        text += (f", greedy tokens agree {a.get('tokens_agree')}/{a['tokens']}"
+                 + (f" (first disagreement at step {first})" if first is not None else ""))
+    return text + " (eager, on the example inputs, at export)"
+
+
+def _quant_lines(q) -> list[str]:
+    """Quantized artifacts: each layer's scheme and the bytes it saves, and the accuracy."""
+    if q is None:
+        return []
+    saved = sum(layer.bytes_saved for layer in q.layers.values())
+    out = [f"quantized: {q.scheme} weight-only, {len(q.layers)} layers, {_bytes(saved)} saved; "
+           + quant_accuracy_text(q)]
+    for key, layer in q.layers.items():
+        out.append(f"  {key:<40} {layer.kind:<9} {layer.scheme} per channel, "
+                   f"{layer.dtype}{list(layer.shape)} -> int8 + float32[{layer.shape[0]}], "
+                   f"{_bytes(layer.bytes_saved)} saved")
+    return out
+
+
 def _parallel_lines(tp) -> list[str]:
     """Tensor-parallel artifacts: the ranks, and which weights are split along which dim."""
     dims: dict[int, list] = {}
@@ -265,19 +307,26 @@ def _generation_lines(m) -> list[str]:
     return lines
 
 
-def _signature_line(art) -> str:
-    """Who signed the artifact, and whether each signature verifies over its manifest."""
-    from aotc.runtime import signing
-    sigs = signing.read_signatures(art)
-    if not sigs:
-        return "signed:  no (integrity only: the manifest's hashes)"
+def _signature_line(art, trusted=None) -> str:
+    """Who signed the artifact, by which method, and whether each signature verifies
+    (model.sig: against the keys in `trusted` when given)."""
+    from aotc.runtime import oms, signing, trust
+    lines = []
     try:
-        ok = signing.verified_signers(art, sigs)
-    except AotcError:     # cryptography is not installed: say so, do not fail inspect
-        return "signed:  by " + ", ".join(s["key_id"] for s in sigs) + " (not checked: " \
-            "cryptography is not installed)"
-    return "signed:  by " + ", ".join(f"{k} ({'valid' if v else 'INVALID'})"
-                                      for k, v in ok.items())
+        bundle = oms.read_bundle(art)
+        sigs = signing.read_signatures(art)
+        if bundle is not None:
+            anchors = tuple(a for k in trusted or () for a in trust.anchors_of(k)
+                            if a.kind in ("ec", "certificate"))
+            lines.append("signed:  " + oms.describe(art, bundle, anchors))
+        if sigs:
+            ok = signing.verified_signers(art, sigs)
+            lines.append("signed:  by " + ", ".join(f"{k} ({'valid' if v else 'INVALID'})"
+                                                   for k, v in ok.items())
+                         + " (Ed25519, signatures.json)")
+    except UsageError as e:     # cryptography or model-signing is not installed: say so
+        return f"signed:  yes (not checked: {e.what})"
+    return "\n".join(lines) or "signed:  no (integrity only: the manifest's hashes)"
 
 
 def describe_outputs(out, prefix: str = "output") -> str:
@@ -303,9 +352,16 @@ def time_calls(fn, runs: int, warmup: int, device: torch.device) -> dict:
         fn()
         sync()
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return {"median": statistics.median(times), "p90": times[int(0.9 * (len(times) - 1))],
-            "min": times[0]}
+    return summarize(times)
+
+
+def summarize(times: list[float]) -> dict:
+    """Median, 90th percentile and minimum of call times, both percentiles interpolated
+    linearly between the sorted times (so p90 >= median, whatever the count)."""
+    times = sorted(times)
+    p90 = statistics.quantiles(times, n=10, method="inclusive")[8] if len(times) > 1 \
+        else times[0]
+    return {"median": statistics.median(times), "p90": p90, "min": times[0]}
 
 
 def verify_artifact(module, *, rtol=None, atol=None) -> str:
@@ -315,8 +371,10 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
                           expected="samples/ in the artifact", found="none",
                           fix="re-export without --no-record-samples")
     inputs, expected = samples
+    q = module.manifest.quantization
+    note = [f"quantized {q.scheme}: {quant_accuracy_text(q)}"] if q is not None else []
     if getattr(module, "generation", None) is not None:
-        return _verify_generation(module, inputs[0], expected[0])
+        return "\n".join(note + [_verify_generation(module, inputs[0], expected[0])])
     reference = module.recorded_reference(expected)
     got = module.run_flat("forward", inputs)
     lines = []
@@ -330,7 +388,8 @@ def verify_artifact(module, *, rtol=None, atol=None) -> str:
                                   "--rtol/--atol if the difference is acceptable")
         lines.append(f"output #{i}: ok  ({str(w.dtype).removeprefix('torch.')}{list(w.shape)}, "
                      f"{text})")
-    return "\n".join(lines + [f"verified {len(expected)} outputs against the export-time run"])
+    return "\n".join(note + lines
+                     + [f"verified {len(expected)} outputs against the export-time run"])
 
 
 def _verify_generation(module, prompt: torch.Tensor, want: torch.Tensor) -> str:

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save
 
 from aotc import __version__
+from aotc.errors import ArtifactError, LoweringError
 from aotc.codegen.attention_fusion import REWRITE, fuse_manual_attention
 from aotc.codegen.graph import GraphLowering
 from aotc.codegen.index_checks import kernel_checks
@@ -69,21 +70,25 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry
             codegen: bool = True, isa: str = "auto", autotune: bool = False,
-            prove: bool = True, progress=None, shard_size: int | None = None) -> Path:
+            prove: bool = True, progress=None, shard_size: int | None = None,
+            attachments: dict | None = None) -> Path:
     """`autotune` (CUDA): time candidate block sizes of each kernel on this machine's GPU,
     at the sizes the program was exported with (codegen/triton/autotune.py). Size proofs
     (masks, slice starts) hold over the dims' declared ranges, which the guards enforce.
     `prove`: load the written artifact and run it on the recorded samples against eager's
     outputs before it replaces `dest` (`aotc/prove.py`); `progress(message)` hears each
-    stage. `shard_size`: the largest weights file, in bytes (runtime/shards.py)."""
+    stage. `shard_size`: the largest weights file, in bytes (runtime/shards.py).
+    `attachments`: files the artifact carries as they are (artifact path -> bytes: a model
+    folder's tokenizer files under tokenizer/), listed and hashed like the others."""
     with declared_minima(program.symbols):
         return _compile(program, target, dest, codegen=codegen, isa=isa, autotune=autotune,
                         prove=prove, progress=progress or (lambda message: None),
-                        shard_size=shard_size)
+                        shard_size=shard_size, attachments=attachments or {})
 
 
 def _compile(program: Program, target: Target, dest: str | Path, *, codegen: bool,
-             isa: str, autotune: bool, prove: bool, progress, shard_size: int | None) -> Path:
+             isa: str, autotune: bool, prove: bool, progress, shard_size: int | None,
+             attachments: dict) -> Path:
     target = _resolve_archs(target, codegen)
     progress(f"lowering {len(program.graph['nodes'])} ops")
     parts, gpu_transposed = _lower_entries(program, target, codegen)
@@ -94,18 +99,13 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     weights, aliases, transposed = _stored_weights(program, parts, target, codegen, bindings,
                                                    gpu_transposed)
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
+    files.update(attachments)
     plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
     typed = {name: typed_plan(plan, name, program.symbols) for name, plan in plans.items()}
     for name, plan in typed.items():   # written through the schema the runtime reads with
         files[fmt.plan_file(name)] = fmt.dumps(plan.to_json())
-    if program.samples is not None:
-        ins, outs = program.samples
-        own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}
-        files[fmt.SAMPLE_INPUTS] = save(own(ins))     # copies: samples may share memory
-        files[fmt.SAMPLE_OUTPUTS] = save(own(outs))
-        if program.reference:
-            files[fmt.SAMPLE_REFERENCE] = save({str(i): t for i, t in program.reference.items()})
+    files.update(_sample_files(program))
     manifest = {
         "format_version": fmt.FORMAT_VERSION,
         "model": {"name": program.name, "source": program.source},
@@ -122,6 +122,8 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     if program.state is not None:
         manifest["state"] = [dict(v, name=k) for k, v in program.state.items()]
         manifest["generation"] = program.generation
+    if program.quantization is not None:
+        manifest["quantization"] = program.quantization
     check, manifest["export_check"] = artifact_check(program.samples, target.device, prove,
                                                       native, program.reference)
     ranks = None
@@ -141,6 +143,19 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
     files.update(runner_files(manifest, typed, files.__getitem__))   # for the C++ front end
     return fmt.write_artifact(dest, files, manifest, check=check,
                               weights=weights, shard_size=shard_size, rank_weights=ranks)
+
+
+def _sample_files(program: Program) -> dict[str, bytes]:
+    """The recorded inputs, eager's outputs and the float64 reference, as safetensors files."""
+    if program.samples is None:
+        return {}
+    ins, outs = program.samples
+    own = lambda ts: {str(i): t.detach().contiguous().clone() for i, t in enumerate(ts)}  # noqa: E731
+    files = {fmt.SAMPLE_INPUTS: save(own(ins)),      # copies: samples may share memory
+             fmt.SAMPLE_OUTPUTS: save(own(outs))}
+    if program.reference:
+        files[fmt.SAMPLE_REFERENCE] = save({str(i): t for i, t in program.reference.items()})
+    return files
 
 
 def _rank_stored(rank: dict, stored: dict, transposed: list) -> dict:
@@ -283,6 +298,8 @@ def _entries(program: Program, plans: dict) -> dict:
                        "symbols": program.symbols, "relations": program.relations,
                        "outputs": outputs, "output_tree": program.output_tree,
                        "stats": plans["forward"]["stats"]}}
+    if program.parameters is not None:
+        out["forward"]["parameters"] = program.parameters
     if program.backward is not None:
         bvalues = program.backward["values"]
         bouts = [bvalues[o["slot"]] if "slot" in o else None
@@ -370,6 +387,7 @@ def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotu
         code += len(kernels)
         files.update(out)
         for name, spec in specs.items():
+            _fits_schema(name, out[fmt.triton_launch_file(name)], set(hints.maximum))
             launch = {"grid": spec["grid"], "spec": fmt.triton_launch_file(name),
                       "error_code": spec["error_code"]}
             signatures[name] = (spec["inputs"], spec["outputs"], spec["sizes"], launch)
@@ -378,6 +396,22 @@ def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotu
     if autotune:
         native["autotune"] = tuner.summary() if tuner is not None else {"skipped": skipped}
     return files, native, signatures
+
+
+def _fits_schema(name: str, data: bytes, symbols: set) -> None:
+    """A launch spec as written, read back through the schema the runtime reads it with: what
+    codegen writes fits the format's limits, or the export stops here naming the limit (never
+    at load, calling the artifact damaged)."""
+    from aotc.runtime.artifact import load_json_obj
+    from aotc.runtime.schema import parse_launch
+    rel = fmt.triton_launch_file(name)
+    try:
+        parse_launch(load_json_obj(data, rel), name, symbols)
+    except ArtifactError as e:
+        raise LoweringError(f"kernel {name}'s launch spec is outside the artifact format's "
+                            f"limits: {e.what}", where=rel, expected=e.expected,
+                            found=e.found, fix="report this as an aotc bug with the model; "
+                            "the schema's limits are in runtime/schema/launch.py") from e
 
 
 def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:

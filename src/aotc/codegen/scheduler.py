@@ -22,6 +22,7 @@ import sympy
 from aotc.codegen.ir import (Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              contiguous_strides, index_bounds, index_vars, linear_index, product)
 from aotc.codegen.plan import StepKind, slots_in, step_uses
+from aotc.runtime.schema.launch import BLOCK_NODES, MAX_BLOCKS
 
 
 @dataclass
@@ -105,6 +106,8 @@ def can_fuse(kernel: Kernel, node: ComputedBuffer, views: dict | None = None
         return False, f"{what}: reduction rows {list(ranges)} != kernel rows {list(prefix)}"
     if ranges[:len(prefix)] != prefix or (not prefix and ranges):
         return False, f"{what}: iteration space {list(ranges)} does not start with {list(prefix)}"
+    if (full := _over_block_limits(kernel, node, prefix)):
+        return False, f"{what}: {full}"
     loads, pvars, inner_ranges = node_loads(node, len(prefix))
     written = {b.name: b for b in kernel.writes}
     if any((views or {}).get(name) in written for name, _ in loads):
@@ -117,6 +120,27 @@ def can_fuse(kernel: Kernel, node: ComputedBuffer, views: dict | None = None
                 return False, f"{what}: reads {name} outside the current row"
     how = "vertical (reads values of this row)" if dependent else "horizontal (independent)"
     return True, f"{what}: {how}, rows {list(prefix)}"
+
+
+def _blocked(node: ComputedBuffer, prefix: tuple) -> bool:
+    """Whether `node` loops over elements of its own in a kernel of rows `prefix` (a reduction,
+    or inner dims): a Triton kernel gives it a block size of its own (R<n>_BLOCK)."""
+    return isinstance(node.body, Reduction) or len(node.body.ranges) > len(prefix)
+
+
+def _over_block_limits(kernel: Kernel, node: ComputedBuffer, prefix: tuple) -> str | None:
+    """Why `node` would take `kernel` past the block sizes a launch spec holds (the schema's
+    limits, runtime/schema/launch.py), or None: a backward's many bias and norm gradients are
+    independent reductions over the same rows and would otherwise all join one kernel."""
+    if not _blocked(node, prefix):
+        return None
+    if len(kernel.nodes) >= BLOCK_NODES:
+        return f"the kernel has {len(kernel.nodes)} nodes, a block is named by its node's " \
+               f"index (at most {BLOCK_NODES - 1})"
+    blocks = 1 + sum(_blocked(n, prefix) for n in kernel.nodes)     # XBLOCK and the R blocks
+    if blocks >= MAX_BLOCKS:
+        return f"the kernel has {blocks} block sizes, the most a launch spec holds"
+    return None
 
 
 def reshaped(node: ComputedBuffer, prefix: tuple) -> ComputedBuffer | None:

@@ -20,6 +20,7 @@ from aotc.exporter.decomp import decompose
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import Program, graph_to_json
 from aotc.exporter.reference import float64_reference
+from aotc.exporter.signature import call_parameters
 from aotc.exporter.state import state_keys
 from aotc.exporter.symbols import SymbolNamer
 from aotc.options import ExportOptions
@@ -74,7 +75,7 @@ def export(model: torch.nn.Module, example_inputs: tuple, options: ExportOptions
                    reference=float64_reference(model, args, paths, flat_out)
                    if options.record_samples and options.prove else None,
                    source=source, options={**options.to_json(), **captured(notes)},
-                   state_dict=state)
+                   state_dict=state, parameters=call_parameters(model, len(args)))
 
 
 def normalize_dynamic_shapes(dynamic_shapes, names: list[str], args: tuple):
@@ -263,7 +264,8 @@ def export_training(model: torch.nn.Module, example_inputs: tuple,
     return Program(name=options.name or type(model).__name__, graph=fgraph,
                    weights={**weights, **unread}, inputs=finputs, output_tree=spec,
                    backward=bgraph, training=meta, samples=None, source=source,
-                   options={**options.to_json(), **captured(notes)}, state_dict=state)
+                   options={**options.to_json(), **captured(notes)}, state_dict=state,
+                   parameters=call_parameters(model, len(args)))
 
 
 def trace_function(fn, example_inputs: tuple, name: str = "fn") -> Program:

@@ -4,11 +4,14 @@ into `ExportError`s that quote the user's source line, say why, and suggest a fi
 from __future__ import annotations
 
 import contextlib
+import io
 import linecache
+import logging
 import re
 import sysconfig
 import threading
 import traceback
+import warnings
 from pathlib import Path
 
 import torch
@@ -111,14 +114,16 @@ def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path 
     Python run once at export), and `notes` gets a line saying so and why. An ExportError
     names the line where capture failed otherwise (or where both failed)."""
     try:
-        with parameters_shared():
+        with parameters_shared(), quiet():
             return torch.export.export(module, args, strict=strict, dynamic_shapes=dynamic_shapes)
     except Exception as e:   # torch raises many unrelated classes here
         text = str(e)
         why = reason(text, type(e).__name__)
         if strict and _dynamo_limit(e):
             try:
-                ep = torch.export.export(module, args, strict=False, dynamic_shapes=dynamic_shapes)
+                with quiet():
+                    ep = torch.export.export(module, args, strict=False,
+                                             dynamic_shapes=dynamic_shapes)
             except Exception:   # noqa: BLE001 - the strict failure says more: raised below
                 pass
             else:
@@ -131,6 +136,32 @@ def capture(module: torch.nn.Module, args: tuple, *, strict: bool, source: Path 
                           where=cause(e) or locate(e, source) or "model forward",
                           expected="a forward pass torch.export can capture without graph breaks",
                           found=type(e).__name__, fix=suggest(text)) from e
+
+
+# torch warns of this on every transformers model (their output-capturing hooks write a
+# module global); the capture is correct, and the warning names nothing the user can change
+_SIDE_EFFECTS = r"While compiling, we found certain side effects happened"
+
+
+@contextlib.contextmanager
+def quiet():
+    """torch's own output while it captures (graph dumps printed on a data-dependent branch,
+    symbolic-shape warnings, the side-effects warning): kept out of the user's terminal, as the
+    ExportError raised after says what failed. The `aotc` logger at DEBUG (`aotc --debug`)
+    lets everything but the side-effects warning through."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_SIDE_EFFECTS)
+        if logging.getLogger("aotc").isEnabledFor(logging.DEBUG):
+            yield
+            return
+        disabled = logging.root.manager.disable
+        sink = io.StringIO()
+        logging.disable(logging.WARNING)
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            logging.disable(disabled)
 
 
 _SHARING = threading.Lock()

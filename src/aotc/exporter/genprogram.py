@@ -8,7 +8,6 @@ updates of just the new positions).
 """
 from __future__ import annotations
 
-import warnings
 
 import torch
 
@@ -86,15 +85,11 @@ def _capture_entry(step, examples, dyn, options, src_file, states, strip, values
     captured, where not as asked, appended to `notes`."""
     from aotc.exporter import _flatten_inputs, name_symbols
     from aotc.exporter.complex import real_view
-    with warnings.catch_warnings():
-        # the caches' in-place writes are the point of a generator step, not a side effect to
-        # warn about (Dynamo lists them on every capture)
-        warnings.filterwarnings("ignore", message="While compiling, we found certain side "
-                                "effects")
-        ep = capture(FlatOutputs(step, [((ITEM, 0),), ((ITEM, TOKEN),)]), examples,
-                     strict=options.strict,
-                     source=src_file, dynamic_shapes=(dyn,) if dyn is not None else None,
-                     notes=notes)
+    # the caches' in-place writes draw torch's side-effects warning, which capture filters
+    ep = capture(FlatOutputs(step, [((ITEM, 0),), ((ITEM, TOKEN),)]), examples,
+                 strict=options.strict,
+                 source=src_file, dynamic_shapes=(dyn,) if dyn is not None else None,
+                 notes=notes)
     names = list(SLOT_INPUTS[:len(examples)])
     flat, placeholders, weights = _flatten_inputs(ep, examples, names)
     namer, symbols = name_symbols(ep, dyn, examples)

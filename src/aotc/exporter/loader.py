@@ -1,4 +1,5 @@
-"""Loading `model.py:Name`: a module class or a factory function, from a file, in its own namespace.
+"""Loading `model.py:Name`: a module class or a factory function, from a file, in its own namespace
+(or `package.module:factory`, imported from sys.path as Python imports it).
 
 The file is imported under a private, unique module name (so two models named `model.py` never
 collide and nothing the file defines leaks into aotc), with its folder on `sys.path` only while it
@@ -10,6 +11,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -19,13 +21,20 @@ import torch
 from aotc.errors import ExportError, UsageError
 
 
-def split_ref(ref: str) -> tuple[Path, str]:
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+
+
+def split_ref(ref: str) -> tuple[Path | str, str]:
+    """(file, name) of `FILE.py:Name`, or (module name, name) of `package.module:factory`."""
     path, sep, name = ref.rpartition(":")
     if not sep or not path or not name.isidentifier():
         raise UsageError(f"malformed model reference {ref!r}", where="MODEL argument",
-                         expected="FILE.py:Name", found=ref,
+                         expected="FILE.py:Name, package.module:factory or a model folder",
+                         found=ref,
                          fix="name a Python file and a class or function in it, e.g. "
-                             "samples/mlp.py:Net")
+                             "samples/mlp.py:Net, or a folder written by save_pretrained")
+    if MODULE.match(path) and not path.endswith(".py") and not Path(path).exists():
+        return path, name
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"model file {path} does not exist", where="MODEL argument",
@@ -87,10 +96,21 @@ def parse_init_args(text: str | None):
                      fix='pass keyword arguments as an object: \'{"hidden": 64}\'')
 
 
+def import_module(name: str):
+    """`package.module` of `package.module:factory`, imported from sys.path."""
+    try:
+        return importlib.import_module(name)
+    except Exception as e:
+        raise ExportError(f"importing {name} failed: {type(e).__name__}: {e}", where=name,
+                          expected="a module importable from sys.path", found=type(e).__name__,
+                          fix=f"check `python -c 'import {name}'` works (install the package "
+                              "or run from its folder)") from e
+
+
 def load_model(ref: str, init_args: str | None = None) -> torch.nn.Module:
     path, name = split_ref(ref)
     args, kwargs = parse_init_args(init_args)
-    module = import_file(path)
+    module = import_file(path) if isinstance(path, Path) else import_module(path)
     obj = getattr(module, name, None)
     if obj is None:
         candidates = sorted(k for k, v in vars(module).items() if not k.startswith("_") and (
@@ -109,7 +129,8 @@ def load_model(ref: str, init_args: str | None = None) -> torch.nn.Module:
         model = obj(*args, **kwargs)
     except Exception as e:
         raise ExportError(f"constructing {path}:{name} failed: {type(e).__name__}: {e}",
-                          where=user_frame(e, path) or f"{path}:{name}",
+                          where=(user_frame(e, path) if isinstance(path, Path) else None)
+                          or f"{path}:{name}",
                           expected="a model built from --init-args", found=type(e).__name__,
                           fix="pass the constructor's arguments with --init-args '<json>'") from e
     if not isinstance(model, torch.nn.Module):

@@ -59,6 +59,10 @@ class Program:
     # tensor-parallel programs (exporter/parallel.py): {"world_size", "sharding": {weight: dim},
     # "ranks": [the weights of ranks 1.., by the names of `weights`]}; `weights` are rank 0's
     tensor_parallel: dict | None = None
+    # forward's call signature (exporter/signature.py): [{"name"}, ..., {"name", "default"}]
+    parameters: list | None = None
+    # --quantize (exporter/quantize.py): the manifest's "quantization" (runtime/schema/quant.py)
+    quantization: dict | None = None
 
     def entry_graphs(self) -> dict[str, dict]:
         """The graph of each entry point, by name: forward (and backward) or the generator's

@@ -16,6 +16,7 @@ at least 2 (torch.export specializes sizes 0 and 1), though its range may includ
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -88,7 +89,32 @@ def parse_input_spec(text: str, named: dict | None = None) -> InputSpec:
                              f"({where})", where=where, expected=f"{info.min}..{info.max}",
                              found=f"{values[0]}..{values[1]}",
                              fix="narrow the range or use a wider integer dtype (e.g. int64)")
-    return InputSpec(dims=dims, dtype=dtype, values=values)
+    spec = InputSpec(dims=dims, dtype=dtype, values=values)
+    _check_fits(spec, where)
+    return spec
+
+
+def _check_fits(spec: InputSpec, where: str) -> None:
+    """A UsageError for an example input larger than this host's memory (100000x100000x100000
+    would fail to allocate, or be killed, deep inside the export)."""
+    size = spec.dtype.itemsize
+    for d in spec.shape:
+        size *= d
+    memory = _host_memory()
+    if memory is not None and size > memory:
+        raise UsageError(f"example input {'x'.join(map(str, spec.shape))} of {spec.dtype} needs "
+                         f"{size / 2**30:.4g} GiB, more than this host's memory "
+                         f"({memory / 2**30:.4g} GiB)", where=where,
+                         expected=f"at most {memory} bytes", found=f"{size} bytes",
+                         fix="export with a small example size and make the dim dynamic "
+                             "(name=SIZE[MIN..MAX]) so the artifact takes the large sizes")
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def parse_input_specs(texts) -> list[InputSpec]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch._functorch.aot_autograd import aot_function
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from aotc.errors import ExportError
 from aotc.exporter.decomp import decomposition_table
@@ -55,7 +56,12 @@ def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, sourc
     inputs = [a.detach().requires_grad_(a.is_floating_point()) for a in args]  # input grads too
     flat = ([gparams.get(n, params[n]) for n in pnames]
             + [gbufs.get(n, buffers[n]).clone() for n in bnames] + inputs)
-    graphs = _trace(step, flat, needs_grad, len(leaves))
+    # attention as the math ops it computes: the backward is then derived from them, correct and
+    # device-neutral. The fused CPU kernel's decomposition returns the attention weights where the
+    # op returns its logsumexp, which the kept backward op then read as one (gradients up to 16x
+    # off, and a dtype error in bf16); its backward op runs on no other device either.
+    with sdpa_kernel([SDPBackend.MATH]):
+        graphs = _trace(step, flat, needs_grad, len(leaves))
     if graphs["num_fwd_outputs"] != len(leaves) + len(mutated):
         raise ExportError("the forward updates state aotc did not detect",
                           where="AOTAutograd forward", expected=f"{len(leaves)} outputs and "

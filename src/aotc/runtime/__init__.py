@@ -21,9 +21,11 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
 
     The manifest, its format version and every field of it, and the size and sha256 of every
     file are checked before anything else is read, from the bytes that are then used
-    (runtime/artifact.py). `trusted_keys` (Ed25519 public keys: PEM files or text, base64 or
-    raw bytes; AOTC_TRUSTED_KEYS adds files and directories of them) makes a valid signature
-    by one of them mandatory (runtime/signing.py). `device` defaults to the device the artifact
+    (runtime/artifact.py). `trusted_keys` (one key or a list: EC public keys or CA certificates
+    for OMS signatures, model.sig; Ed25519 keys for signatures.json; PEM files or text, base64
+    or raw bytes; AOTC_TRUSTED_KEYS adds files and directories of them) makes a valid signature
+    by one of them mandatory, and a policy yielding no key refuses the load
+    (runtime/signing.py, runtime/trust.py, docs/signing.md). `device` defaults to the device the artifact
     was built for; portable (extern-only) artifacts may be loaded on any device. Guards are
     checked on every call unless `check_guards=False`.
 

@@ -32,6 +32,7 @@ from aotc.runtime.package import Package, is_package
 from aotc.runtime.schema import load_json, parse_manifest, parse_plan
 from aotc.runtime.schema.flow import check_collectives, check_states
 from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
+from aotc.runtime.schema.quant import check_plan as check_quantized
 
 MAX_MANIFEST = 64 << 20
 MAPPED = 1 << 20          # files at least this large are memory-mapped, not read
@@ -153,6 +154,7 @@ class Artifact:
         check_states(plan, {s.name: s for s in self.manifest.state}, doc)
         tp = self.manifest.tensor_parallel
         check_collectives(plan, tp.world_size if tp is not None else None, doc)
+        check_quantized(plan, self.manifest.quantization, self.manifest.weights.stored, doc)
         return plan
 
     # ---------------------------------------------------------------------------- checking
@@ -213,11 +215,11 @@ class Artifact:
         return member
 
     def _check_members(self) -> None:
-        """A package holds the manifest, signatures.json and listed files, nothing else."""
+        """A package holds the manifest, the signature files and listed files, nothing else."""
         if self.package is None:
             return
         for name in self.package.members:
-            if name not in self.manifest.files and name not in (fmt.MANIFEST, fmt.SIGNATURES):
+            if name not in self.manifest.files and name not in fmt.UNLISTED:
                 raise ArtifactError(f"package member {name} is not listed in its manifest",
                                     where=self.where(name),
                                     expected="only files the manifest lists",
@@ -225,7 +227,7 @@ class Artifact:
                                     fix="re-pack the artifact with `aotc pack`")
 
     def _read_file(self, rel: str, limit: int | None, optional: bool = False) -> bytes | None:
-        """An unlisted file of the format (the manifest, signatures.json), size-bounded;
+        """An unlisted file of the format (fmt.UNLISTED), size-bounded;
         None for a missing `optional` one."""
         if self.package is not None:
             member = self._member(rel, optional)

@@ -22,23 +22,25 @@ weight is read.
       kernels/<name>.<arch>.cubin  the same, compiled for each GPU arch the manifest names
       kernels/<name>.json        its launch spec: parameters, block sizes, grid, per-arch metadata
       signatures.json            optional: Ed25519 signatures over manifest.json (aotc sign)
+      tokenizer/                 optional: a Hugging Face model folder's tokenizer files
+                                 (TOKENIZER_FILES: tokenizer.json, its configs, the generation
+                                 config, the chat template), listed and hashed like every file
 
     NAME.aotcpkg                 the same files as one uncompressed file, read in place
                                  (aotc pack; layout in runtime/package.py)
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
 import json
 import os
 from pathlib import Path
 
 from aotc.errors import ArtifactError
+from aotc.runtime import publish
 from aotc.runtime.schema.manifest import FileEntry
 
-FORMAT_VERSION = 22
+FORMAT_VERSION = 24
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -171,6 +173,12 @@ CHANGELOG = {
                        "kernel's buffer) before the kernel runs. A reader of version 18 "
                        "refuses the field; versions 1-18 load as they are, their Triton "
                        "kernels unchecked"),
+    20: ("2026-12-07", "an entry may record its call signature ('parameters': the model's "
+                       "forward parameter names, one per input in order, then those the export "
+                       "left at a scalar default, with it; runtime/schema/params.py), so "
+                       "`m(input_ids=..., attention_mask=...)` binds by name. A reader of "
+                       "version 19 refuses the field; versions 1-19 load as they are and take "
+                       "positional arguments only"),
     22: ("2026-12-07", "generators may hold slots (continuous batching, --max-batch N): the "
                        "manifest's generation.slots = N (equal to its batch), the position "
                        "state int64 [N] (each slot's own), prefill taking (input_ids [1, T], "
@@ -178,8 +186,23 @@ CHANGELOG = {
                        "input_ids [N, 1]; the prefill's greedy token is [1, 1]; optional "
                        "generation.buckets [{rows: K, entry}] name decode entries stepping "
                        "slots 0..K-1 only, whose kernels are named decode_K_kernelN. A reader of "
-                       "version 19 refuses the field; versions 1-19 load as they are (one "
-                       "batch in lockstep)"),
+                       "version 21 or older refuses the field; versions 1-21 load as they are "
+                       "(one batch in lockstep)"),
+    23: ("2026-12-07", "an artifact may carry model.sig at its root (a package: as a member): "
+                       "an OpenSSF Model Signing bundle (Sigstore bundle, DSSE envelope, in-toto "
+                       "statement, method 'files', sha256) whose resources are manifest.json and "
+                       "every file the manifest lists, with model.sig and signatures.json "
+                       "ignored; like signatures.json it is not listed in the manifest. A "
+                       "reader of version 22 or older refuses a package holding it; versions "
+                       "1-22 load as they are"),
+    24: ("2026-12-07", "weight-only quantized artifacts: the manifest's optional "
+                       "'quantization' (scheme; layers: each full-precision weight's state_dict "
+                       "key -> kind, scheme, dtype, shape [N, K], and the stored names of its "
+                       "int8 values [N, K] and float32 scales [N], one per output channel; an "
+                       "optional 'accuracy' measured at export, for display), checked against "
+                       "every plan slot that reads them (runtime/schema/quant.py). A reader of "
+                       "version 23 refuses the field; versions 1-23 load as they are (no "
+                       "quantized weights)"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and
@@ -196,6 +219,10 @@ CHANGELOG = {
 #   2026-12-07  samples/reference.safetensors: the model's float64 outputs for the recorded
 #               inputs (float outputs only, named by flat output position; float64, each the
 #               shape of its output), so `aotc verify` tells rounding from a wrong result
+#   2026-12-07  tokenizer/<name>: a Hugging Face folder's tokenizer files (TOKENIZER_FILES),
+#               listed and hashed in the file table like every file (signatures cover them);
+#               read by runtime/tokenizer.py. A reader that ignores them loads the artifact
+#               as before (token ids in, token ids out)
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
@@ -205,6 +232,12 @@ SAMPLE_REFERENCE = "samples/reference.safetensors"   # optional: float64 runs of
 KERNELS_DIR = "kernels"
 KERNEL_SOURCE = "kernels/kernels.cpp"
 LEGACY_KERNEL_LIBRARY = "kernels/kernels.so"     # formats 1-7: the one library
+TOKENIZER_DIR = "tokenizer"
+TOKENIZER_JSON = "tokenizer.json"
+# The tokenizer files an artifact may carry under TOKENIZER_DIR, with the most bytes read of each
+TOKENIZER_FILES = {TOKENIZER_JSON: 64 << 20, "tokenizer_config.json": 16 << 20,
+                   "special_tokens_map.json": 1 << 20, "generation_config.json": 1 << 20,
+                   "chat_template.jinja": 1 << 20, "chat_template.json": 1 << 20}
 
 
 def kernel_library(level: str) -> str:
@@ -213,6 +246,12 @@ def kernel_library(level: str) -> str:
 
 SELF_HASH_KEY = "manifest_sha256"
 SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
+OMS_SIGNATURE = "model.sig"        # an OMS bundle over the files (format 23; runtime/oms.py)
+UNLISTED = (MANIFEST, SIGNATURES, OMS_SIGNATURE)    # the files a manifest never lists
+
+
+def tokenizer_file(name: str) -> str:
+    return f"{TOKENIZER_DIR}/{name}"
 
 
 def plan_file(entry: str) -> str:
@@ -267,10 +306,8 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
     `rank_weights`: tensor-parallel artifacts, the weights of ranks 1.. (`weights` are rank
     0's), each rank's written as its own shards (`weights-rank<R>...`).
     """
-    from aotc.runtime.staging import Staging
-    dest = check_destination(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Staging(f".{dest.name}.tmp-", dest.parent)
+    dest = publish.check_destination(dest)
+    staging = publish.staging_beside(dest)
     try:
         tmp = staging.path
         entries, manifest = _write_weights(tmp, manifest, weights, shard_size, rank_weights)
@@ -280,10 +317,11 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
             p.write_bytes(data)
             entries[rel] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
         (tmp / MANIFEST).write_bytes(_manifest_bytes(manifest, entries))
-        _fsync_tree(tmp)
+        publish.fsync_tree(tmp)
         if check is not None:
             check(tmp)
-        _swap_into_place(tmp, dest)
+        publish.publish_mode(tmp)
+        publish.swap_into_place(tmp, dest)
     finally:
         staging.remove()
     return dest
@@ -324,65 +362,6 @@ def _manifest_bytes(manifest, entries: dict) -> bytes:
     doc[SELF_HASH_KEY] = hashlib.sha256(dumps(doc)).hexdigest()
     parse_manifest(At.root(MANIFEST, doc))     # written through the schema it is read with
     return dumps(doc)
-
-
-def check_destination(dest) -> Path:
-    """`dest` as an absolute path an artifact can be written to, or a UsageError / an
-    ArtifactError saying why not (checked before any slow work)."""
-    dest = check_destination_parent(dest)
-    if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
-        raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",
-                            where=str(dest), expected=f"a directory holding {MANIFEST} or no file",
-                            found="a file or a directory without a manifest",
-                            fix="choose another output path (-o) or remove it yourself")
-    return dest
-
-
-def check_destination_parent(dest) -> Path:
-    """`dest` as an absolute path under a writable directory, or a UsageError saying why not."""
-    from aotc.errors import UsageError
-    if str(dest).strip() == "":
-        raise UsageError("the output path is empty", where="-o / path", expected="a path",
-                         found=repr(str(dest)), fix="name the artifact, e.g. -o model.aotc")
-    dest = Path(dest).absolute()
-    parent = next((p for p in [dest.parent, *dest.parent.parents] if p.exists()), None)
-    if parent is None or not parent.is_dir():
-        raise UsageError(f"cannot write {dest}: {parent} is not a directory", where=str(dest),
-                         expected="a path under a directory", found=f"{parent} is a file",
-                         fix="choose another output path (-o)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {dest}: {parent} is not writable", where=str(parent),
-                         expected="a writable directory", found="no write permission",
-                         fix="choose a writable output path (-o)")
-    return dest
-
-
-def _fsync_tree(root: Path) -> None:
-    for p in root.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-
-
-_RENAME_EXCHANGE = 2
-
-
-def _swap_into_place(tmp: Path, dest: Path) -> None:
-    """Rename tmp to dest. If dest exists, exchange the two atomically (renameat2) where the OS
-    allows, so there is no moment without a complete artifact at `dest`; tmp then holds the old."""
-    if not dest.exists():
-        os.rename(tmp, dest)
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    at_fdcwd = -100
-    if renameat2 is not None and renameat2(at_fdcwd, os.fsencode(tmp), at_fdcwd,
-                                           os.fsencode(dest), _RENAME_EXCHANGE) == 0:
-        return
-    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-    os.rename(dest, old)
-    os.rename(tmp, dest)
-    os.rename(old, tmp)
 
 
 # ------------------------------------------------------------------------------------------ read

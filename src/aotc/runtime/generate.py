@@ -87,7 +87,7 @@ class GenerativeModule(SlotMethods, CompiledModule):
     def max_cache_len(self) -> int:
         return self.generation.max_cache_len
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         raise UsageError("a generator has no forward: call generate, prefill or decode",
                          where="CompiledModule.__call__", expected="m.generate(input_ids, "
                          "max_new_tokens=N)", found="m(...)",
@@ -144,15 +144,26 @@ class GenerativeModule(SlotMethods, CompiledModule):
                          "decode_slots(tokens)", found=f"{self.slots} slots",
                          fix="call m.prefill_slot / m.decode_slots, or m.generate")
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 eos_token_id: int | None = None, **sampling) -> torch.Tensor:
+    def generate(self, input_ids, max_new_tokens: int,
+                 eos_token_id: int | None = None, **sampling):
         """[batch, prompt + max_new_tokens] token ids (prompt first): greedy, or with
         `do_sample=True` drawn after `temperature`, `top_k`, `top_p` and `min_p` as
         transformers' sampling does (runtime/sampling.py; from `generator`, or torch's global
         random state); `repetition_penalty` applies to both. With `eos_token_id`, stops once
         every sequence has produced it (later tokens repeat it). `attention_mask` (artifacts
         with slots): prompts left-padded to one length, as transformers' generate takes
-        them; each row runs in its own slot."""
+        them; each row runs in its own slot.
+        A prompt (str) or a list of prompts gives text instead, through the tokenizer the
+        artifact carries, stopped at its end-of-sequence ids (runtime/text.py)."""
+        if isinstance(input_ids, (str, list, tuple)):
+            from aotc.runtime.text import generate_text
+            if eos_token_id is not None:
+                raise UsageError("text generation stops at the tokenizer's eos ids",
+                                 where="generate(text, eos_token_id=...)",
+                                 expected="no eos_token_id", found=eos_token_id,
+                                 fix="leave eos_token_id out (generation_config.json's ids "
+                                     "are used)")
+            return generate_text(self, input_ids, max_new_tokens, **sampling)
         steps = self.stream(input_ids, max_new_tokens, eos_token_id, **sampling)
         with self.lock:
             steps = list(steps)                    # the prompt's guards run first
@@ -162,6 +173,12 @@ class GenerativeModule(SlotMethods, CompiledModule):
             pad = out[:, -1:].expand(-1, t + max_new_tokens - out.shape[1])
             out = torch.cat([out, pad], dim=1)
         return out
+
+    def chat(self, messages: list[dict], max_new_tokens: int, **sampling) -> str:
+        """The reply to a conversation ([{"role": ..., "content": ...}, ...]) rendered by the
+        artifact's chat template, as text (runtime/text.py)."""
+        from aotc.runtime.text import chat
+        return chat(self, messages, max_new_tokens, **sampling)
 
     def stream(self, input_ids: torch.Tensor, max_new_tokens: int,
                eos_token_id: int | None = None, *, do_sample: bool = False,

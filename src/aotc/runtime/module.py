@@ -13,10 +13,12 @@ import torch
 
 from aotc.errors import AotcError, ArtifactError, GuardError, TargetError
 from aotc.runtime import format as fmt
+from aotc.runtime.binding import bind_arguments, signature_parameters
 from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction, step_bound
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
+from aotc.runtime.schema.rules import PLAN_FAILED, fill
 from aotc.runtime.native import NativeLibrary, select_level
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.manifest import CppNative, TritonNative
@@ -25,7 +27,8 @@ from aotc.runtime.trees import describe, unflatten
 from aotc.runtime.weights import tensors
 
 
-PLAN_ERRORS = (IndexError, RuntimeError, ValueError, TypeError)   # what raise_plan_failure takes
+# what raise_plan_failure takes (OverflowError: the C++ runner's size expressions past 64 bits)
+PLAN_ERRORS = (IndexError, RuntimeError, ValueError, TypeError, OverflowError)
 
 
 def raise_plan_failure(e, args: tuple, err: Exception) -> NoReturn:
@@ -42,11 +45,8 @@ def raise_plan_failure(e, args: tuple, err: Exception) -> NoReturn:
     device = getattr(torch, "AcceleratorError", torch.OutOfMemoryError)
     if isinstance(err, (torch.OutOfMemoryError, device)) or str(err).startswith("CUDA error"):
         raise err
-    raise ArtifactError(f"entry {e.name!r} failed inside its plan",
-                        where=e.spec.plan, expected="ATen calls that fit the plan's slots",
-                        found=_said(err), fix="re-export the model with this aotc (the plan "
-                        "may be damaged or not aotc's); if a fresh export fails too, report "
-                        "it") from err
+    raise ArtifactError(**fill(PLAN_FAILED, entry=e.name, file=e.spec.plan,
+                               found=_said(err))) from err
 
 
 def _said(err: Exception) -> str:
@@ -88,6 +88,22 @@ class Entry:
         self.tree = spec.output_tree
 
 
+def allocate_state(states, plans: dict, device) -> dict:
+    """The manifest's state as zeros, allocated only once the plans are checked against it
+    (Artifact.plan: each state slot has its state's dtype and shape) and each state is one a
+    plan uses: a size the plans do not bound is refused before any byte is allocated."""
+    used = {s.state for plan in plans.values() for s in plan.slots if s.state is not None}
+    for s in states:
+        if s.name not in used:
+            raise ArtifactError(f"state {s.name!r} is used by no plan",
+                                where="manifest.json, state",
+                                expected="only states that the plans' slots use",
+                                found=f"{s.name} as {s.dtype}{list(s.shape)} ({s.nbytes} bytes)",
+                                fix="re-export the model")
+    return {s.name: torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
+            for s in states}
+
+
 class CompiledModule:
     def __init__(self, artifact, device: torch.device, *, check_guards: bool,
                  cuda_graph: bool | None = None, cuda_graph_cache: int = MAX_GRAPHS,
@@ -96,14 +112,14 @@ class CompiledModule:
         self.manifest = artifact.manifest
         self.check_guards = check_guards
         self.options = dict(runner=runner, cuda_graph=cuda_graph, cuda_graph_cache=cuda_graph_cache)
-        self.state = {s.name: torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
-                      for s in self.manifest.state}
         # the plans are built while the weights' bytes are checked (and on a GPU copied) on
         # other threads; what the plans derived from weights is recomputed once they are
         loading = start_weights(artifact, device)
         try:
             self.weights = loading.weights
             self.library = load_library_for(artifact, device)
+            self.plans = {name: artifact.plan(name) for name in self.manifest.entries}
+            self.state = allocate_state(self.manifest.state, self.plans, device)
             self.entries = self.bound_entries(self.state)
             pending = loading.pending
             loading.wait()
@@ -112,11 +128,13 @@ class CompiledModule:
         for entry in self.entries.values() if pending else ():
             entry.function.refresh()
         self.graphs = self._graphs(cuda_graph, cuda_graph_cache)
+        from aotc.runtime.tokenizer import carried
+        self.tokenizer = carried(artifact)      # None: the artifact has no tokenizer/
 
     def bound_entries(self, state: dict) -> dict:
         """An Entry per entry of the manifest, its plan bound to the loaded weights and to
         `state` (the module's own, or a generator session's)."""
-        return {name: Entry(name, spec, self.artifact.plan(name), self.weights, self.device,
+        return {name: Entry(name, spec, self.plans[name], self.weights, self.device,
                             self.library, state=state, runner=self.options["runner"])
                 for name, spec in self.manifest.entries.items()}
 
@@ -150,10 +168,13 @@ class CompiledModule:
                 for name in self.entries}
 
     # -------------------------------------------------------------------------------- calling
-    def __call__(self, *args):
-        return self.run("forward", *args)
+    def __call__(self, *args, **kwargs):
+        return self.run("forward", *args, **kwargs)
 
-    def run(self, entry: str, *args):
+    def run(self, entry: str, *args, **kwargs):
+        """Run `entry` on its inputs, by position or by the model's parameter names
+        (runtime/binding.py)."""
+        args = bind_arguments(self.entries[entry].spec, args, kwargs, entry)
         return unflatten(self.entries[entry].tree, self.run_flat(entry, args))
 
     def run_flat(self, entry: str, args) -> tuple:
@@ -197,8 +218,7 @@ class CompiledModule:
 
     def signature(self, entry: str = "forward") -> str:
         spec = self.entries[entry].spec
-        ins = ", ".join(f"{i.name}: {g.spec}" for i, g in
-                        zip(spec.inputs, self.entries[entry].guards.inputs))
+        ins = signature_parameters(spec, [g.spec for g in self.entries[entry].guards.inputs])
         return f"{entry}({ins}) -> {describe(spec.output_tree, spec.outputs)}"
 
     def random_inputs(self, entry: str = "forward", *, seed: int = 0,

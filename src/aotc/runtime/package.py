@@ -1,7 +1,7 @@
 """Single-file packages: an artifact as one uncompressed file, read in place (`aotc pack`).
 
-A package holds exactly the files of an artifact directory: manifest.json, signatures.json when
-the artifact is signed, and every file the manifest lists, byte for byte, so the manifest's
+A package holds exactly the files of an artifact directory: manifest.json, the signature files
+(model.sig, signatures.json) when the artifact is signed, and every file the manifest lists, byte for byte, so the manifest's
 hashes and signatures cover a package as they cover the directory. Loading reads the manifest
 and plans from it and memory-maps the weights shards from it (runtime/artifact.py); nothing is
 unpacked to disk (the kernel library goes to a sealed memfd as from a directory).
@@ -31,6 +31,7 @@ with the same messages (runtime/cpp/frontend/package.cpp).
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import struct
@@ -39,6 +40,8 @@ from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
 from aotc.runtime import format as fmt
+from aotc.runtime.publish import (check_destination, check_destination_parent, fsync_tree,
+                                  publish_mode, swap_into_place)
 
 MAGIC = b"AOTCPKG\0"
 LAYOUT = 1
@@ -121,7 +124,7 @@ class Package:
         if head[:8] != MAGIC:
             raise self._fail(f"no artifact directory at {self.path}: a file that is not an "
                              "aotc package", "header",
-                             f"the magic {MAGIC!r}", repr(head[:8]))
+                             f"{MAGIC.hex()} (hex)", f"{head[:8].hex()} (hex)")
         if len(head) < HEADER.size:
             raise self._fail("the package ends inside its header", "header",
                              f"at least {HEADER.size} bytes", f"{len(head)} bytes")
@@ -178,14 +181,20 @@ def _parse_index(raw: bytes, pkg: Package) -> list[Member]:
         name, offset, size = row.list(3, 3)
         name = name.str(max_len=600)
         if not PATH.match(name) or ".." in name.split("/"):
-            raise pkg._fail(f"package member name {name[:200]!r} is not a safe relative path",
+            shown = json.dumps(name[:200], ensure_ascii=False)
+            raise pkg._fail(f"package member name {shown} is not a safe relative path",
                             name[:200], "a relative path inside the artifact (letters, digits, "
-                            "_ . -; no ..)", repr(name[:200]))
+                            "_ . -; no ..)", shown)
         if name in seen:
             raise pkg._fail(f"package member {name} appears twice", name, "distinct names",
                             f"{name} twice")
         seen.add(name)
         rows.append(Member(name, offset.int(0, 1 << 62), size.int(0, 1 << 62)))
+    for name in sorted(seen):   # "a" and "a/b": no directory can hold both (unpack)
+        for folder in (name[:i] for i, c in enumerate(name) if c == "/"):
+            if folder in seen:
+                raise pkg._fail(f"package member {folder} is both a file and a folder", folder,
+                                "each name a file or a folder, not both", f"{folder} and {name}")
     return rows
 
 
@@ -203,13 +212,14 @@ def _pread(fd: int, offset: int, size: int, where: str) -> bytes:
 
 # ----------------------------------------------------------------------------------- write
 
-def _members(art, signatures: bytes | None) -> list[tuple[str, object]]:
-    """(name, verified bytes or mapping) of every file of the open artifact `art`."""
+def _members(art, replace: dict[str, bytes]) -> list[tuple[str, object]]:
+    """(name, verified bytes or mapping) of every file of the open artifact `art`, with the
+    signature files in `replace` stored instead of its own."""
     out = [(fmt.MANIFEST, art.manifest_bytes)]
-    sigs = signatures if signatures is not None else \
-        art._read_file(fmt.SIGNATURES, 1 << 20, optional=True)
-    if sigs is not None:
-        out.append((fmt.SIGNATURES, sigs))
+    for name, limit in ((fmt.SIGNATURES, 1 << 20), (fmt.OMS_SIGNATURE, 16 << 20)):
+        data = replace[name] if name in replace else art._read_file(name, limit, optional=True)
+        if data is not None:
+            out.append((name, data))
     for rel in sorted(art.manifest.files):
         out.append((rel, art.mapped(rel)))
     return out
@@ -230,12 +240,12 @@ def _layout(members: list[tuple[str, object]]) -> tuple[bytes, list[Member]]:
         length = len(index)
 
 
-def write_package(art, dest, signatures: bytes | None = None) -> Path:
+def write_package(art, dest, replace: dict[str, bytes] | None = None) -> Path:
     """Write the open, verified artifact `art` as a package at `dest`, atomically (a partial
-    file beside it, renamed into place). `signatures`: signatures.json to store instead of
-    the artifact's own (`aotc sign` of a package)."""
+    file beside it, renamed into place). `replace`: signature files (signatures.json,
+    model.sig) to store instead of the artifact's own (`aotc sign` of a package)."""
     dest = check_package_destination(dest)
-    members = _members(art, signatures)
+    members = _members(art, replace or {})
     head, rows = _layout(members)
     part = dest.with_name(f".{dest.name}.part-{os.getpid()}")
     try:
@@ -254,7 +264,7 @@ def write_package(art, dest, signatures: bytes | None = None) -> Path:
 
 
 def check_package_destination(dest) -> Path:
-    dest = fmt.check_destination_parent(dest)
+    dest = check_destination_parent(dest)
     if dest.exists() and not (dest.is_file() and _has_magic(dest)):
         raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc package",
                             where=str(dest), expected="an aotc package or no file",
@@ -290,18 +300,19 @@ def unpack(src, dest) -> Path:
                          expected=f"a {SUFFIX} file written by `aotc pack`",
                          found="a directory" if Path(src).is_dir() else "nothing",
                          fix="pass the package file; a directory is already unpacked")
-    dest = fmt.check_destination(dest)
+    dest = check_destination(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     art = Artifact(src, signature_policy=False)
     staging = Staging(f".{dest.name}.tmp-", dest.parent)
     try:
         art.verify_all()
-        for name, data in _members(art, None):
+        for name, data in _members(art, {}):
             p = staging.path / name
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
-        fmt._fsync_tree(staging.path)
-        fmt._swap_into_place(staging.path, dest)
+        fsync_tree(staging.path)
+        publish_mode(staging.path)
+        swap_into_place(staging.path, dest)
     finally:
         art.close()
         staging.remove()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import torch
 from torch.nn.modules.module import _IncompatibleKeys
 
 from aotc.errors import StateDictError, UsageError
+from aotc.runtime.quant import quantize_state
 from aotc.runtime.weights import tensors
 
 
@@ -41,6 +43,13 @@ class StateMap:
         self.keys = tuple(keys)
         self.stored = {k: w.stored(k) for k in self.keys}
         self.transposed = frozenset(w.transposed)
+        q = manifest.quantization
+        self.quantized = q.layers if q is not None else {}
+
+    def expand(self, state: dict) -> dict:
+        """`state` with the full-precision weight of each quantized layer quantized as export
+        did (runtime/quant.py); keys already quantized pass through."""
+        return quantize_state(state, self.quantized) if self.quantized else state
 
     def view(self, key: str, weights: dict) -> torch.Tensor:
         """Key `key`'s tensor as the model holds it: a view of the stored tensor."""
@@ -74,7 +83,9 @@ def _quoted(keys) -> str:
 
 def check(smap: StateMap, weights: dict, state: dict, strict: bool, owner: str):
     """(copies to make, missing keys, unexpected keys); a StateDictError listing every problem
-    as torch words it (missing and unexpected keys only when `strict`)."""
+    as torch words it (missing and unexpected keys only when `strict`). A quantized artifact
+    takes its quantized layers' weights in full precision (quantized here) or quantized."""
+    state = smap.expand(state)
     present = {smap.stored[k] for k in state if k in smap.stored}
     missing = [k for k in smap.keys if smap.stored[k] not in present]
     unexpected = [k for k in state if k not in smap.stored]
@@ -132,15 +143,22 @@ def load_into(module, state: dict, strict: bool = True) -> _IncompatibleKeys:
 def read_weights_file(path) -> dict[str, torch.Tensor]:
     """A safetensors file's tensors (views of a private mapping), read with the checked reader
     (runtime/weights.py): no pickle, the header checked before any tensor is made."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:   # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise UsageError(f"cannot read weights file {path}: {os.strerror(e.errno)}",
                          where=str(path), expected="a safetensors file",
                          found=os.strerror(e.errno),
                          fix="pass the path of a .safetensors file") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"weights file {path} is not a regular file", where=str(path),
+                             expected="a safetensors file (a regular file)",
+                             found="a directory" if stat.S_ISDIR(st.st_mode) else
+                             "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a special file",
+                             fix="pass the path of a .safetensors file")
+        size = st.st_size
         data = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
                          prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
     finally:

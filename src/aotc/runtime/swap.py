@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aotc.runtime import format as fmt
 from aotc.runtime.artifact import Artifact
+from aotc.runtime.publish import check_destination
 from aotc.runtime.room import plan_extents
 from aotc.runtime.runner_file import runner_files
 from aotc.runtime.schema.launch import EXTENTS_SINCE
@@ -32,7 +33,7 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
     from aotc.runtime.package import SUFFIX
     if str(dest).endswith(SUFFIX):
         return _swap_to_package(source, weights_file, dest, trusted_keys)
-    fmt.check_destination(dest)
+    check_destination(dest)
     art = Artifact(source, trusted_keys=trusted_keys)
     try:
         _refuse_parallel(art.manifest, source)

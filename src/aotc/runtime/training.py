@@ -134,7 +134,10 @@ class TrainableModule(torch.nn.Module):
             self.entries["backward"].plan, len(meta.params) + len(meta.buffers), owned,
             device, library, runner)
 
-    def forward(self, *inputs):
+    def forward(self, *inputs, **named):
+        """The model's forward, its inputs by position or by name (runtime/binding.py)."""
+        from aotc.runtime.binding import bind_arguments
+        inputs = bind_arguments(self.entries["forward"].spec, inputs, named, "forward")
         outs = _Step.apply(self, *self.param_list, *inputs)
         return unflatten(self.entries["forward"].spec.output_tree, outs)
 

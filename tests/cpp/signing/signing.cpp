@@ -1,12 +1,12 @@
 // signing: what tests/test_cpp_signing.py holds against Python's runtime/signing.py.
 //
-//   signing load [-n] ART [KEY ...]  aotc::Module(ART) with the KEYs trusted (-n: verify_hashes
-//                                    off), one forward call; prints "signer ID" (ID empty where
+//   signing load [-n] ART [-e] [KEY ...]  aotc::Module(ART) with the KEYs trusted (-n:
+//                                    verify_hashes off; -e: trusted_keys given, even if no KEY
+//                                    follows), one forward call; prints "signer ID" (ID empty where
 //                                    none was required), or "Kind: message" and exits with the
 //                                    error's exit code
 //   signing check                    one answer per line of stdin (fields hex, "-" for none):
-//     verify PUB SIG MSG             1 or 0: ed25519_verify
-//     sha512 MSG                     the digest, hex
+//     verify PUB SIG MSG             1 or 0: ed25519_verify (OpenSSL)
 //     b64 TEXT                       "ok HEX" (b64decode_strict), or "error"
 //     key TEXT                       "ok HEX" (public_key_bytes), or "Kind<TAB>what<TAB>found"
 #include <aotc/module.h>
@@ -16,9 +16,8 @@
 #include <sstream>
 #include <string>
 
-#include "frontend/ed25519.h"
 #include "frontend/keys.h"
-#include "frontend/sha512.h"
+#include "frontend/signing.h"
 
 namespace {
 
@@ -41,11 +40,6 @@ std::string answer(const std::string& line) {
   std::string cmd, a, b, c;
   in >> cmd >> a >> b >> c;
   if (cmd == "verify") return aotc::fe::ed25519_verify(unhex(a), unhex(b), unhex(c)) ? "1" : "0";
-  if (cmd == "sha512") {
-    std::string m = unhex(a);
-    auto d = aotc::fe::sha512(m.data(), m.size());
-    return hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
-  }
   std::string out;
   if (cmd == "b64") return aotc::fe::b64decode_strict(unhex(a), out) ? "ok " + hex(out) : "error";
   if (cmd == "key") try {
@@ -60,9 +54,11 @@ int load(int argc, char** argv) {
   aotc::LoadOptions options;
   int i = 2;
   if (i < argc && std::string(argv[i]) == "-n") options.verify_hashes = false, ++i;
-  if (i >= argc) return std::cerr << "usage: signing load [-n] ART [KEY ...]\n", 2;
+  if (i >= argc) return std::cerr << "usage: signing load [-n] ART [-e] [KEY ...]\n", 2;
   std::string art = argv[i++];
-  for (; i < argc; ++i) options.trusted_keys.push_back(argv[i]);
+  bool given = i < argc && std::string(argv[i]) == "-e";   // the keys given, even if none
+  if (given || i < argc) options.trusted_keys.emplace();
+  for (i += given; i < argc; ++i) options.trusted_keys->push_back(argv[i]);
   aotc::Module m(art, options);
   m.forward(m.example_inputs());
   std::cout << "signer " << m.signer() << "\n";

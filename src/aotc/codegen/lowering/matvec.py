@@ -10,13 +10,23 @@ over the same rows, fused horizontally into one kernel that reads x once), resid
 Products of 2 to 16 rows (decode at a small batch) run the hand-written kernel of
 codegen/triton/skinny_mm.py, which streams the weight once too; its split sums are added by
 the kernels that read the product. Products of more rows, fp32 products of more than one row,
-and every product on CPUs stay vendor GEMMs.
+and every other product on CPUs stay vendor GEMMs.
+
+Quantized layers (--quantize int8, exporter/quantize.py) reach a product as their int8 weight
+converted to the compute dtype and transposed; `int8_source` recognizes that weight, so these
+kernels read the int8 bytes and convert them in registers: the one-row reduction on GPUs and
+on CPUs too (a C++ reduction over int8 rows, where a vendor GEMM would need a float copy of
+the weight first: 2.4x MKL's fp32 product on a 1024 x 2816 MLP, one thread), and the
+few-rows kernel.
 """
 from __future__ import annotations
 
+import dataclasses
+
+import sympy
 import torch
 
-from aotc.codegen.ir import Op, ReductionType as R, sym
+from aotc.codegen.ir import NullHandler, Op, ReductionType as R, sym
 from aotc.codegen.lowering import out_dtype, out_shape, register
 from aotc.codegen.lowering.reductions import acc_dtype
 
@@ -33,9 +43,12 @@ def _static_2d(x, w) -> bool:
 
 
 def _one_row(g, x, w, dtype) -> bool:
-    if not g.split_reductions or not g.codegen or dtype not in FLOATS:
+    """A product of one row, lowered as a reduction: on GPUs always; on CPUs only over a
+    quantized layer's int8 weight, which the C++ reduction reads directly (a vendor GEMM
+    would need a float copy of the weight first)."""
+    if not g.codegen or dtype not in FLOATS or not _static_2d(x, w) or int(x.shape[0]) != 1:
         return False
-    return _static_2d(x, w) and int(x.shape[0]) == 1
+    return g.split_reductions or int8_source(g, w) is not None
 
 
 def _few_rows(g, x, w, dtype) -> bool:
@@ -46,6 +59,54 @@ def _few_rows(g, x, w, dtype) -> bool:
     return _static_2d(x, w) and 2 <= int(x.shape[0]) <= MAX_ROWS
 
 
+class _Probe(NullHandler):
+    """Records what a body does: its loads (name, index) and every other op."""
+
+    def __init__(self):
+        self.loads, self.ops = [], []
+
+    def load(self, name, index):
+        self.loads.append((name, index))
+        return "loaded"
+
+    def to_dtype(self, x, dtype):
+        self.ops.append(("to_dtype", x, dtype))
+        return "converted"
+
+    def op(self, op, *args):
+        self.ops.append(op)
+        return 0
+
+
+def int8_source(g, w):
+    """The int8 weight slot that `w` [K, N] converts element for element (a quantized linear
+    layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as a Buffer
+    with w's shape and the strides that read it; None for any other w. The few-rows kernel then
+    streams the int8 bytes and converts them in registers instead of a float copy."""
+    if w.buffer is not None or len(w.shape) != 2:
+        return None
+    probe, k, n = _Probe(), sym("k_probe"), sym("n_probe")
+    try:
+        w.loader(probe, (k, n))
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return None    # a body the probe cannot follow is no plain widening of a weight
+    if len(probe.loads) != 1 or len(probe.ops) != 1 or probe.ops[0][0] != "to_dtype" or \
+            probe.ops[0][1] != "loaded":
+        return None
+    name, index = probe.loads[0][0], sympy.sympify(probe.loads[0][1])
+    sid = int(name[3:]) if name.startswith("buf") and name[3:].isdigit() else None
+    if sid is None or g.out.slots[sid].get("kind") != "weight":
+        return None
+    buf = g._buffer(sid)
+    if buf.dtype != torch.int8 or len(buf.shape) != 2:
+        return None
+    stride = (index.coeff(k), index.coeff(n))
+    if sympy.expand(index - stride[0] * k - stride[1] * n) != 0 or \
+            sorted(stride, key=str) != sorted(buf.stride, key=str):
+        return None
+    return dataclasses.replace(buf, shape=tuple(w.shape), stride=stride)
+
+
 def _skinny(g, x, w, bias, dtype):
     """x [M, K] @ w [K, N] (+ bias [N]) by the few-rows kernel. With one split it writes the
     product into a new dense slot; else its float32 partial sums, and the product is a lazy
@@ -53,7 +114,8 @@ def _skinny(g, x, w, bias, dtype):
     from aotc.codegen.lowering.decode import dense
     from aotc.codegen.triton.skinny_mm import plan_tiles, skinny_mm_kernel
     m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
-    xb, wb = dense(g, x), g._buffer(g.materialize(w))
+    xb = dense(g, x)
+    wb = int8_source(g, w) or g._buffer(g.materialize(w))
     tiles = plan_tiles(k, n)
     one = tiles.splits == 1
     bb = dense(g, bias) if bias is not None and one else None

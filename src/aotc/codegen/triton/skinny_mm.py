@@ -77,9 +77,9 @@ def {name}({x}, {w}{bias_param}, {o}):
 {tiles}
 {epilogue}'''
 _ROWS = '''        xt = tl.load({x} + rows[:, None] * {k} + ks[None, :]{xmask})
-        wt = tl.load({w} + ks[:, None] * {swk} + cols[None, :] * {swn}{wmask})
+        wt = tl.load({w} + ks[:, None] * {swk} + cols[None, :] * {swn}{wmask}){wcast}
         acc += tl.dot(xt, wt)'''
-_SWAP = '''        wt = tl.load({w} + cols[:, None] * {swn} + ks[None, :] * {swk}{wmask})
+_SWAP = '''        wt = tl.load({w} + cols[:, None] * {swn} + ks[None, :] * {swk}{wmask}){wcast}
         xt = tl.load({x} + rows[None, :] * {k} + ks[:, None]{xmask})
         acc += tl.dot(wt, xt)'''
 _BIAS = "    acc += tl.load({b} + cols{cmask}).to(tl.float32){at}\n"
@@ -106,9 +106,10 @@ def _masks(m: int, k: int, n: int, t: Tiles) -> dict:
 
 
 def product_source(name: str, x: str, w: str, bias: str | None, o: str, *, m: int, k: int,
-                   n: int, strides: tuple, tiles: Tiles) -> str:
+                   n: int, strides: tuple, tiles: Tiles, widen: bool = False) -> str:
     """The Triton source of the product kernel: with one split it stores x @ w (+ bias) in
-    o's dtype, else float32 partial sums [splits, m, n]."""
+    o's dtype, else float32 partial sums [splits, m, n]. `widen`: w holds int8 values (a
+    quantized layer's), converted to x's dtype as they are loaded."""
     t, masks = tiles, _masks(m, k, n, tiles)
     rows_form = t.form == "rows"
     at = "[None, :]" if rows_form else "[:, None]"
@@ -121,8 +122,9 @@ def product_source(name: str, x: str, w: str, bias: str | None, o: str, *, m: in
     else:
         epilogue = _STORE.format(o=o, where=f"ps * {m * n} + " + where.format(n=n),
                                  omask=masks["omask"], value="acc")
-    body = (_ROWS if rows_form else _SWAP).format(x=x, w=w, k=k, swk=strides[0],
-                                                  swn=strides[1], **masks)
+    body = (_ROWS if rows_form else _SWAP).format(
+        x=x, w=w, k=k, swk=strides[0], swn=strides[1],
+        wcast=f".to({x}.dtype.element_ty)" if widen else "", **masks)
     shape = f"[{ROWS}, {t.block_n}]" if rows_form else f"[{t.block_n}, {ROWS}]"
     return _PRODUCT.format(name=name, x=x, w=w, o=o, mp=ROWS, bn=t.block_n, bk=t.block_k,
                            chunk=t.chunk, acc_shape=shape, tiles=body, epilogue=epilogue,
@@ -142,8 +144,8 @@ def skinny_mm_kernel(x, w, bias, out, tiles: Tiles) -> HandKernel:
 
     def make(name, ins, outs):
         text = product_source(name, x.name, w.name, bias.name if bias is not None else None,
-                              out.name, m=m, k=k,
-                              n=n, strides=strides, tiles=tiles)
+                              out.name, m=m, k=k, n=n, strides=strides, tiles=tiles,
+                              widen=w.dtype != x.dtype)
         return hand_source(name, text, ins, outs, (columns, tiles.splits, 1),
                            tiles.num_warps, tiles.num_stages)
     kernel = HandKernel(name="kernel_mm", prefix=(), ins=ins, outs=(out,), make=make)

@@ -36,7 +36,12 @@ def _parse(text: str, symbols, boolean: bool):
 
 
 def short(value, limit: int = 80) -> str:
-    text = repr(value)
+    """A value from an artifact as both front ends quote it (the C++ front end's json::dump):
+    compact JSON, non-ASCII kept, cut to `limit` characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):   # not JSON (bytes, NaN): Python's own form
+        text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -134,13 +139,13 @@ class At:
             self.fail("a JSON object", problem="is not an object")
         for k in required:
             if k not in self.value:
-                self.child(k, None).fail(f"a field {k!r}", found="nothing",
+                self.child(k, None).fail(f"a field {short(k)}", found="nothing",
                                           problem="is missing")
         allowed = set(required) | set(optional)
         extra = sorted(k for k in self.value if k not in allowed)
         if extra:
             self.child(extra[0], self.value[extra[0]]).fail(
-                f"only the fields {sorted(allowed)}", found=short(extra[0]),
+                f"only the fields {short(sorted(allowed), 1 << 20)}", found=short(extra[0]),
                 problem="is not a field of this format")
         return self
 
@@ -150,7 +155,7 @@ class At:
         if key not in self.value:
             if default is not _MISSING:
                 return At(self.file, self, key, default)
-            self.child(key, None).fail(f"a field {key!r}", found="nothing",
+            self.child(key, None).fail(f"a field {short(key)}", found="nothing",
                                         problem="is missing")
         return self.child(key, self.value[key])
 
@@ -244,7 +249,7 @@ class At:
             self.fail(f"a string of at most {max_len} characters",
                       found=f"{len(v)} characters")
         if choices is not None and v not in choices:
-            self.fail(f"one of {sorted(choices)}", problem="is not a known value")
+            self.fail(f"one of {short(sorted(choices), 1 << 20)}", problem="is not a known value")
         if pattern is not None and not pattern.match(v):
             self.fail(f"a string matching {pattern.pattern}", problem="is not well formed")
         return v
@@ -261,7 +266,8 @@ class At:
         try:
             return kind(self.value)
         except (ValueError, TypeError):
-            self.fail(f"one of {[e.value for e in kind]}", problem="is not a known value")
+            self.fail(f"one of {short([e.value for e in kind], 1 << 20)}",
+                      problem="is not a known value")
 
     def expr(self, symbols, *, boolean: bool = False):
         """A size expression (or, with `boolean`, a relation) over the declared `symbols`."""

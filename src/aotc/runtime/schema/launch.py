@@ -16,9 +16,15 @@ from aotc.runtime.schema.fields import At
 from aotc.runtime.schema.manifest import ARCH, display
 
 BLOCK_NAME = re.compile(r"(?:XBLOCK|R\d{1,2}_BLOCK)\Z")   # generated kernels' block sizes
+BLOCK_NODES = 100         # R<n>_BLOCK is the block of a kernel's node n: n has two digits
 PARAM_TYPE = re.compile(r"\*(?:fp8e4nv|fp8e5|fp64|fp32|fp16|bf16|i64|i32|i16|i8|u8|i1)\Z|i32\Z|i64\Z")
 WARPS = frozenset({1, 2, 4, 8, 16, 32})
 MAX_SHARED = 256 * 1024
+# A kernel's block sizes (XBLOCK, and one R<n>_BLOCK per reduction it fuses) and its dim-size
+# parameters: the scheduler fuses no more reductions into one kernel than these take
+# (codegen/scheduler.py), and codegen checks each spec against them as it writes it.
+MAX_BLOCKS = 64
+MAX_SIZES = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,8 +104,8 @@ def parse_launch(doc: At, name: str, symbols, version: int = EXTENTS_SINCE) -> L
     return LaunchSpec(
         extents=tuple(e.expr(symbols) for e in doc.get("extents").list(n, n)) if extents else (),
         name=name, params=params, inputs=io["inputs"], outputs=io["outputs"],
-        sizes=tuple(s.ident() for s in doc.get("sizes").list(64)),
-        constexprs={k: _block(k, v) for k, v in doc.get("constexprs").items(64)},
+        sizes=tuple(s.ident() for s in doc.get("sizes").list(MAX_SIZES)),
+        constexprs={k: _block(k, v) for k, v in doc.get("constexprs").items(MAX_BLOCKS)},
         grid=tuple(g.expr(symbols) for g in doc.get("grid").list(3, 3)),
         error_code=None if code.is_null() else code.int(1, 1 << 30), archs=archs,
         autotune=None if at.is_null() else display(at))
@@ -136,5 +142,5 @@ def _build(a: At, cubin: str, *, div16: bool, extra=()) -> Build:
                  shared=a.get("shared").int(0, MAX_SHARED), num_warps=warps,
                  num_ctas=a.get("num_ctas", 1).int(1, 16),
                  params=tuple(_param(p, scratch=True) for p in a.get("params").list(4096)),
-                 sizes=tuple(s.ident() for s in a.get("sizes", []).list(64)),
+                 sizes=tuple(s.ident() for s in a.get("sizes", []).list(MAX_SIZES)),
                  pdl=a.get("pdl", False).bool())

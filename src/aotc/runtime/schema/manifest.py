@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 
 from aotc.runtime.cpu import ORDER as ISA_ORDER
 from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.fields import At, short
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
 from aotc.runtime.schema.generation import Generation, parse_generation
 from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
+from aotc.runtime.schema.params import parse_parameters
+from aotc.runtime.schema.quant import Quantization, parse_quantization
+from aotc.runtime.schema.rules import MAX_DIM, MAX_STATE_BYTES
 from aotc.runtime.schema.trees import parse_tree
 from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
@@ -26,7 +29,6 @@ ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 ARCH = re.compile(r"sm_[0-9]{2,3}a?\Z")
 ISAS = frozenset(ISA_ORDER)
 LIBRARY = re.compile(r"kernels/kernels(?:-[a-z0-9-]+)?\.so\Z")
-MAX_DIM = 1 << 40
 __all__ = ["FileEntry", "Weights", "Manifest", "parse_manifest"]
 
 
@@ -74,6 +76,7 @@ class EntrySpec:
     outputs: tuple                   # TensorMeta | None per flat output
     output_tree: dict
     stats: dict = field(default_factory=dict)
+    parameters: tuple | None = None  # Parameter, ... (schema/params.py; format 20)
 
     @property
     def ranges(self) -> dict[str, tuple[int, int]]:
@@ -84,7 +87,9 @@ class EntrySpec:
                 "symbols": {n: s.to_json() for n, s in self.symbols.items()},
                 "relations": [ex.text(r) for r in self.relations],
                 "outputs": [o.to_json() if o is not None else None for o in self.outputs],
-                "output_tree": self.output_tree, "stats": self.stats}
+                "output_tree": self.output_tree, "stats": self.stats,
+                **({"parameters": [p.to_json() for p in self.parameters]}
+                   if self.parameters is not None else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +192,7 @@ class Manifest:
     generation: Generation | None = None
     export_check: dict | None = None             # display: whether export ran the artifact
     tensor_parallel: TensorParallel | None = None   # format 8: split over ranks
+    quantization: Quantization | None = None     # format 24: weights stored quantized
     files: dict = field(default_factory=dict)   # path -> FileEntry
 
     def to_json(self) -> dict:
@@ -206,6 +212,8 @@ class Manifest:
             out["export_check"] = self.export_check
         if self.tensor_parallel is not None:
             out["tensor_parallel"] = self.tensor_parallel.to_json()
+        if self.quantization is not None:
+            out["quantization"] = self.quantization.to_json()
         return out
 
 
@@ -215,13 +223,15 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     (False while codegen builds the manifest, before the files are written)."""
     doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
                       "weights", "files", "manifest_sha256"),
-            optional=("training", "state", "generation", "export_check", "tensor_parallel"))
-    entries = {name: _entry(a, name) for name, a in doc.get("entries").items(16)}
+            optional=("training", "state", "generation", "export_check", "tensor_parallel",
+                      "quantization"))
+    version = doc.get("format_version").int(1, 1 << 16)
+    entries = {name: _entry(a, name, version) for name, a in doc.get("entries").items(16)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
     training = _training(doc.get("training")) if doc.has("training") else None
     doc.get("producer").obj(required=("aotc", "torch", "python", "platform"),
                             optional=("triton", "compiler"))
-    m = Manifest(format_version=doc.get("format_version").int(1, 1 << 16),
+    m = Manifest(format_version=version,
                  producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
                  target=_target(doc.get("target")), options=_scalars(doc.get("options")),
                  entries=entries, weights=parse_weights(doc.get("weights")), training=training,
@@ -237,6 +247,9 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
                                          "appears in an earlier format")
         m = dataclasses.replace(m, tensor_parallel=parse_parallel(
             doc.get("tensor_parallel"), m.weights, complete=complete))
+    if doc.has("quantization"):
+        m = dataclasses.replace(m, quantization=parse_quantization(
+            doc.get("quantization"), m.weights, m.format_version))
     if complete:
         _check_listed(m, doc.get("files"))
     return m
@@ -318,7 +331,7 @@ def _libraries(a: At) -> tuple:
     out = []
     for level, path in a.items(len(ISAS)):
         path.check(level in ISAS, f"a CPU level ({', '.join(sorted(ISAS))})",
-                   f"names the level {level[:40]!r}")
+                   f"names the level {short(level, 40)}")
         legacy = len(a.value) == 1 and path.value == "kernels/kernels.so"
         out.append((level, path.str(choices={f"kernels/kernels-{level}.so"} |
                                     ({"kernels/kernels.so"} if legacy else set()))))
@@ -327,8 +340,6 @@ def _libraries(a: At) -> tuple:
     a.check(len(arches) == 1, "levels of one architecture", "mixes x86-64 and aarch64")
     return tuple(sorted(out, key=lambda e: ISA_ORDER.index(e[0])))
 
-
-MAX_STATE_BYTES = 1 << 40
 
 
 def _states(a: At) -> tuple:
@@ -377,10 +388,10 @@ def _check_training(m: Manifest, doc: At) -> None:
     parse_tree(doc.get("entries").get("forward").get("output_tree"), t.num_outputs)
 
 
-def _entry(a: At, name: str) -> EntrySpec:
+def _entry(a: At, name: str, version: int) -> EntrySpec:
     a.check(bool(ENTRY.match(name)), "an entry name (lowercase identifier)", "is not a name")
     a.obj(required=("plan", "inputs", "symbols", "relations", "outputs", "output_tree"),
-          optional=("stats",))
+          optional=("stats", "parameters") if version >= 20 else ("stats",))
     a.get("plan").str(choices={f"plans/{name}.json"})
     symbols = {n: _symbol(s, n) for n, s in a.get("symbols").items(256)}
     inputs = tuple(_input(i, symbols) for i in a.get("inputs").list(4096))
@@ -390,7 +401,9 @@ def _entry(a: At, name: str) -> EntrySpec:
                      relations=tuple(r.expr(symbols, boolean=True)
                                      for r in a.get("relations").list(256)),
                      outputs=outputs, output_tree=parse_tree(a.get("output_tree"), len(outputs)),
-                     stats=display(a.get("stats", {})))
+                     stats=display(a.get("stats", {})),
+                     parameters=parse_parameters(a.get("parameters"), inputs)
+                     if a.has("parameters") else None)
 
 
 def _symbol(a: At, name: str) -> Symbol:

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -13,7 +15,6 @@
 #include <thread>
 
 #include "package.h"
-#include "sha256.h"
 
 namespace aotc::fe {
 
@@ -58,6 +59,17 @@ std::string self_hashed(const std::string& raw, std::string& recorded, const std
 }
 
 }  // namespace
+
+std::string sha256_hex(const void* data, size_t n) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data, n, digest, &len, EVP_sha256(), nullptr) != 1 || len != 32)
+    throw std::runtime_error("OpenSSL's SHA-256 failed");   // only where libcrypto is broken
+  static const char kHex[] = "0123456789abcdef";
+  std::string out(64, '0');
+  for (unsigned i = 0; i < 32; ++i) out[2 * i] = kHex[digest[i] >> 4], out[2 * i + 1] = kHex[digest[i] & 15];
+  return out;
+}
 
 bool safe_path(const std::string& rel) {
   auto parts = components(rel);
@@ -183,12 +195,14 @@ void Artifact::parse_files() {
   }
 }
 
-// A package holds the manifest, signatures.json and the listed files, nothing else (its
-// members in index order, as runtime/artifact.py checks them).
+// A package holds the manifest, the signature files (signatures.json; model.sig, an OMS
+// bundle this front end does not verify) and the listed files, nothing else (its members in
+// index order, as runtime/artifact.py checks them).
 void Artifact::check_members() const {
   if (package_)
     for (const auto& [name, m] : package_->rows())
-      if (!files_.count(name) && name != "manifest.json" && name != "signatures.json")
+      if (!files_.count(name) && name != "manifest.json" && name != "signatures.json" &&
+          name != "model.sig")
         throw ArtifactError("package member " + name + " is not listed in its manifest", where(name),
                             "only files the manifest lists", "an unlisted member " + name,
                             "re-pack the artifact with `aotc pack`");

@@ -27,7 +27,7 @@ namespace aotc::fe {
 
 class Package;
 
-constexpr int kFormatVersion = 22;   // runtime/format.py FORMAT_VERSION this front end reads
+constexpr int kFormatVersion = 24;   // runtime/format.py FORMAT_VERSION this front end reads
 constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args;
                                      // 13: kernel arguments' shapes, required for kernel steps)
 constexpr int kCudaRunnerFormat = 14;   // the first whose CUDA artifacts have runner files
@@ -95,6 +95,8 @@ class Artifact {
   mutable std::set<std::string> verified_;   // files read() has checked (loading is serial)
 };
 
+// sha256 of n bytes as 64 lowercase hex digits (OpenSSL's libcrypto).
+std::string sha256_hex(const void* data, size_t n);
 bool safe_path(const std::string& rel);   // runtime/schema/manifest.py PATH
 
 // `size` bytes of `fd` from `offset`; an ArtifactError naming `where` (with `fix`) if it ends

@@ -1,189 +1,102 @@
-// The strict JSON reader (json.h).
+// The strict JSON reader (json.h): nlohmann/json's SAX parser (RFC 8259, UTF-8 checked,
+// iterative, so deep nesting cannot overflow the stack) builds a Value tree, with aotc's own
+// rules on top: a size bound before parsing, a depth bound, no duplicate member, integers within
+// 64 bits and finite numbers.
 #include "json.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <unordered_set>
+
+#include <nlohmann/json.hpp>
 
 namespace aotc::json {
 
 namespace {
 
-class Parser {
- public:
-  Parser(std::string_view text, const std::string& file) : t_(text), file_(file) {}
+const char* kFix = "re-export the model; do not edit artifacts by hand";
 
-  Value document() {
-    Value v = value(0);
-    space();
-    if (p_ != t_.size()) fail("the end of the document");
-    return v;
+class Builder {
+ public:
+  explicit Builder(const std::string& file) : file_(file) {}
+  using nj = nlohmann::json;
+
+  bool null() { return put(Value{}); }
+  bool boolean(bool b) {
+    Value v;
+    v.type = Value::Type::Bool, v.b = b;
+    return put(std::move(v));
   }
+  bool number_integer(nj::number_integer_t i) {
+    Value v;
+    v.type = Value::Type::Int, v.i = i;
+    return put(std::move(v));
+  }
+  bool number_unsigned(nj::number_unsigned_t u) {
+    if (u > uint64_t(INT64_MAX)) fail("an integer within 64 bits", std::to_string(u));
+    return number_integer(int64_t(u));
+  }
+  bool number_float(nj::number_float_t f, const std::string& text) {
+    if (text.find_first_of(".eE") == std::string::npos) fail("an integer within 64 bits", text.substr(0, 80));
+    if (!std::isfinite(f)) fail("a finite number", text.substr(0, 80));
+    Value v;
+    v.type = Value::Type::Float, v.f = f;
+    return put(std::move(v));
+  }
+  bool string(std::string& s) {
+    Value v;
+    v.type = Value::Type::String, v.s = std::move(s);
+    return put(std::move(v));
+  }
+  bool binary(nj::binary_t&) { fail("JSON", "binary data"); }
+  bool start_object(size_t) { return open(Value::Type::Object); }
+  bool start_array(size_t) { return open(Value::Type::Array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& k) {
+    if (!keys_.back().insert(k).second) fail("no duplicate member", "\"" + k.substr(0, 80) + "\" twice");
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(size_t at, const std::string& token, const nlohmann::detail::exception& e) {
+    // nlohmann's message without its prefix and its "last read" (the raw bytes: the token is
+    // given quoted as JSON instead, so that no byte of the file reaches the message as is)
+    std::string what = e.what();
+    what = what.substr(0, what.find("; last read"));
+    if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
+    throw ArtifactError(file_ + " is not valid JSON", file_ + ", byte " + std::to_string(at),
+                        "RFC 8259 JSON (" + what + ")", token.empty() ? "the end" : dump(token, 40), kFix);
+  }
+
+  Value root;
 
  private:
-  [[noreturn]] void fail(const std::string& expected) {
-    throw ArtifactError(file_ + " is not valid JSON", file_ + ", byte " + std::to_string(p_),
-                        expected, p_ < t_.size() ? "'" + std::string(1, t_[p_]) + "'" : "the end",
-                        "re-export the model; do not edit artifacts by hand");
+  [[noreturn]] void fail(const std::string& expected, const std::string& found) {
+    throw ArtifactError(file_ + " is not valid JSON", file_, expected, found, kFix);
   }
-  void space() {
-    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\n' || t_[p_] == '\r' || t_[p_] == '\t'))
-      ++p_;
+  Value* place(Value&& v) {   // where a new value goes: the root, an item or a member
+    if (stack_.empty()) return &(root = std::move(v));
+    Value& top = *stack_.back();
+    if (top.type == Value::Type::Array) return &top.items.emplace_back(std::move(v));
+    return &top.members.emplace_back(std::move(key_), std::move(v)).second;
   }
-  bool eat(char c) {
-    space();
-    if (p_ < t_.size() && t_[p_] == c) return ++p_, true;
-    return false;
-  }
-  void literal(const char* word) {
-    for (const char* c = word; *c; ++c, ++p_)
-      if (p_ >= t_.size() || t_[p_] != *c) fail(std::string("'") + word + "'");
-  }
-
-  Value value(size_t depth) {
-    if (depth > kMaxDepth) fail("at most 64 levels of nesting");
-    space();
-    if (p_ >= t_.size()) fail("a value");
+  bool put(Value&& v) { return place(std::move(v)), true; }
+  bool open(Value::Type type) {
+    if (stack_.size() >= kMaxDepth) fail("at most " + std::to_string(kMaxDepth) + " levels of nesting", "more");
     Value v;
-    char c = t_[p_];
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') return v.type = Value::Type::String, v.s = string(), v;
-    if (c == 't') return literal("true"), v.type = Value::Type::Bool, v.b = true, v;
-    if (c == 'f') return literal("false"), v.type = Value::Type::Bool, v;
-    if (c == 'n') return literal("null"), v;
-    return number();
+    v.type = type;
+    stack_.push_back(place(std::move(v)));
+    keys_.emplace_back();
+    return true;
+  }
+  bool close() {
+    stack_.pop_back(), keys_.pop_back();
+    return true;
   }
 
-  Value object(size_t depth) {
-    Value v;
-    v.type = Value::Type::Object;
-    ++p_;
-    if (eat('}')) return v;
-    std::unordered_set<std::string> keys;
-    do {
-      space();
-      if (p_ >= t_.size() || t_[p_] != '"') fail("a member name");
-      std::string key = string();
-      if (!keys.insert(key).second) fail("no duplicate member \"" + key.substr(0, 80) + "\"");
-      if (!eat(':')) fail("':'");
-      v.members.emplace_back(std::move(key), value(depth + 1));
-    } while (eat(','));
-    if (!eat('}')) fail("',' or '}'");
-    return v;
-  }
-
-  Value array(size_t depth) {
-    Value v;
-    v.type = Value::Type::Array;
-    ++p_;
-    if (eat(']')) return v;
-    do v.items.push_back(value(depth + 1));
-    while (eat(','));
-    if (!eat(']')) fail("',' or ']'");
-    return v;
-  }
-
-  unsigned hex4() {
-    if (p_ + 4 > t_.size()) fail("four hex digits");
-    unsigned u = 0;
-    for (int k = 0; k < 4; ++k, ++p_) {
-      char h = t_[p_];
-      int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-              : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-      if (d < 0) fail("a hex digit");
-      u = u * 16 + unsigned(d);
-    }
-    return u;
-  }
-
-  void utf8(std::string& out, unsigned u) {
-    if (u < 0x80) {
-      out += char(u);
-    } else if (u < 0x800) {
-      out += char(0xC0 | (u >> 6)), out += char(0x80 | (u & 0x3F));
-    } else if (u < 0x10000) {
-      out += char(0xE0 | (u >> 12)), out += char(0x80 | ((u >> 6) & 0x3F));
-      out += char(0x80 | (u & 0x3F));
-    } else {
-      out += char(0xF0 | (u >> 18)), out += char(0x80 | ((u >> 12) & 0x3F));
-      out += char(0x80 | ((u >> 6) & 0x3F)), out += char(0x80 | (u & 0x3F));
-    }
-  }
-
-  void escape(std::string& out) {
-    char e = t_[p_++];
-    static const char kFrom[] = "\"\\/bfnrt", kTo[] = "\"\\/\b\f\n\r\t";
-    for (int k = 0; k < 8; ++k)
-      if (e == kFrom[k]) return void(out += kTo[k]);
-    if (e != 'u') --p_, fail("a JSON escape");
-    unsigned u = hex4();
-    if (u >= 0xD800 && u < 0xDC00) {   // a surrogate pair
-      if (p_ + 2 > t_.size() || t_[p_] != '\\' || t_[p_ + 1] != 'u') fail("a low surrogate");
-      p_ += 2;
-      unsigned lo = hex4();
-      if (lo < 0xDC00 || lo >= 0xE000) fail("a low surrogate");
-      u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-    } else if (u >= 0xDC00 && u < 0xE000) {
-      fail("no lone low surrogate");
-    }
-    utf8(out, u);
-  }
-
-  std::string string() {
-    ++p_;
-    std::string out;
-    while (true) {
-      if (p_ >= t_.size()) fail("a closing '\"'");
-      char c = t_[p_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) --p_, fail("no control character in a string");
-      if (c == '\\') {
-        if (p_ >= t_.size()) fail("an escape");
-        escape(out);
-      } else {
-        out += c;
-      }
-    }
-  }
-
-  Value number() {
-    size_t start = p_;
-    bool integral = true;
-    if (t_[p_] == '-') ++p_;
-    if (p_ >= t_.size() || !isdigit(t_[p_])) fail("a value");
-    if (t_[p_] == '0' && p_ + 1 < t_.size() && isdigit(t_[p_ + 1])) fail("no leading zero");
-    while (p_ < t_.size() && isdigit(t_[p_])) ++p_;
-    if (p_ < t_.size() && t_[p_] == '.') {
-      integral = false, ++p_;
-      if (p_ >= t_.size() || !isdigit(t_[p_])) fail("a digit after '.'");
-      while (p_ < t_.size() && isdigit(t_[p_])) ++p_;
-    }
-    if (p_ < t_.size() && (t_[p_] == 'e' || t_[p_] == 'E')) {
-      integral = false, ++p_;
-      if (p_ < t_.size() && (t_[p_] == '+' || t_[p_] == '-')) ++p_;
-      if (p_ >= t_.size() || !isdigit(t_[p_])) fail("an exponent");
-      while (p_ < t_.size() && isdigit(t_[p_])) ++p_;
-    }
-    std::string text(t_.substr(start, p_ - start));
-    Value v;
-    errno = 0;
-    if (integral) {
-      v.type = Value::Type::Int;
-      v.i = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == ERANGE) p_ = start, fail("an integer within 64 bits");
-    } else {
-      v.type = Value::Type::Float;
-      v.f = std::strtod(text.c_str(), nullptr);
-      if (!std::isfinite(v.f)) p_ = start, fail("a finite number");
-    }
-    return v;
-  }
-  static bool isdigit(char c) { return c >= '0' && c <= '9'; }
-
-  std::string_view t_;
   const std::string& file_;
-  size_t p_ = 0;
+  std::vector<Value*> stack_;   // the open arrays and objects (each inside the one before it)
+  std::vector<std::unordered_set<std::string>> keys_;
+  std::string key_;
 };
 
 const char* type_name(Value::Type t) {
@@ -192,13 +105,64 @@ const char* type_name(Value::Type t) {
   return kNames[static_cast<int>(t)];
 }
 
+nlohmann::ordered_json to_nlohmann(const Value& v) {
+  switch (v.type) {
+    case Value::Type::Null: return nullptr;
+    case Value::Type::Bool: return v.b;
+    case Value::Type::Int: return v.i;
+    case Value::Type::Float: return v.f;
+    case Value::Type::String: return v.s;
+    case Value::Type::Array: {
+      auto out = nlohmann::ordered_json::array();
+      for (const Value& x : v.items) out.push_back(to_nlohmann(x));
+      return out;
+    }
+    default: {
+      auto out = nlohmann::ordered_json::object();
+      for (const auto& [k, x] : v.members) out[k] = to_nlohmann(x);
+      return out;
+    }
+  }
+}
+
 }  // namespace
 
 Value parse(std::string_view text, const std::string& file, size_t max_bytes) {
   if (text.size() > max_bytes)
     throw ArtifactError(file + " is too large", file, "at most " + std::to_string(max_bytes) +
                         " bytes", std::to_string(text.size()) + " bytes", "re-export the model");
-  return Parser(text, file).document();
+  Builder b(file);
+  nlohmann::json::sax_parse(text.begin(), text.end(), &b, nlohmann::json::input_format_t::json,
+                            /*strict=*/true, /*ignore_comments=*/false);
+  return std::move(b.root);
+}
+
+size_t length(std::string_view text) {
+  size_t n = 0;
+  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string dump(const Value& v, size_t limit) {
+  std::string text = to_nlohmann(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (length(text) <= limit) return text;
+  size_t at = 0;
+  for (size_t n = 0; n < limit; ++n)
+    for (++at; at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80;) ++at;
+  return text.substr(0, at) + "...";
+}
+
+std::string dump(const std::string& s, size_t limit) {
+  Value v;
+  v.type = Value::Type::String, v.s = s;
+  return dump(v, limit);
+}
+
+std::string dump(const std::vector<std::string>& items, size_t limit) {
+  Value v;
+  v.type = Value::Type::Array;
+  for (const auto& s : items) v.items.push_back(Value{Value::Type::String, false, 0, 0, s, {}, {}});
+  return dump(v, limit);
 }
 
 std::string Field::where() const { return *file_ + ", field " + (path_.empty() ? "(root)" : path_); }

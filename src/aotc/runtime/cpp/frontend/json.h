@@ -1,7 +1,8 @@
-// A small strict JSON reader for the C++ front end: the manifest and runner files.
+// The C++ front end's strict JSON reader (nlohmann/json underneath): the manifest, runner
+// files, signatures.json, a package's index.
 //
-// `parse` accepts RFC 8259 JSON only (no comments, trailing commas, NaN or duplicate keys),
-// bounded in size and nesting depth (the recursion is bounded by that depth), and raises an
+// `parse` accepts RFC 8259 JSON only, in UTF-8 (no comments, trailing commas, NaN or
+// duplicate keys; integers within 64 bits), bounded in size and nesting depth, and raises an
 // ArtifactError naming the file and the byte where it is malformed. `Field` reads a parsed
 // document the way runtime/schema/fields.py does: each access names the field it reads
 // ("runner/forward.json, field steps[3][2]"), and a value of the wrong kind or out of its range
@@ -32,6 +33,14 @@ struct Value {
 constexpr size_t kMaxDepth = 64;
 
 Value parse(std::string_view text, const std::string& file, size_t max_bytes);
+
+// The one form both front ends quote a value from an artifact in (runtime/schema/fields.py
+// short()): compact JSON (no spaces, non-ASCII kept), cut to `limit` characters and "...".
+std::string dump(const Value& v, size_t limit = 80);
+std::string dump(const std::string& s, size_t limit = 80);
+std::string dump(const std::vector<std::string>& items, size_t limit = 1 << 20);
+// Characters (code points) of UTF-8 text, as len() of the Python str counts them.
+size_t length(std::string_view text);
 
 class Field {
  public:

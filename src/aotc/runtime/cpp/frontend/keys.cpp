@@ -13,8 +13,9 @@
 #include <memory>
 
 #include "aotc/errors.h"
-#include "pyrepr.h"
-#include "sha256.h"
+#include "files.h"
+#include "json.h"
+#include "templates.h"
 
 namespace aotc::fe {
 
@@ -42,10 +43,12 @@ std::string_view strip(std::string_view s, bool right = true) {   // bytes.strip
   return s;
 }
 
+// What is no public key is never echoed: it may be a secret (a private key, a password).
 [[noreturn]] void not_a_key(std::string_view key) {
+  if (key.find("PRIVATE KEY-----") != std::string_view::npos) raise<UsageError>(rules::kPrivateKey);
   throw UsageError("a trusted key is not an Ed25519 public key", kWhere,
                    "a PEM public key, its file, or 32 raw bytes (base64)",
-                   py::bytes_repr(key).substr(0, 60), kKeygenFix);
+                   std::to_string(key.size()) + " bytes (not shown)", kKeygenFix);
 }
 
 [[noreturn]] void not_ed25519(const std::string& found) {
@@ -159,7 +162,7 @@ std::vector<std::string> key_files_in(const std::string& dir) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
   std::string why = d ? "" : std::strerror(errno);
   if (!d)
-    throw UsageError(std::string(kTrustedKeysEnv) + " names " + py::repr(dir) + ", which cannot be listed",
+    throw UsageError(std::string(kTrustedKeysEnv) + " names " + json::dump(dir) + ", which cannot be listed",
                      kTrustedKeysEnv, "a readable directory of key files", why,
                      std::string("fix ") + kTrustedKeysEnv + " (entries separated by ':')");
   std::vector<std::string> names;
@@ -212,10 +215,11 @@ std::string public_key_bytes(const std::string& key, bool is_path) {
   return raw;
 }
 
-std::vector<std::string> trusted_from_env() {
+std::optional<std::vector<std::string>> trusted_from_env() {
   const char* env = std::getenv(kTrustedKeysEnv);
+  if (!env || !*env) return std::nullopt;
   std::vector<std::string> keys;
-  std::string value = env ? env : "";
+  std::string value = env;
   for (size_t at = 0; at <= value.size();) {
     size_t colon = std::min(value.find(':', at), value.size());
     std::string part = value.substr(at, colon - at);
@@ -228,7 +232,7 @@ std::vector<std::string> trusted_from_env() {
     } else if (exists && S_ISREG(st.st_mode)) {
       keys.push_back(part);
     } else {
-      throw UsageError(std::string(kTrustedKeysEnv) + " names " + py::repr(part) +
+      throw UsageError(std::string(kTrustedKeysEnv) + " names " + json::dump(part) +
                        ", which is no key file or directory", kTrustedKeysEnv,
                        "key files or directories", part,
                        std::string("fix ") + kTrustedKeysEnv + " (entries separated by ':')");

@@ -9,6 +9,7 @@
 // UsageError with Python's message.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +29,10 @@ bool b64decode_strict(std::string_view text, std::string& out);
 // AOTC_TRUSTED_KEYS), whose bytes are the key.
 std::string public_key_bytes(const std::string& key, bool is_path = false);
 
-// The key files AOTC_TRUSTED_KEYS names, in Python's order (a directory's files sorted).
-std::vector<std::string> trusted_from_env();
+// The key files AOTC_TRUSTED_KEYS names, in Python's order (a directory's files sorted);
+// nullopt where it is unset or empty (names no key), an empty list where it names keys but
+// yields none (":", a directory with no *.pub or *.pem), which check_signature refuses.
+std::optional<std::vector<std::string>> trusted_from_env();
 
 // runtime/signing.py key_id: the first 16 hex digits of sha256 of the 32 raw bytes.
 std::string key_id(std::string_view raw);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <regex>
+#include <set>
 
 #include "../expr.h"
 #include "../instr.h"
@@ -16,6 +18,7 @@
 #include "native.h"
 #include "signing.h"
 #include "spec.h"
+#include "templates.h"
 
 namespace aotc {
 
@@ -65,16 +68,39 @@ c10::Device run_device(const std::string& wanted, const std::string& type) {
   return *dev;
 }
 
-// The CPU target's (level, library) pairs (none: extern-only), or a TargetError.
-std::vector<std::pair<std::string, std::string>> cpu_levels(json::Field native, bool& table) {
+// The CPU target's (level, library) pairs (none: extern-only), or a TargetError; checked as
+// runtime/schema/manifest.py checks them: known levels (rules.h) of one architecture, each in
+// its own file (kernels/kernels-<level>.so, or the one kernels/kernels.so of format <= 7),
+// and no library in the file table that no level names.
+std::vector<std::pair<std::string, std::string>> cpu_levels(const fe::Artifact& art, json::Field native,
+                                                            bool& table) {
   std::vector<std::pair<std::string, std::string>> out;
   if (!native.has("libraries"))
     throw TargetError("the C++ front end runs C++ kernels on the CPU; this artifact's are not", native.where(),
                       "C++ kernel libraries", "another kind of kernels", "load it from Python (aotc.load)");
   table = native.has("table") && native["table"].boolean();
   json::Field libs = native["libraries"];
-  for (const auto& [level, v] : libs.members(16)) out.emplace_back(level, libs.member(level, v).string(256));
+  std::set<std::string> arches, named;
+  for (const auto& [level, v] : libs.members(std::size(fe::rules::kLevels))) {
+    json::Field path = libs.member(level, v);
+    const fe::rules::Level* known = nullptr;
+    for (const auto& l : fe::rules::kLevels)
+      if (level == l.name) known = &l;
+    if (!known) path.fail("a known CPU level", "names the level " + json::dump(level, 40));
+    bool legacy = libs.value().members.size() == 1 && path.string(256) == "kernels/kernels.so";
+    if (!legacy && path.string(256) != "kernels/kernels-" + level + ".so")
+      path.fail(json::dump("kernels/kernels-" + level + ".so"), path.found());
+    arches.insert(known->arch);
+    named.insert(path.string(256));
+    out.emplace_back(level, path.string(256));
+  }
   if (out.empty()) libs.fail("at least one level", "none");
+  if (arches.size() != 1) libs.fail("levels of one architecture", "mixes x86-64 and aarch64");
+  static const std::regex kLibrary(R"(kernels/kernels(-[a-z0-9-]+)?\.so)");
+  for (const auto& [rel, v] : art.field()["files"].members(1 << 20))
+    if (std::regex_match(rel, kLibrary) && !named.count(rel))
+      art.field()["files"].member(rel, v).fail(rel + " named in target.native.libraries",
+                                               "lists " + rel + ", a library of no level");
   return out;
 }
 
@@ -110,6 +136,8 @@ struct Module::Impl {
 
   at::Tensor weight(const std::string& name);   // on the module's device
   at::Tensor state_tensor(const fe::ConstantRef& s, const std::string& where);
+  void check_state(const fe::ConstantRef& s, const std::string& where) const;
+  std::vector<at::Tensor> call(const Entry& e, const std::vector<at::Tensor>& inputs) const;   // run
   void read_entry(const std::string& name);    // its runner file, checked
   void build_entry(Entry& e, const std::string& name);   // its constants bound, its program
   void setup_graphs();   // LoadOptions.cuda_graph: the entries that replay CUDA graphs
@@ -140,14 +168,51 @@ at::Tensor Module::Impl::weight(const std::string& name) {
   return on_device.emplace(name, stored.to(device)).first->second;
 }
 
+// A state tensor (zeros), allocated only once its runner file's dtype and shape are the
+// manifest's state of that name and the manifest's state is within rules::kMaxStateBytes.
 at::Tensor Module::Impl::state_tensor(const fe::ConstantRef& s, const std::string& where) {
   auto it = state.find(s.name);
-  if (it == state.end())
+  if (it == state.end()) {
+    check_state(s, where);
     return state[s.name] = at::zeros(s.shape, at::TensorOptions().dtype(s.dtype).device(device));
+  }
   if (it->second.scalar_type() != s.dtype || it->second.sizes() != c10::IntArrayRef(s.shape))
     throw ArtifactError("state '" + s.name + "' is declared twice, differently", where,
                         "one dtype and shape per state", "two", "re-export the model");
   return it->second;
+}
+
+void Module::Impl::check_state(const fe::ConstantRef& s, const std::string& where) const {
+  json::Field root = art->field();
+  if (!root.has("state"))
+    throw ArtifactError("state '" + s.name + "' is not the manifest's", where, "a state the manifest lists",
+                        "a manifest with no state", "re-export the model");
+  json::Field list = root["state"];
+  uint64_t total = 0;
+  std::optional<json::Field> match;
+  for (size_t i = 0, n = list.size(1 << 16); i < n; ++i) {
+    json::Field st = list[i];
+    uint64_t bytes = uint64_t(c10::elementSize(fe::dtype_of(st["dtype"].string(32), st["dtype"])));
+    for (size_t d = 0, m = st["shape"].size(16); d < m; ++d) {
+      uint64_t dim = uint64_t(st["shape"][d].integer(0, fe::rules::kMaxDim));
+      bytes = dim && bytes > fe::rules::kMaxStateBytes / dim ? fe::rules::kMaxStateBytes + 1 : bytes * dim;
+    }
+    total += std::min(bytes, fe::rules::kMaxStateBytes + 1);
+    if (total > fe::rules::kMaxStateBytes)
+      st.fail("state of at most " + std::to_string(fe::rules::kMaxStateBytes) + " bytes in all", "more");
+    if (st["name"].string(1024) == s.name) match = st;
+  }
+  if (!match)
+    throw ArtifactError("state '" + s.name + "' is not the manifest's", where, "a state the manifest lists",
+                        s.name, "re-export the model");
+  std::vector<int64_t> shape;
+  json::Field dims = (*match)["shape"];
+  for (size_t d = 0, m = dims.size(16); d < m; ++d) shape.push_back(dims[d].integer(0, fe::rules::kMaxDim));
+  at::ScalarType dtype = fe::dtype_of((*match)["dtype"].string(32), (*match)["dtype"]);
+  if (dtype != s.dtype || shape != s.shape)
+    throw ArtifactError("state '" + s.name + "' in " + where + " is not the manifest's", where,
+                        dtype_name(dtype) + c10::str(c10::IntArrayRef(shape)),
+                        dtype_name(s.dtype) + c10::str(c10::IntArrayRef(s.shape)), "re-export the model");
 }
 
 void Module::Impl::read_entry(const std::string& name) {
@@ -239,7 +304,7 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
   json::Field native = art.field()["target"]["native"];
   if (native.type() != json::Value::Type::Null && type == "cpu") {
     bool table = false;
-    auto levels = cpu_levels(native, table);
+    auto levels = cpu_levels(art, native, table);
     auto lib = std::make_unique<fe::KernelLibrary>(art, levels, options.isa, table);
     impl_->level = lib->level();
     impl_->lib = std::move(lib);
@@ -305,9 +370,23 @@ std::vector<at::Tensor> Module::run(const std::string& entry, const std::vector<
   if (it == impl_->entries.end())
     throw UsageError("the artifact has no entry " + entry, "Module::run", "an entry of the manifest",
                      entry, "call one of Module::entries()");
-  const Entry& e = it->second;
+  try {
+    return impl_->call(it->second, inputs);
+  } catch (const AotcError&) {
+    throw;
+  } catch (const c10::OutOfMemoryError&) {   // memory and device failures as they are
+    throw;
+  } catch (const std::exception& err) {   // a plan that fits its guards runs: the artifact is bad
+    std::string what = err.what(), first = what.substr(0, what.find('\n')).substr(0, 300);
+    if (what.rfind("CUDA error", 0) == 0) throw;
+    fe::raise<ArtifactError>(fe::rules::kPlanFailed, {{"entry", entry}, {"file", "runner/" + entry + ".json"},
+                                                      {"found", first}});
+  }
+}
+
+std::vector<at::Tensor> Module::Impl::call(const Entry& e, const std::vector<at::Tensor>& inputs) const {
   std::vector<int64_t> syms;
-  bool check = impl_->options.check_guards;
+  bool check = options.check_guards;
   bool defined = std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); });
   if (!defined || !e.guards->bind(inputs, check, syms))
     syms = fe::check_inputs(e.spec.guards, e.spec.texts, inputs);

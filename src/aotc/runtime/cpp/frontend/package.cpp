@@ -14,7 +14,6 @@
 
 #include "files.h"
 #include "json.h"
-#include "pyrepr.h"
 
 namespace aotc::fe {
 
@@ -38,6 +37,13 @@ uint64_t alignment(const std::string& name, uint64_t size) {
 }
 
 uint64_t aligned(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+std::string hex(const std::string& bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) out += kHex[c >> 4], out += kHex[c & 15];
+  return out;
+}
 
 template <typename T>
 T little_endian(const std::string& b, size_t at) {
@@ -89,7 +95,7 @@ std::string Package::read_index() {
   std::string head = read_at(fd_, 0, size_t(std::min(size_, kHeader)), path_, kFix);
   if (head.compare(0, 8, std::string(kMagic, 8)) != 0)
     fail("no artifact directory at " + path_ + ": a file that is not an aotc package", "header",
-         "the magic b'AOTCPKG\\x00'", py::bytes_repr(head.substr(0, 8)));
+         hex(std::string(kMagic, 8)) + " (hex)", hex(head.substr(0, 8)) + " (hex)");
   if (head.size() < kHeader)
     fail("the package ends inside its header", "header", "at least " + n(kHeader) + " bytes",
          n(head.size()) + " bytes");
@@ -112,7 +118,7 @@ void Package::parse_index(const std::string& raw) {
   json::Value doc = json::parse(raw, file, kMaxIndex);
   json::Field root(doc, file, "");
   for (const auto& [key, v] : root.members(16))
-    if (key != "members") root.member(key, v).fail("only the fields ['members']", "\"" + key.substr(0, 80) + "\"");
+    if (key != "members") root.member(key, v).fail("only the fields [\"members\"]", json::dump(key));
   json::Field rows = root["members"];
   std::set<std::string> seen;
   for (size_t i = 0, count = rows.size(kMaxMembers); i < count; ++i) {
@@ -121,13 +127,19 @@ void Package::parse_index(const std::string& raw) {
     const std::string& name = row[0].string(600);
     std::string shown = name.substr(0, 200);
     if (!safe_path(name))
-      fail("package member name " + py::repr(shown) + " is not a safe relative path", shown,
-           "a relative path inside the artifact (letters, digits, _ . -; no ..)", py::repr(shown));
+      fail("package member name " + json::dump(shown, 1 << 10) + " is not a safe relative path", shown,
+           "a relative path inside the artifact (letters, digits, _ . -; no ..)", json::dump(shown, 1 << 10));
     if (!seen.insert(name).second)
       fail("package member " + name + " appears twice", name, "distinct names", name + " twice");
     Member m{uint64_t(row[1].integer(0, int64_t(kMaxOffset))), uint64_t(row[2].integer(0, int64_t(kMaxOffset)))};
     rows_.emplace_back(name, m);
   }
+  for (const auto& name : seen)   // "a" and "a/b": no directory can hold both (unpack)
+    for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1))
+      if (seen.count(name.substr(0, slash)))
+        fail("package member " + name.substr(0, slash) + " is both a file and a folder",
+             name.substr(0, slash), "each name a file or a folder, not both",
+             name.substr(0, slash) + " and " + name);
 }
 
 // Each member inside the file at its aligned place after the one before (`end`: the index's

@@ -1,10 +1,10 @@
 // Signed artifacts in the C++ front end: runtime/signing.py's check, with its rules and its
 // messages.
 //
-// With no trusted key (LoadOptions.trusted_keys empty, AOTC_TRUSTED_KEYS unset or empty) no
-// signature is required and signatures.json is not read. With trusted keys, signatures.json
+// With no trust policy (LoadOptions.trusted_keys not given, AOTC_TRUSTED_KEYS unset or empty)
+// no signature is required and signatures.json is not read. With trusted keys, signatures.json
 // (beside the manifest, never listed in it; at most 1 MiB) is read and checked field by field
-// as Python checks it, each signature is verified over the manifest's exact bytes (ed25519.h),
+// as Python checks it, each signature is verified over the manifest's exact bytes,
 // and loading goes on only where one that verifies is by a trusted key, i.e. its public key's
 // key id is a trusted key's and the key id the entry claims is that same id. All of this runs
 // after the manifest's own checks and before any other file of the artifact is read.
@@ -12,22 +12,37 @@
 //   signatures.json: {"format": 1, "signatures": [{"algorithm": "ed25519", "key_id": <hex16>,
 //                     "public_key": <base64 of the 32 raw bytes>, "signature": <base64>}]}
 //
-// The JSON reader is the front end's own (json.h): a document it refuses (bad syntax, nesting
+// The JSON reader is json.h's (nlohmann/json): a document it refuses (bad syntax, nesting
 // beyond 64, numbers beyond 64 bits, escaped lone surrogates, a text that is not UTF-8, which
 // includes UTF-16 and UTF-32; a UTF-8 byte-order mark is skipped, as Python skips it) is an
 // ArtifactError with its own message; no signatures.json `aotc sign` writes is among them.
+// Signatures are verified by OpenSSL's libcrypto (EVP, Ed25519), the library under the
+// `cryptography` package that Python verifies with, so both give the same verdict on every
+// input.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "rules.h"
 
 namespace aotc::fe {
 
 class Artifact;
 
-constexpr size_t kMaxSignatures = 64;        // runtime/signing.py MAX_SIGNATURES
+using rules::kMaxSignatures;   // runtime/schema/rules.py MAX_SIGNATURES
+
+constexpr size_t kEd25519KeyBytes = 32;
+constexpr size_t kEd25519SignatureBytes = 64;
+
+// Whether `signature` (64 bytes) is `public_key`'s (32 bytes) Ed25519 signature of `message`
+// (RFC 8032, pure): any other length is simply not a valid signature.
+bool ed25519_verify(std::string_view public_key, std::string_view signature,
+                    std::string_view message);
+
 constexpr size_t kMaxSignaturesFile = 1 << 20;
 
 struct Signature {   // one entry of signatures.json, its texts as written (base64 not decoded)
@@ -46,6 +61,9 @@ std::map<std::string, bool> verified_signers(std::string_view manifest,
 // The key id of a trusted key that signed the artifact (the first in sorted order); "" when
 // no key is trusted. UsageError for a trusted key that is no Ed25519 public key (keys.h);
 // ArtifactError when keys are trusted and none of them signed.
-std::string check_signature(const Artifact& art, const std::vector<std::string>& trusted_keys);
+// A policy that names keys and yields none (trusted_keys given empty, AOTC_TRUSTED_KEYS ":" or
+// a directory with no key file) is an ArtifactError on every load: it fails closed.
+std::string check_signature(const Artifact& art,
+                            const std::optional<std::vector<std::string>>& trusted_keys);
 
 }  // namespace aotc::fe

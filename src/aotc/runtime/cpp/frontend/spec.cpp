@@ -1,12 +1,14 @@
 // Runner files -> the plan runner's spec (spec.h).
 #include "spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string_view>
 #include <unordered_set>
 
 #include "native.h"
+#include "rules.h"
 
 // runtime/schema/extern_ops.txt, built in (setup.py passes its path)
 asm(".section .rodata\n.global aotc_extern_ops_table\naotc_extern_ops_table:\n.incbin \"" AOTC_EXTERN_OPS
@@ -193,7 +195,9 @@ std::vector<ConstantRef> constants(const Field& f, bool weights) {
     r.slot = index(c[0]);
     r.name = c[1].string(1024);
     r.dtype = dtype_of(c[2].string(32), c[2]);
-    for (size_t d = 0, m = c[3].size(16); d < m; ++d) r.shape.push_back(c[3][d].integer(-1, int64_t(1) << 48));
+    // a weight's dim may be -1 (not checked: the stored tensor's); a state's is allocated
+    for (size_t d = 0, m = c[3].size(16); d < m; ++d)
+      r.shape.push_back(c[3][d].integer(weights ? -1 : 0, weights ? int64_t(1) << 48 : rules::kMaxDim));
     if (weights) {
       r.transform = c[4].string(16);
       if (r.transform != "" && r.transform != "transpose" && r.transform != "channels_last")
@@ -316,6 +320,12 @@ bool allowed_op(const std::string& qualname) {
 EntrySpec read_runner_file(const Value& doc, const std::string& file, const std::string& entry,
                            const Kernels* lib, const std::string& device) {
   Field f(doc, file, "");
+  std::vector<std::string> known(std::begin(rules::kRunnerFields), std::end(rules::kRunnerFields));
+  for (const auto& [key, v] : f.members(64))   // runtime/schema/rules.py RUNNER_FIELDS, no other
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::sort(known.begin(), known.end());
+      f.member(key, v).fail("only the fields " + json::dump(known), json::dump(key));
+    }
   EntrySpec e;
   spec::Program& p = e.program;
   p.entry = f["entry"].string(128);

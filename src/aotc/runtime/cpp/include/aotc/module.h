@@ -23,6 +23,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,10 @@ struct LoadOptions {
   // AOTC_TRUSTED_KEYS (key files and directories of *.pub / *.pem, separated by ':'), a valid
   // signature by one of them (`aotc sign`) is required, checked before anything but the
   // manifest is read: an ArtifactError where there is none, a UsageError for a key that is
-  // no Ed25519 public key.
-  std::vector<std::string> trusted_keys;
+  // no Ed25519 public key. Not given (nullopt) and AOTC_TRUSTED_KEYS unset: no signature is
+  // required. Given but empty (or AOTC_TRUSTED_KEYS naming no key file): every load is an
+  // ArtifactError, found "no usable key" (the policy fails closed).
+  std::optional<std::vector<std::string>> trusted_keys;
   // CUDA graphs, as aotc.load(cuda_graph=...): on a GPU each entry's plan is captured once per
   // set of input sizes (a static entry on its first call, one with dynamic dims on the second
   // call with those sizes, `cuda_graph_cache` kept per entry) and replayed with one launch per

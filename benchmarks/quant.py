@@ -1,0 +1,147 @@
+"""Quantized generators: bf16 (or fp32) against int8 weight-only aotc artifacts, with torchao's
+int8_weight_only under torch.compile as the baseline where torchao is installed.
+
+    python -m benchmarks.quant --device cuda --dtype bf16 --models llama-1b,llama-7b \\
+        --batches 1,8 --prompts 128,1024 --out benchmarks/results/h100-quant
+    python -m benchmarks.quant --device cpu --models llama-small --batches 1 --prompts 16 \\
+        --steps 8 --repeats 1                     # the CPU path, a quick check
+
+Per model and batch, in one process, the same seeded decoder: aotc exported as is and with
+`--quantize int8`, and (torchao installed) a copy quantized by torchao's `int8_weight_only`
+run under torch.compile(mode="reduce-overhead") with the same static-cache steps as
+benchmarks/generate.py. Decode tokens/s at each batch (greedy, `--steps` steps after a prefill
+of the first prompt length), prefill latency at each prompt length, load time (to the first
+token), the device memory the loaded artifact holds, and each system's fraction of the roofline
+of the bytes it must read a step: its own weights (int8 values and scales for the quantized
+ones) plus the live part of the KV cache, over the copy rate measured in the same run. Greedy
+tokens of each quantized system are compared with the unquantized aotc's (the number of steps
+that agree, and the first that does not), and the manifest's export-time accuracy is copied.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from benchmarks.generate import (first_divergence, greedy_time, interleaved, parse,
+                                 prefill_time, run_points, write)
+from benchmarks.generate_models import build_model
+from benchmarks.generate_systems import Aotc, Compiled
+
+
+def torchao_system(model, batch: int, cache: int):
+    """torchao's int8 weight-only copy of `model` under torch.compile, or (None, why not)."""
+    try:
+        from torchao.quantization import int8_weight_only, quantize_
+    except ImportError as e:
+        return None, f"torchao not importable: {e}"
+    q = copy.deepcopy(model)
+    quantize_(q, int8_weight_only())
+    return Compiled(q, batch, cache), None
+
+
+def device_bytes(device: torch.device, fn):
+    """(fn(), device memory allocated by it and still held)."""
+    if device.type != "cuda":
+        return fn(), None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    out = fn()
+    torch.cuda.synchronize(device)
+    return out, torch.cuda.memory_allocated(device) - before
+
+
+def stored_bytes(system) -> int:
+    """The bytes of the weights an artifact stores (what a decode step reads of them)."""
+    return system.m.manifest.weights.bytes
+
+
+def systems_for(model, batch, cache, prompt, tmp: Path, args, device):
+    systems, memory, notes = {}, {}, {}
+    for name, options in (("aotc", {}), ("aotc-int8", {"quantize": "int8"})):
+        systems[name], memory[name] = device_bytes(device, lambda o=options, n=name: Aotc(
+            model, batch, cache, prompt, tmp / f"{n}.aotc", args.target, **o))
+    if not args.no_torchao:
+        ao, why = torchao_system(model, batch, cache)
+        if ao is not None:
+            systems["torchao-int8"] = ao
+        else:
+            notes["torchao-int8"] = why
+    return systems, memory, notes
+
+
+def bench_point(name: str, batch: int, args, device, dtype, rate: float) -> dict:
+    model, meta = build_model(name, device, dtype)
+    cache = int(math.ceil((max(args.prompts) + args.steps + 2) / 64) * 64)
+    gen = torch.Generator().manual_seed(0)
+    prompts = {t: torch.randint(0, meta["vocab"], (batch, t), generator=gen).to(device)
+               for t in args.prompts}
+    first = args.prompts[0]
+    with tempfile.TemporaryDirectory(prefix="aotc-quant-") as tmp:
+        systems, memory, notes = systems_for(model, batch, cache, prompts[first], Path(tmp),
+                                             args, device)
+        for s in systems.values():   # warm up: compile, capture graphs
+            for _ in range(2):
+                greedy_time(s, prompts[first], 4)
+                for p in prompts.values():
+                    prefill_time(s, p)
+        dec = interleaved(systems, lambda s: greedy_time(s, prompts[first], args.steps),
+                          args.repeats)
+        pre = {t: interleaved(systems, lambda s: prefill_time(s, p), args.repeats)
+               for t, p in prompts.items()}
+        weights = {n: stored_bytes(s) for n, s in systems.items() if hasattr(s, "m")}
+        weights.setdefault("torchao-int8", weights.get("aotc-int8"))   # the same int8 bytes
+        accuracy = systems["aotc-int8"].m.manifest.quantization.accuracy
+        cold = {n: s.cold for n, s in systems.items() if hasattr(s, "cold")}
+    step = {n: statistics.median(t for t, _ in r) / args.steps for n, r in dec.items()}
+    tokens = {n: r[0][1] for n, r in dec.items()}
+    live = meta["kv_bytes_per_token"] * batch * (first + args.steps / 2)
+    roof = {n: (weights[n] + live) / rate for n in step}
+    return {"model": name, "batch": batch, "params": meta["params"], "cache": cache,
+            "decode_tokens_per_s": {n: batch / v for n, v in step.items()},
+            "speedup_vs_aotc": {n: step["aotc"] / v for n, v in step.items()},
+            "prefill_ms": {str(t): {n: statistics.median(v) * 1e3 for n, v in r.items()}
+                           for t, r in pre.items()},
+            "weight_bytes": weights, "roofline_step_ms": {n: v * 1e3 for n, v in roof.items()},
+            "roofline_fraction": {n: roof[n] / step[n] for n in step},
+            "tokens_agree_vs_aotc": {n: int((tokens[n].cpu() == tokens["aotc"].cpu()).sum())
+                                     for n in tokens if n != "aotc"},
+            "tokens": int(tokens["aotc"].numel()),
+            "first_divergence_vs_aotc": {n: first_divergence(tokens[n], tokens["aotc"])
+                                         for n in tokens if n != "aotc"},
+            "export_accuracy": accuracy, "device_memory_bytes": memory,
+            "load_first_token_s": {n: c["load_first_token_s"] for n, c in cold.items()},
+            "export_s": {n: c["export_s"] for n, c in cold.items()}, "notes": notes}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | batch | system | tok/s | vs unquantized aotc | roofline | prefill ms | "
+             "weights | tokens agree |", "|---|---:|---|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        for n, tps in r["decode_tokens_per_s"].items():
+            pre = ", ".join(f"{p}: {v[n]:.1f}" for p, v in r["prefill_ms"].items())
+            agree = r["tokens_agree_vs_aotc"].get(n)
+            agree = "-" if agree is None else f"{agree}/{r['tokens']}"
+            lines.append(f"| {r['model']} | {r['batch']} | {n} | {tps:.0f} | "
+                         f"{r['speedup_vs_aotc'][n]:.2f}x | "
+                         f"{r['roofline_fraction'][n] * 100:.0f}% | {pre} | "
+                         f"{(r['weight_bytes'][n] or 0) / 2**20:.0f} MiB | "
+                         f"{agree} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    def flags(p):
+        p.add_argument("--no-torchao", action="store_true", help="leave torchao's baseline out")
+    run_points(parse(argv, flags, batches="1,8"), bench_point,
+               partial(write, benchmark="quantized generation", module="benchmarks.quant",
+                       table=table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One bounded GPU call (< 10 minutes) for the checks that need a GPU after a round of features:
+# builds aotc's C++ runner against the machine's torch, runs the GPU tests named in TESTS, then
+# the ViT-S/16 bf16 training point (export cross-compiled on the host's CPU, a step timed against
+# eager, torch.compile and reduce-overhead, gradients checked), the quantized-decode benchmark
+# and the serving benchmark, each where its script exists and each under its own time limit.
+#
+#   scripts/gpu_checks.sh OUT
+#
+# Settings: TESTS (pytest files, run with -m gpu; "" skips), TEST_S, TRAIN_S, QUANT_S, SERVE_S
+# (seconds for each part; 0 skips it), QUANT_ARGS, SERVE_ARGS (more arguments). Run from the
+# repository root; every part writes under OUT and prints its last lines.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_checks.sh OUT}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+mkdir -p /tmp/aotc-root/bin && ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
+export PYTHONPATH=/tmp/aotc-root:$PWD${PYTHONPATH:+:$PYTHONPATH}
+printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /tmp/aotc-root/bin/aotc
+chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
+( time python3 setup.py -q build_ext --inplace ) > "$OUT/build.txt" 2>&1
+echo "build rc=$? $(python3 -c 'from aotc.runtime.cpp_runner import runner_status as s; print("runner:", s()[1] or "cpp")')"
+
+part() {   # part NAME SECONDS COMMAND...: one bounded step, its log under OUT
+    local name=$1 secs=$2
+    shift 2
+    [[ $secs == 0 ]] && return 0
+    timeout -k 10 "$secs" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name rc=$?"; tail -n "${TAIL:-12}" "$OUT/$name.log"
+}
+[[ -n ${TESTS-} ]] && part tests "${TEST_S:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider $TESTS
+part training "${TRAIN_S:-300}" python3 -m benchmarks.training --device cuda --dtype bf16 \
+    --size full --models vit_s16 --out "$OUT/training"
+[[ -f benchmarks/quant.py ]] && part quant "${QUANT_S:-200}" python3 -m benchmarks.quant \
+    --device cuda --out "$OUT/quant" ${QUANT_ARGS:-}
+[[ -f benchmarks/serve.py ]] && part serve "${SERVE_S:-150}" python3 -m benchmarks.serve \
+    --device cuda --out "$OUT/serve" ${SERVE_ARGS:-}
+exit 0

@@ -1,0 +1,160 @@
+"""`--quantize int8`: weight-only quantization, as a rewrite of the model before capture.
+
+    model -> select layers (every nn.Linear; --quantize-skip patterns kept; embeddings and the
+             LM head on request) -> swap each for a quantized module -> capture as usual
+
+A quantized linear layer holds its weight as int8 values [N, K] and float32 scales [N]
+(runtime/quant.py, per output channel) and computes y = (x @ q^T) * s + b, with q converted to
+x's dtype. Captured, that is ATen's own ops over an int8 weight (convert, mm, mul), so codegen
+needs no new op: on a GPU a one-row product (a decode step at batch 1) is a Triton reduction
+whose loads read the int8 weight and convert it in registers (codegen/lowering/matvec.py), and
+the scales multiply the product's columns in the kernels that read it; larger products and
+every product on a CPU run the vendor GEMM over the converted weight, which a C++ or Triton
+kernel writes from the int8 values. The artifact stores int8 values and scales under the layer's
+names (`fc1.weight_int8`, `fc1.weight_scale`), and its manifest lists each layer
+(runtime/schema/quant.py) with the accuracy measured here: the quantized model against the
+unquantized one on the example inputs (relative L2 of the outputs; for generators, the greedy
+tokens that agree over the recorded prompt and the tokens generated after it).
+
+The swap is undone when export is done, so the caller's model is left as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+
+import torch
+import torch.nn.functional as F
+
+from aotc.errors import ExportError, UsageError
+from aotc.runtime.quant import dequantize, quantize, stored_names
+
+
+class _QuantizedWeight(torch.nn.Module):
+    """A module's weight as int8 values and one scale per row (buffers `weight_int8`,
+    `weight_scale`: the stored names of runtime/quant.py), and the dtype it computes in."""
+
+    def __init__(self, weight: torch.Tensor, scheme: str):
+        super().__init__()
+        q, s = quantize(weight, scheme)
+        self.register_buffer("weight_int8", q.to(weight.device))
+        self.register_buffer("weight_scale", s.to(weight.device))
+        self.compute_dtype = weight.dtype
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight, for model code that reads a layer's weight directly."""
+        return dequantize(self.weight_int8, self.weight_scale, self.compute_dtype)
+
+
+class QuantizedLinear(_QuantizedWeight):
+    """An nn.Linear with its weight quantized per output channel."""
+
+    def __init__(self, linear: torch.nn.Linear, scheme: str):
+        super().__init__(linear.weight, scheme)
+        self.bias = linear.bias
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x):
+        y = (F.linear(x, self.weight_int8.to(x.dtype)) * self.weight_scale).to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
+class QuantizedEmbedding(_QuantizedWeight):
+    """An nn.Embedding with its table quantized per row."""
+
+    def __init__(self, emb: torch.nn.Embedding, scheme: str):
+        super().__init__(emb.weight, scheme)
+        self.num_embeddings, self.embedding_dim = emb.num_embeddings, emb.embedding_dim
+        self.padding_idx = emb.padding_idx
+
+    def forward(self, ids):
+        rows = self.weight_int8[ids].to(torch.float32) * self.weight_scale[ids].unsqueeze(-1)
+        return rows.to(self.compute_dtype)
+
+
+def _patterns(options) -> list[str]:
+    return [p.strip() for p in (options.quantize_skip or "").split(",") if p.strip()]
+
+
+def _lm_heads(model) -> set[int]:
+    """ids of the modules that are the model's LM head: transformers' output embeddings, a
+    top-level `lm_head`, and any linear layer whose weight is tied to an embedding table or
+    whose outputs are as many as an embedding table's rows (logits over its vocabulary)."""
+    heads = set()
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    for m in (head, getattr(model, "lm_head", None)):
+        if isinstance(m, torch.nn.Linear):
+            heads.add(id(m))
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    tables, vocab = {id(m.weight) for m in embeddings}, {m.num_embeddings for m in embeddings}
+    heads |= {id(m) for m in model.modules() if isinstance(m, torch.nn.Linear)
+              and (id(m.weight) in tables or m.out_features in vocab)}
+    return heads
+
+
+def select(model: torch.nn.Module, options) -> dict[str, torch.nn.Module]:
+    """{module name: module} of the layers `options` quantize (see the module docstring)."""
+    skip, heads = _patterns(options), _lm_heads(model)
+    chosen = {}
+    for name, m in model.named_modules():
+        key = f"{name}.weight"
+        if not name or any(fnmatch.fnmatchcase(key, p) for p in skip):
+            continue
+        if isinstance(m, torch.nn.Linear) and m.weight.is_floating_point():
+            if id(m) not in heads or options.quantize_lm_head:
+                chosen[name] = m
+        elif isinstance(m, torch.nn.Embedding) and options.quantize_embeddings and \
+                m.max_norm is None and m.weight.is_floating_point():
+            chosen[name] = m
+    if not chosen:
+        raise UsageError("--quantize found no layer to quantize", where="--quantize",
+                         expected="nn.Linear (or, with --quantize-embeddings, nn.Embedding) "
+                                  "layers not matched by --quantize-skip",
+                         found=f"none (skip patterns: {skip or 'none'})",
+                         fix="drop --quantize, or loosen --quantize-skip")
+    return chosen
+
+
+def layers_json(chosen: dict, scheme: str) -> dict:
+    """The manifest's quantization.layers of the chosen modules."""
+    out = {}
+    for name, m in chosen.items():
+        key = f"{name}.weight"
+        weight, scale = stored_names(key)
+        out[key] = {"kind": "linear" if isinstance(m, torch.nn.Linear) else "embedding",
+                    "scheme": scheme, "dtype": str(m.weight.dtype).removeprefix("torch."),
+                    "shape": list(m.weight.shape), "weight": weight, "scale": scale}
+    return out
+
+
+@contextlib.contextmanager
+def quantized(model: torch.nn.Module, chosen: dict, scheme: str):
+    """The model with the chosen modules swapped for quantized ones, put back on exit."""
+    swapped = []
+    try:
+        for name, m in chosen.items():
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            new = QuantizedLinear(m, scheme) if isinstance(m, torch.nn.Linear) \
+                else QuantizedEmbedding(m, scheme)
+            setattr(parent, attr, new)
+            swapped.append((parent, attr, m))
+        yield model
+    finally:
+        for parent, attr, m in reversed(swapped):
+            setattr(parent, attr, m)
+
+
+def check_error(accuracy: dict, limit: float | None) -> None:
+    """An ExportError when the measured relative error is above `--max-quant-error`."""
+    if limit is None or accuracy.get("rel_l2") is None or accuracy["rel_l2"] <= limit:
+        return
+    raise ExportError(f"the quantized model's outputs are {accuracy['rel_l2']:.4g} away from "
+                      f"the unquantized model's (relative L2), above --max-quant-error {limit}",
+                      where="--max-quant-error", expected=f"relative L2 error <= {limit}",
+                      found=accuracy["rel_l2"],
+                      fix="keep the most sensitive layers in full precision with "
+                          "--quantize-skip PATTERN (the LM head, the first and last layers), "
+                          "or raise --max-quant-error")

@@ -1,0 +1,131 @@
+"""The manifest's `quantization` (format 24, optional): which weights are stored quantized.
+
+    "quantization": {
+      "scheme": "int8",
+      "layers": {"fc1.weight": {"kind": "linear", "scheme": "int8", "dtype": "float32",
+                                "shape": [N, K], "weight": "fc1.weight_int8",
+                                "scale": "fc1.weight_scale"}, ...},
+      "accuracy": {...}            # optional, display: measured at export (exporter/quantize.py)
+    }
+
+Each layer is keyed by the full-precision weight's state_dict key it replaced; `weight` names
+the stored int8 values [N, K] and `scale` the float32 scales [N], one per output channel (per
+row of an embedding table), both stored tensors of the weights index; `dtype` is the dtype the
+model computes in. Parsing checks every field; `check_plan` then checks each plan that reads
+them against it (the int8 slot has the layer's shape, the scales float32 [N]) before the plan
+is bound to any weight. An artifact without the field has no quantized weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aotc.runtime.quant import SCHEMES, stored_names
+from aotc.runtime.schema.fields import At
+from aotc.runtime.schema.types import WEIGHT_NAME
+
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+KINDS = frozenset({"linear", "embedding"})
+STORED_DTYPE = {"int8": "int8"}
+SCALE_DTYPE = "float32"
+MAX_DIM = 1 << 40
+SINCE = 24
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantLayer:
+    key: str
+    kind: str
+    scheme: str
+    dtype: str
+    shape: tuple          # (N, K)
+    weight: str
+    scale: str
+
+    @property
+    def bytes_saved(self) -> int:
+        """Bytes the quantized layer stores fewer than its full-precision weight."""
+        n, k = self.shape
+        full = n * k * (4 if self.dtype == "float32" else 2)
+        return full - n * k - 4 * n
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype, "kind": self.kind, "scale": self.scale,
+                "scheme": self.scheme, "shape": list(self.shape), "weight": self.weight}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quantization:
+    scheme: str
+    layers: dict                       # key -> QuantLayer
+    accuracy: dict | None = None       # display only
+
+    def stored(self, resolve=lambda name: name) -> dict:
+        """stored name (`resolve`: a name -> the stored tensor it is) -> (layer, "weight" or
+        "scale")."""
+        out = {}
+        for layer in self.layers.values():
+            out[resolve(layer.weight)] = (layer, "weight")
+            out[resolve(layer.scale)] = (layer, "scale")
+        return out
+
+    def to_json(self) -> dict:
+        out = {"layers": {k: v.to_json() for k, v in self.layers.items()},
+               "scheme": self.scheme}
+        if self.accuracy is not None:
+            out["accuracy"] = self.accuracy
+        return out
+
+
+def parse_quantization(a: At, weights, version: int) -> Quantization:
+    """The field, every name a stored tensor of `weights` (the manifest's index) and no stored
+    tensor claimed by two layers."""
+    a.check(version >= SINCE, f"format version {SINCE} or later", "appears in an earlier format")
+    a.obj(required=("scheme", "layers"), optional=("accuracy",))
+    scheme = a.get("scheme").str(choices=set(SCHEMES))
+    layers, claimed = {}, set()
+    for key, la in a.get("layers").items(1 << 20):
+        la.check(bool(WEIGHT_NAME.match(key)), "weight names", "is not a weight name")
+        layer = _layer(la, key)
+        for name, what in ((layer.weight, "weight"), (layer.scale, "scale")):
+            at = la.get(what)
+            at.check(name not in claimed, "a stored tensor of one layer only", "repeats one")
+            at.check(weights.map is None or weights.stored(name) in weights.map,
+                     "a stored tensor (or a tied alias of one)", "names none")
+            claimed.add(name)
+        layers[key] = layer
+    accuracy = a.get("accuracy")
+    if a.has("accuracy"):
+        accuracy.check(isinstance(accuracy.value, dict), "an object", "is not an object")
+    return Quantization(scheme=scheme, layers=layers,
+                        accuracy=accuracy.value if a.has("accuracy") else None)
+
+
+def _layer(a: At, key: str) -> QuantLayer:
+    a.obj(required=("kind", "scheme", "dtype", "shape", "weight", "scale"))
+    shape = tuple(d.int(1, MAX_DIM) for d in a.get("shape").list(2, 2))
+    weight = a.get("weight").str(pattern=WEIGHT_NAME, max_len=1024)
+    scale = a.get("scale").str(pattern=WEIGHT_NAME, max_len=1024)
+    a.check(weight != scale, "distinct weight and scale names", "names one tensor twice")
+    a.check((weight, scale) == stored_names(key), f"the stored names {list(stored_names(key))}",
+            f"names {[weight[:80], scale[:80]]}")
+    return QuantLayer(key=key, kind=a.get("kind").str(choices=KINDS),
+                      scheme=a.get("scheme").str(choices=set(SCHEMES)),
+                      dtype=a.get("dtype").str(choices=FLOAT_DTYPES), shape=shape,
+                      weight=weight, scale=scale)
+
+
+def check_plan(plan, quant: Quantization | None, resolve, doc: At) -> None:
+    """Each weight slot of `plan` holding a quantized layer's values or scales has the dtype
+    and shape the layer says (`resolve`: a slot's weight name -> its stored name)."""
+    if quant is None:
+        return
+    stored, slots = quant.stored(resolve), doc.get("slots")
+    for s in plan.slots:
+        if s.weight is None or resolve(s.weight) not in stored:
+            continue
+        layer, what = stored[resolve(s.weight)]
+        dtype, shape = (STORED_DTYPE[layer.scheme], layer.shape) if what == "weight" else \
+            (SCALE_DTYPE, layer.shape[:1])
+        slots.check(s.dtype == dtype and tuple(s.shape) == shape,
+                    f"the {what} of quantized layer {layer.key!r} as {dtype}{list(shape)}",
+                    f"has slot {s.id} for {s.weight!r} as {s.dtype}{list(s.shape)}")

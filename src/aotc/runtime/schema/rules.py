@@ -1,0 +1,54 @@
+"""Rules both front ends enforce, defined once here: the Python runtime reads them directly, and
+scripts/gen_cpp_rules.py writes them into the C++ front end's header
+(runtime/cpp/frontend/rules.h; tests/test_cpp_rules.py fails when that header is stale).
+
+Stage: the artifact contract (what a loader accepts). In: nothing. Out: constants and error
+templates (what / where / expected / found / fix, as aotc.errors takes them), which a caller
+fills with `str.format` fields named in braces (none needs one today).
+"""
+from __future__ import annotations
+
+from aotc.runtime.cpu import ORDER as ISA_ORDER, arch_of
+
+MAX_STATE_BYTES = 1 << 40      # a module's state (a generator's caches), all of it
+MAX_DIM = 1 << 40              # one dim of a state's shape
+MAX_SIGNATURES = 64            # entries of signatures.json
+LEVELS = tuple((level, arch_of(level)) for level in ISA_ORDER)   # CPU levels, lowest first
+# a runner file's top-level fields (runtime/runner_file.py writes exactly these)
+RUNNER_FIELDS = ("entry", "slots", "symbols", "exprs", "inputs", "steps", "outputs", "weights",
+                 "state", "set_threads", "guards")
+
+# A trust policy that names keys and yields none: every load refused (it fails closed).
+NO_USABLE_KEY = dict(
+    what="the trust policy names no usable key, so nothing can be trusted",
+    where="trusted keys",
+    expected="at least one Ed25519 public key (trusted_keys, or key files in AOTC_TRUSTED_KEYS)",
+    found="no usable key",
+    fix="give the producer's public key (the .pub file `aotc keygen` wrote); to load without a "
+        "signature, trust no key at all (unset AOTC_TRUSTED_KEYS, leave trusted_keys out)")
+
+# A private key where a public key belongs: refused, its bytes never echoed.
+PRIVATE_KEY = dict(
+    what="a private key was given where a public key belongs",
+    where="trusted_keys",
+    expected="an Ed25519 public key (the .pub file `aotc keygen` wrote)",
+    found="a PEM PRIVATE KEY block (not shown)",
+    fix="trust the public key; keep the private key secret, and replace it if it was shared")
+
+# An entry whose plan fails while it runs on inputs its guards accept.
+PLAN_FAILED = dict(
+    what="entry {entry} failed inside its plan",
+    where="{file}",
+    expected="ATen calls that fit the plan's slots",
+    found="{found}",
+    fix="re-export the model with this aotc (the plan may be damaged or not aotc's); if a fresh "
+        "export fails too, report it")
+
+TEMPLATES = {"NO_USABLE_KEY": NO_USABLE_KEY, "PRIVATE_KEY": PRIVATE_KEY,
+             "PLAN_FAILED": PLAN_FAILED}
+
+
+def fill(template: dict, **fields) -> dict:
+    """A template's texts with its "{name}" fields filled: the keyword arguments of an
+    aotc.errors class (the C++ side: frontend/templates.h)."""
+    return {k: v.format(**fields) for k, v in template.items()}

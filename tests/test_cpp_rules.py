@@ -1,0 +1,38 @@
+"""The rules both front ends enforce are defined once (runtime/schema/rules.py) and generated
+into the C++ front end's header (runtime/cpp/frontend/rules.h, scripts/gen_cpp_rules.py): the
+committed header is the generator's output, and Python uses the same definitions."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import AOTC_ROOT
+
+
+def test_the_generated_header_is_current():
+    done = subprocess.run([sys.executable, str(AOTC_ROOT / "scripts/gen_cpp_rules.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_header_is_what_the_generator_renders_from_the_rules():
+    sys.path.insert(0, str(AOTC_ROOT / "scripts"))
+    try:
+        import gen_cpp_rules
+    finally:
+        sys.path.pop(0)
+    text = gen_cpp_rules.render()
+    from aotc.runtime.cpu import ORDER
+    from aotc.runtime.schema import manifest, rules
+    assert all(f'{{"{level}", ' in text for level in ORDER)
+    assert f"kMaxStateBytes = {rules.MAX_STATE_BYTES}ull" in text
+    assert rules.NO_USABLE_KEY["found"] in text and rules.PRIVATE_KEY["what"] in text
+    assert manifest.MAX_STATE_BYTES is rules.MAX_STATE_BYTES and manifest.MAX_DIM is rules.MAX_DIM
+
+
+def test_the_runner_file_fields_are_what_export_writes(mlp_artifact):
+    import json
+    from aotc.runtime import format as fmt
+    from aotc.runtime.schema.rules import RUNNER_FIELDS
+    doc = json.loads((mlp_artifact / fmt.runner_file("forward")).read_bytes())
+    assert sorted(doc) == sorted(RUNNER_FIELDS)   # written with sorted keys
