@@ -138,8 +138,10 @@ def test_padding_refused_without_slots():
 
 def test_max_batch_needs_decode():
     from aotc.options import ExportOptions
+    with pytest.raises(aotc.UsageError, match="--max-batch gives a generator"):
+        aotc.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),), "unused.aotc", max_batch=4)
     with pytest.raises(aotc.UsageError, match="--max-batch"):
-        ExportOptions(max_batch=4)
+        ExportOptions(max_batch=4, train=True)
     with pytest.raises(aotc.UsageError, match="--max-batch"):
         ExportOptions(decode=True, max_batch=5000)
     with pytest.raises(aotc.UsageError, match="--slot-buckets"):

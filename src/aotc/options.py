@@ -96,11 +96,12 @@ class ExportOptions:
             raise UsageError(f"--max-cache-len {self.max_cache_len} is out of range",
                              where="--max-cache-len", expected="2..1048576",
                              found=self.max_cache_len, fix="choose a cache length in range")
-        if self.max_batch and not (self.decode and 1 <= self.max_batch <= 4096):
-            raise UsageError(f"--max-batch {self.max_batch} needs --decode and 1..4096 slots",
-                             where="--max-batch", expected="--decode --max-batch 1..4096",
-                             found=f"decode={self.decode}, max_batch={self.max_batch}",
-                             fix="add --decode, or choose a number of slots in range")
+        if not 0 <= self.max_batch <= 4096 or (self.max_batch and self.train):
+            raise UsageError(f"--max-batch {self.max_batch} is not a number of cache slots",
+                             where="--max-batch", expected="1..4096, for a generator",
+                             found=f"train={self.train}, max_batch={self.max_batch}",
+                             fix="choose a number of slots in range; export generators "
+                                 "(--decode) with it")
         self.bucket_rows()
         if self.autotune and self.target.strip().lower().partition(":")[0] == "cpu":
             raise UsageError("--autotune times Triton kernels on a GPU; target cpu has none",
