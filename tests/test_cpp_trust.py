@@ -57,8 +57,6 @@ def test_a_policy_that_yields_no_key_refuses_every_load(cpp_signing_tool, signed
     assert load(cpp_signing_tool, art, "-e", str(signed[2])).stdout.startswith("signer ")
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/signing.py fails closed in branch oms (issue "
-                   "45); this mark goes when that is merged")
 def test_python_refuses_the_same_policies(signed, tmp_path, monkeypatch):
     art, _, _ = signed
     for name, (args, env) in _policies(tmp_path).items():

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from aotc.errors import ArtifactError, UsageError
+from aotc.runtime.schema.rules import NO_USABLE_KEY, PRIVATE_KEY
 
 ENV = "AOTC_TRUSTED_KEYS"
 KEY_SUFFIXES = (".pub", ".pem", ".crt")
@@ -69,11 +70,7 @@ def policy(trusted_keys) -> Policy | None:
     named = list(trusted_keys or []) + (_from_env(env) if env else [])
     anchors = tuple(a for k in named for a in anchors_of(k))
     if not anchors:
-        raise ArtifactError("the trust policy names no usable key, so nothing can be trusted",
-                            where="trusted keys", expected="at least one public key or "
-                            "certificate (trusted_keys=, --trusted-key, " + ENV + ")",
-                            found="no usable key", fix="name the producer's public key file; "
-                            f"leave trusted_keys and {ENV} unset to require no signature")
+        raise ArtifactError(**NO_USABLE_KEY)      # one template for both front ends
     return Policy(anchors)
 
 
@@ -144,11 +141,7 @@ def _pem_label(data: bytes) -> str | None:
 def _refuse_private(data: bytes) -> None:
     label = _pem_label(data) or ""
     if "PRIVATE KEY" in label:
-        raise UsageError("a private key was given where a public key belongs",
-                         where="trusted_keys", expected="a public key or a certificate",
-                         found=f"a PEM {label[:40]} block (not shown)",
-                         fix="pass the .pub file `aotc keygen` wrote, and keep the private key "
-                             "off the loading host")
+        raise UsageError(**PRIVATE_KEY)           # never echoing the key (both front ends)
 
 
 def public_key_bytes(key) -> bytes:

@@ -22,7 +22,8 @@ RUNNER_FIELDS = ("entry", "slots", "symbols", "exprs", "inputs", "steps", "outpu
 NO_USABLE_KEY = dict(
     what="the trust policy names no usable key, so nothing can be trusted",
     where="trusted keys",
-    expected="at least one Ed25519 public key (trusted_keys, or key files in AOTC_TRUSTED_KEYS)",
+    expected="at least one public key or certificate (trusted_keys, --trusted-key, or key files "
+             "in AOTC_TRUSTED_KEYS)",
     found="no usable key",
     fix="give the producer's public key (the .pub file `aotc keygen` wrote); to load without a "
         "signature, trust no key at all (unset AOTC_TRUSTED_KEYS, leave trusted_keys out)")
@@ -31,7 +32,7 @@ NO_USABLE_KEY = dict(
 PRIVATE_KEY = dict(
     what="a private key was given where a public key belongs",
     where="trusted_keys",
-    expected="an Ed25519 public key (the .pub file `aotc keygen` wrote)",
+    expected="a public key or a certificate (the .pub file `aotc keygen` wrote)",
     found="a PEM PRIVATE KEY block (not shown)",
     fix="trust the public key; keep the private key secret, and replace it if it was shared")
 

@@ -38,14 +38,14 @@ struct Template { const char *what, *where, *expected, *found, *fix; };
 inline constexpr Template kNoUsableKey = {
     "the trust policy names no usable key, so nothing can be trusted",
     "trusted keys",
-    "at least one Ed25519 public key (trusted_keys, or key files in AOTC_TRUSTED_KEYS)",
+    "at least one public key or certificate (trusted_keys, --trusted-key, or key files in AOTC_TRUSTED_KEYS)",
     "no usable key",
     "give the producer's public key (the .pub file `aotc keygen` wrote); to load without a signature, trust no key at all (unset AOTC_TRUSTED_KEYS, leave trusted_keys out)",
 };
 inline constexpr Template kPrivateKey = {
     "a private key was given where a public key belongs",
     "trusted_keys",
-    "an Ed25519 public key (the .pub file `aotc keygen` wrote)",
+    "a public key or a certificate (the .pub file `aotc keygen` wrote)",
     "a PEM PRIVATE KEY block (not shown)",
     "trust the public key; keep the private key secret, and replace it if it was shared",
 };
