@@ -418,7 +418,7 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperat
                                          min_p=min_p).items() if v is not None}
         if prompt is not None:
             from aotc.cli.generate import prompt_text
-            echo(prompt_text(m(artifact, device=device, trusted_keys=list(trusted_keys)),
+            echo(prompt_text(m(artifact, device=device, trusted_keys=trusted_keys),
                              prompt, new_tokens, seed, sampled))
             return
         from aotc.runtime.sampling import Choice
