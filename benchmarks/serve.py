@@ -167,7 +167,8 @@ def main(argv=None) -> int:
         sha, dirty = commit()
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        result = {"commit": sha, "modified": dirty, "command": " ".join(sys.argv),
+        result = {"commit": sha, "modified": dirty,
+              "command": " ".join(["python -m benchmarks.serve", *sys.argv[1:]]),
                   "device": torch.cuda.get_device_name() if args.device.startswith("cuda")
                   else f"cpu ({torch.get_num_threads()} threads)",
                   "model": args.model, "dtype": args.dtype, "slots": slots,
