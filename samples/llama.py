@@ -7,9 +7,9 @@
 RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, as LLaMA-2/3.
 It follows aotc's convention for generators (aotc/nn.py): `setup_caches(batch, max_cache_len)`
 gives every attention layer an `aotc.nn.KVCache`, and `forward(input_ids, input_pos)` takes the
-token ids [batch, T] and their positions [T]. Without caches, forward is plain causal attention
-over its input (then `input_pos` may be left out). The default sizes are small, for CPUs and
-tests; `--init-args '{"size": "1b"}'` gives the ~1B configuration of the GPU benchmark
+token ids [batch, T] and their positions [T] (or [batch, T]: a position per row, for
+`--max-batch`). Without caches, forward is plain causal attention over its input (then
+`input_pos` may be left out). The default sizes are small, for CPUs and tests; `--init-args '{"size": "1b"}'` gives the ~1B configuration of the GPU benchmark
 (hidden 2048, 16 layers, 32 heads over 8 KV heads, vocab 32000) and "7b" LLaMA-2-7B's.
 `window` (a sliding window of that many positions, as Mistral's and Gemma's local layers),
 `softcap` (attention scores soft-capped, as Gemma 2's) and `sinks` (a learned logit per head in
@@ -50,9 +50,10 @@ def rotary_tables(head_dim: int, max_len: int, base: float = 10000.0):
 
 
 def rotate(x, cos, sin):
-    """x [B, H, T, D]; cos/sin [T, D/2]: rotate (even, odd) pairs as LLaMA's reference does."""
+    """x [B, H, T, D]; cos/sin [T, D/2] (or [B, T, D/2]: a position per row, a generator's
+    slots): rotate (even, odd) pairs as LLaMA's reference does."""
     x1, x2 = x[..., 0::2], x[..., 1::2]
-    c, s = cos[None, None].to(x.dtype), sin[None, None].to(x.dtype)
+    c, s = cos.unsqueeze(-3).to(x.dtype), sin.unsqueeze(-3).to(x.dtype)
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
 
 

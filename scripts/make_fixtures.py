@@ -4,6 +4,7 @@
     python scripts/make_fixtures.py tp         # format_v<N>_tp.aotc only
     python scripts/make_fixtures.py cuda       # format_v<N>_cuda.aotc only
     python scripts/make_fixtures.py generator  # format_v<N>_generator.aotc only
+    python scripts/make_fixtures.py slots      # format_v<N>_slots.aotc only
     python scripts/make_fixtures.py kernels_fft  # format_v<N>_kernels_fft.aotc only
     python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
     python scripts/make_fixtures.py signed     # format_v<N>_signed.aotc and its .pub only
@@ -19,8 +20,11 @@ all-reduce per call. `cuda` (format >= 11) holds Triton kernels cross-compiled f
 sm_90 (the sm_90 cubins built for programmatic dependent launch); it runs here through Triton's
 interpreter. `generator` (format >= 12) is samples/llama.py, tiny, with a sliding window,
 soft-capped scores and attention sinks, exported for decoding, extern-only (its decode attention
-calls aotc's op with all three extra arguments). `kernels_fft` (format >= 15) holds a spectral
-filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like `kernels`.
+calls aotc's op with all three extra arguments). `slots` (format >= 22) is the same sample
+without a window (a ring holds no slots), soft-capped and with sinks, exported with 2 cache
+slots (`--max-batch 2`: per-slot positions) and a decode bucket of one slot, extern-only. `kernels_fft` (format >= 15) holds a
+spectral filter (rfft, irfft: aotc::fft) between two linear layers and C++ kernels like
+`kernels`.
 `kernels_select` (format >= 16) selects rows by their values (x[mask]: a call binds the row
 count) through a linear layer and scatters them back. `signed` (format >= 23) is `tiny` signed
 with a fresh EC P-256 key as an OpenSSF Model Signing bundle (model.sig); the public key is kept
@@ -93,21 +97,25 @@ class Select(torch.nn.Module):
         return torch.zeros_like(x).index_put((keep,), rows), rows
 
 
-def tiny_generator():
+def tiny_generator(**overrides):
     from importlib.util import module_from_spec, spec_from_file_location
     spec = spec_from_file_location("aotc_sample_llama", FIXTURES.parent.parent / "samples" /
                                    "llama.py")
     sample = module_from_spec(spec)
     sys.modules[spec.name] = sample          # capture looks the model's module up by name
     spec.loader.exec_module(sample)
-    return sample.Net(max_len=16, layers=1, dim=32, heads=4, kv_heads=2, hidden=64, vocab=64,
-                      window=4, softcap=3.0, sinks=True)
+    size = dict(max_len=16, layers=1, dim=32, heads=4, kv_heads=2, hidden=64, vocab=64,
+                window=4, softcap=3.0, sinks=True)
+    return sample.Net(**{**size, **overrides})
 
 
 KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "tp": (TinyMLP, {"codegen": False, "tensor_parallel": 2}),
          "cuda": (TinyMLP, {"target": "cuda:sm_80,sm_90"}),
          "generator": (tiny_generator, {"decode": True, "max_cache_len": 16, "codegen": False}),
+         "slots": (lambda: tiny_generator(window=0),
+                   {"decode": True, "max_cache_len": 16, "max_batch": 2, "slot_buckets": "1",
+                    "codegen": False}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
          "kernels_select": (Select, {"isa": "auto"}),
          "signed": (Tiny, {"codegen": False}),

@@ -347,3 +347,15 @@ def run_cpp(exe: Path, art: Path, inputs=None, tmp: Path | None = None, env=None
         got = load_file(tmp / "out.safetensors")
         outs = [got[str(i)] for i in range(len(got))]
     return done, outs
+
+
+@pytest.fixture(scope="session")
+def slot_llm(tmp_path_factory) -> Path:
+    """samples/llama.py, tiny (vocab 96), exported once per session as a generator with 4
+    cache slots of 48 positions (`--max-batch 4`, C++ kernels) and a decode bucket of the first
+    2 slots: tests of slots, the serving engine and `aotc serve`. Tests must not modify it."""
+    model = llama_sample(vocab=96, dim=32, hidden=64)
+    dest = tmp_path_factory.mktemp("slot_llm") / "llm.aotc"
+    ids = torch.randint(0, 96, (1, 6), generator=torch.Generator().manual_seed(0))
+    return Path(aotc.export(model, (ids,), dest, decode=True, max_cache_len=48, max_batch=4,
+                            slot_buckets="2"))

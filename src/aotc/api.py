@@ -28,6 +28,12 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
                 if opts.decode else "training artifacts have static shapes")
         raise UsageError(what, where=flag, expected="no dynamic_shapes", found="dynamic_shapes",
                          fix="leave dynamic_shapes out")
+    if opts.max_batch and not opts.decode:
+        from aotc.errors import UsageError
+        raise UsageError("--max-batch gives a generator cache slots", where="--max-batch",
+                         expected="--decode (or a text-generation model folder)",
+                         found=f"--max-batch {opts.max_batch} without --decode",
+                         fix="add --decode, or leave --max-batch out")
     with untouched(model):   # capture runs the model; the caller gets it back as it was
         captured, example_inputs = cast_floating(model, example_inputs, opts.cast_dtype())
 

@@ -15,6 +15,13 @@ generator it sets each cache's `mode` for the entry it captures:
     `aotc::decode_attention` (a flash-decoding kernel on GPUs, ATen's attention over the valid
     prefix on CPUs), never the unused rest of the cache.
 
+Generators with slots (`--max-batch N`, continuous batching): the cache's batch is N slots,
+each at its own position. A decode step gives the decoder positions [N, 1] (a 2-D `input_pos`
+is per row: each row's key and value written at its own position, each row attending its own
+prefix, by masked attention over the cache); a prompt (or a chunk of one) is written into one
+slot, which the step names in the caches' shared `SlotTarget` while it runs: its keys go to
+that slot at `input_pos` [T], and it attends the slot's cache up to each token's position.
+
 `KVCache(..., window=W)` with W < max_cache_len is a ring of W slots (position p in slot
 p % W): a sliding-window layer holds only what it can attend. `attend(..., window=W)` attends
 only the last W positions (a sliding window, as Mistral's and Gemma's local layers),
@@ -27,7 +34,9 @@ own use.
 The convention for plain-torch decoders (samples/llama.py follows it): the model's attention
 layers keep their caches in `KVCache` modules and call `update` and `attend`;
 `model.setup_caches(batch_size, max_cache_len)` creates them; `model(input_ids, input_pos)`
-takes token ids [batch, T] and their positions [T] (int64) and returns logits [batch, T, vocab].
+takes token ids [batch, T] and their positions [T] (int64; or [batch, T], a position per row,
+for a generator with slots: rotary tables indexed by them must broadcast per row) and returns
+logits [batch, T, vocab].
 transformers decoders need nothing of this: aotc adapts them (exporter/generate.py).
 """
 from __future__ import annotations
@@ -127,6 +136,15 @@ def _all_gather_fake(x, dim, world):
     return x.new_empty(shape)
 
 
+class SlotTarget:
+    """The slot a prompt step writes (a traced int64 [1]) while it runs, None otherwise: one
+    object shared by a generator's caches (a plain object, so capture sees no module
+    attribute change)."""
+
+    def __init__(self):
+        self.slot = None
+
+
 class KVCache(torch.nn.Module):
     """A static KV cache of one attention layer (see the module doc). With `window` shorter
     than `max_cache_len` (a sliding-window layer) it is a ring of `window` slots: position p
@@ -150,6 +168,7 @@ class KVCache(torch.nn.Module):
             self.register_buffer(name, torch.zeros(*shape, d, dtype=dtype, device=device),
                                  persistent=False)
         self.mode = "eager"
+        self.target: SlotTarget | None = None    # set for a generator with slots
 
     @property
     def max_cache_len(self) -> int:
@@ -160,6 +179,16 @@ class KVCache(torch.nn.Module):
         reads: the new ones in prefill mode (and for a ring's prompt), the whole cache
         otherwise."""
         t = k.shape[2]
+        rows = self._rows(input_pos)
+        if rows is not None:
+            positions = input_pos if input_pos.dim() == 2 else input_pos[None]
+            self.k[rows, :, positions] = k.transpose(1, 2)   # [R, T, Hkv, D] at (row, pos)
+            self.v[rows, :, positions] = v.transpose(1, 2)
+            if input_pos.dim() == 2:          # the first R rows (a decode bucket: R < N)
+                r = input_pos.shape[0]
+                return (self.k, self.v) if r == self.k.shape[0] else (self.k[:r], self.v[:r])
+            row = rows.reshape(1)                  # a slot's prompt: that slot's cache
+            return self.k.index_select(0, row), self.v.index_select(0, row)
         if self._ring_prompt(t):
             self._check_prompt(input_pos)
             sources = self._ring_sources(t, k.device)   # a prompt: its last `ring` tokens
@@ -174,6 +203,19 @@ class KVCache(torch.nn.Module):
         self.k.index_copy_(2, index, k)
         self.v.index_copy_(2, index, v)
         return self.k, self.v
+
+    def _rows(self, input_pos: torch.Tensor) -> torch.Tensor | None:
+        """The cache rows [R, 1] a call writes one by one: every row where positions are per
+        row ([B, T]), the target slot during a slot's prompt step; None otherwise."""
+        slot = self.target.slot if self.target is not None else None
+        if slot is None and input_pos.dim() != 2:
+            return None
+        if self.ring:
+            raise ValueError("a KVCache ring (a sliding window or chunks) holds no slots: "
+                             "per-row positions need a full-length cache")
+        if slot is not None:
+            return slot.reshape(1, 1)
+        return torch.arange(input_pos.shape[0], device=input_pos.device)[:, None]
 
     def _ring_sources(self, t, device) -> torch.Tensor:
         """For each ring slot s, the last prompt position p < t with p % ring == s (a slot no
@@ -206,6 +248,11 @@ class KVCache(torch.nn.Module):
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         window, softcap = int(window or 0), float(softcap or 0.0)
         t = q.shape[2]
+        if input_pos.dim() == 2 or (self.target is not None and self.target.slot is not None):
+            positions = input_pos if input_pos.dim() == 2 else input_pos[None]   # [R, T]
+            keys = torch.arange(k.shape[2], device=k.device)
+            mask = window_mask(positions[..., None], keys, window)            # [R, T, M]
+            return attention(q, k, v, mask[:, None], scale, softcap, sinks=sinks)
         if self.ring and (window or self.ring) != self.ring or (self.chunk and window):
             raise ValueError(f"a KVCache ring of {self.ring} slots attended with a window of "
                              f"{window}")

@@ -52,6 +52,16 @@ class ExportOptions:
                                "the example input is a prompt of token ids [batch, T].")
     max_cache_len: int = _opt(2048, "Generators: the KV cache's length (the prompt and the "
                                     "tokens generated after it, together).")
+    max_batch: int = _opt(0, "Generators: export N cache slots, each at its own position, for "
+                             "continuous batching (aotc.serve): a decode entry stepping every "
+                             "slot at once and a prefill entry writing one prompt (or a chunk "
+                             "of one) into a chosen slot. 0: one batch in lockstep, the batch "
+                             "of the example input.")
+    slot_buckets: str = _opt("auto", "Generators with slots: smaller decode entries that step "
+                                     "only the first K slots (a comma list of K < "
+                                     "--max-batch), each its own CUDA graph, run while the "
+                                     "slots in use fit them. auto: powers of two for cuda "
+                                     "targets, none for cpu; none: the full decode alone.")
     tensor_parallel: int = _opt(1, "Split the model over N ranks, Megatron-style (column-"
                                    "parallel q/k/v and gate/up projections, row-parallel output "
                                    "and down projections followed by an all-reduce, the LM head "
@@ -86,6 +96,13 @@ class ExportOptions:
             raise UsageError(f"--max-cache-len {self.max_cache_len} is out of range",
                              where="--max-cache-len", expected="2..1048576",
                              found=self.max_cache_len, fix="choose a cache length in range")
+        if not 0 <= self.max_batch <= 4096 or (self.max_batch and self.train):
+            raise UsageError(f"--max-batch {self.max_batch} is not a number of cache slots",
+                             where="--max-batch", expected="1..4096, for a generator",
+                             found=f"train={self.train}, max_batch={self.max_batch}",
+                             fix="choose a number of slots in range; export generators "
+                                 "(--decode) with it")
+        self.bucket_rows()
         if self.autotune and self.target.strip().lower().partition(":")[0] == "cpu":
             raise UsageError("--autotune times Triton kernels on a GPU; target cpu has none",
                              where="--autotune", expected="a cuda target, e.g. --target cuda",
@@ -153,6 +170,25 @@ class ExportOptions:
                              expected="bf16 or fp16", found=self.dtype,
                              fix="use --dtype bf16 or --dtype fp16, or leave it out to keep fp32")
         return named[self.dtype.lower()]
+
+    def bucket_rows(self) -> tuple[int, ...]:
+        """The row counts of the smaller decode entries `slot_buckets` asks for."""
+        text = str(self.slot_buckets).strip().lower()
+        if not self.max_batch or text == "none":
+            return ()
+        if text == "auto":
+            cuda = self.target.strip().lower().startswith("cuda")
+            return tuple(1 << i for i in range(12) if (1 << i) < self.max_batch) if cuda else ()
+        try:
+            rows = tuple(sorted({int(x) for x in text.split(",")}))
+        except ValueError:
+            rows = (0,)
+        if not all(1 <= r < self.max_batch for r in rows):
+            raise UsageError(f"--slot-buckets {self.slot_buckets!r} is not a list of slot "
+                             "counts", where="--slot-buckets", expected=f"auto, none, or "
+                             f"counts in 1..{self.max_batch - 1} such as 1,2,4",
+                             found=self.slot_buckets, fix="pass --slot-buckets auto")
+        return rows
 
     def shard_bytes(self) -> int:
         """`shard_size` in bytes, or a UsageError naming the accepted forms."""

@@ -461,8 +461,10 @@ def unpack(ctx, package, output):
 
 from aotc.cli.bench import bench  # noqa: E402
 from aotc.cli.config import config  # noqa: E402
+from aotc.cli.serve import serve  # noqa: E402
 main.add_command(bench)
 main.add_command(config)
+main.add_command(serve)
 
 
 if __name__ == "__main__":

@@ -25,20 +25,17 @@ TOKEN = 1       # the entries' flat output holding the greedy token (generate.py
 
 def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_ranges,
                   samples: torch.Tensor) -> Program:
-    from aotc.exporter.generate import DecodeStep, PrefillStep, reset_state, state_buffers
+    from aotc.exporter.generate import reset_state, state_buffers
     from aotc.exporter.hf_decoder import HFDecoder
     states = {f"g.{n}": t for n, t in state_buffers(g).items()}
     strip = "g.decoder.model." if isinstance(g.decoder, HFDecoder) else "g.decoder."
     values = (value_ranges or [None])[0]
     entries, weights, notes = {}, {}, []
     batch, max_len = ids.shape[0], g.max_cache_len
-    for name, step, example, dyn in (
-            ("prefill", PrefillStep(g, token=True), ids, {1: torch.export.Dim(PROMPT, min=1,
-                                                                  max=max_len - 1)}),
-            ("decode", DecodeStep(g, token=True), ids[:, :1], None)):
-        set_mode(g, name)
+    for name, step, examples, dyn in _steps(g, ids):
+        set_mode(g, name.partition("_")[0])          # decode_K: a decode bucket
         reset_state(g)
-        entry, w = _capture_entry(step, example, dyn, options, src_file, states, strip, values,
+        entry, w = _capture_entry(step, examples, dyn, options, src_file, states, strip, values,
                                   notes)
         entries[name] = entry
         weights.update(w)
@@ -47,7 +44,10 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
              for n, t in states.items()}
     vocab = int(entries["decode"]["output_meta"]["shape"][-1])
     generation = {"prefill": "prefill", "decode": "decode", "position": "pos",
-                  "max_cache_len": max_len, "batch": batch, "vocab": vocab, "token": TOKEN}
+                  "max_cache_len": max_len, "batch": g.slots or batch, "vocab": vocab,
+                  "token": TOKEN, **({"slots": g.slots} if g.slots else {}),
+                  **({"buckets": [{"rows": k, "entry": f"decode_{k}"} for k in g.buckets]}
+                     if g.buckets else {})}
     first = entries["prefill"]
     owner = g.decoder.model if isinstance(g.decoder, HFDecoder) else g.decoder
     state_dict, unread = state_keys(owner, weights)   # stored names are the model's own
@@ -59,18 +59,40 @@ def build_program(g, ids: torch.Tensor, options, *, src_file, source, value_rang
                    generation=generation)
 
 
-def _capture_entry(step, example, dyn, options, src_file, states, strip, values, notes):
+def _steps(g, ids: torch.Tensor):
+    """(entry name, step module, example inputs, dynamic shapes) of each entry: prefill with a
+    dynamic prompt length, decode static (module doc of exporter/generate.py)."""
+    from aotc.exporter.generate import (DecodeStep, PrefillStep, SlotDecodeStep,
+                                        SlotPrefillStep)
+    prompt = {1: torch.export.Dim(PROMPT, min=1, max=g.max_cache_len - 1)}
+    if not g.slots:
+        return (("prefill", PrefillStep(g, token=True), (ids,), (prompt,)),
+                ("decode", DecodeStep(g, token=True), (ids[:, :1],), None))
+    slot, start = ids.new_zeros(1), ids.new_zeros(1)    # two tensors: two inputs
+    buckets = tuple((f"decode_{k}", SlotDecodeStep(g, token=True, rows=k),
+                     (ids[:1, :1].repeat(k, 1),), None) for k in g.buckets)
+    return (("prefill", SlotPrefillStep(g, token=True), (ids[:1], slot, start),
+             (prompt, None, None)),
+            ("decode", SlotDecodeStep(g, token=True), (ids[:1, :1].repeat(g.slots, 1),), None),
+            *buckets)
+
+
+SLOT_INPUTS = ("input_ids", "slot", "start")    # a slot prefill's inputs, in order
+
+
+def _capture_entry(step, examples, dyn, options, src_file, states, strip, values, notes):
     """One entry: its Program entry dict and the weights it reads (by stored name); how it was
     captured, where not as asked, appended to `notes`."""
     from aotc.exporter import _flatten_inputs, name_symbols
     from aotc.exporter.complex import real_view
     # the caches' in-place writes draw torch's side-effects warning, which capture filters
-    ep = capture(FlatOutputs(step, [((ITEM, 0),), ((ITEM, TOKEN),)]), (example,),
+    ep = capture(FlatOutputs(step, [((ITEM, 0),), ((ITEM, TOKEN),)]), examples,
                  strict=options.strict,
-                 source=src_file, dynamic_shapes=((dyn,),) if dyn is not None else None,
+                 source=src_file, dynamic_shapes=(dyn,) if dyn is not None else None,
                  notes=notes)
-    flat, placeholders, weights = _flatten_inputs(ep, (example,), ["input_ids"])
-    namer, symbols = name_symbols(ep, (dyn,) if dyn else None, (example,))
+    names = list(SLOT_INPUTS[:len(examples)])
+    flat, placeholders, weights = _flatten_inputs(ep, examples, names)
+    namer, symbols = name_symbols(ep, dyn, examples)
     if dyn is not None:
         flat = [real_view(n.meta["val"]) for n in ep.graph_module.graph.nodes
                 if n.op == "placeholder"]
@@ -86,10 +108,10 @@ def _capture_entry(step, example, dyn, options, src_file, states, strip, values,
             renamed.append(ph)
     graph = graph_to_json(decompose(ep.graph_module, flat, symbolic=dyn is not None),
                           renamed, namer)
-    user = next(i for i in graph["inputs"] if i["kind"] == "input")
-    shape = graph["values"][user["value"]]["shape"]
-    inputs = [{"name": "input_ids", "dtype": "int64", "shape": shape,
-               "values": list(values) if values else [0, int(example.max())]}]
+    user = [i for i in graph["inputs"] if i["kind"] == "input"]
+    inputs = [{"name": name, "dtype": "int64", "shape": graph["values"][u["value"]]["shape"],
+               "values": (list(values) if values else [0, int(examples[0].max())])
+               if name == "input_ids" else [0, 0]} for name, u in zip(names, user)]
     out_meta = graph["values"][graph["outputs"][0]["slot"]]
     return ({"graph": graph, "inputs": inputs, "symbols": symbols, "output_meta": out_meta,
              "output_tree": {"kind": "tensor", "index": 0}}, stored)

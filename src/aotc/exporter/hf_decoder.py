@@ -2,7 +2,8 @@
 
 `HFDecoder(model, batch, max_cache_len)` gives the model one `aotc.nn.KVCache` per layer (sized
 from what each layer stores in one eager call of two tokens, not guessed from its config) and
-calls it as `forward(input_ids, input_pos) -> logits`: the model gets `position_ids`, a cache
+calls it as `forward(input_ids, input_pos) -> logits` (`input_pos` [T], or [batch, T] for a
+generator's slots): the model gets `position_ids`, a cache
 object whose `update` writes through the KVCaches, and an attention implementation of aotc's
 own ("aotc", registered with transformers' AttentionInterface) that attends through them, so
 prefill runs causal attention over the prompt and decode reads only the valid prefix of the
@@ -256,8 +257,8 @@ class HFDecoder(torch.nn.Module):
         b, t = input_ids.shape
         self.context.positions = input_pos
         try:
-            out = self.model(input_ids=input_ids,
-                             position_ids=input_pos.reshape(1, t).expand(b, t), use_cache=True,
+            rows = input_pos if input_pos.dim() == 2 else input_pos.reshape(1, t).expand(b, t)
+            out = self.model(input_ids=input_ids, position_ids=rows, use_cache=True,
                              **{self.cache_kw: _Cache(self.caches, input_pos)})
         finally:
             self.context.positions = None

@@ -179,6 +179,15 @@ CHANGELOG = {
                        "`m(input_ids=..., attention_mask=...)` binds by name. A reader of "
                        "version 19 refuses the field; versions 1-19 load as they are and take "
                        "positional arguments only"),
+    22: ("2026-12-07", "generators may hold slots (continuous batching, --max-batch N): the "
+                       "manifest's generation.slots = N (equal to its batch), the position "
+                       "state int64 [N] (each slot's own), prefill taking (input_ids [1, T], "
+                       "slot [1], start [1]) and writing that slot alone, decode taking "
+                       "input_ids [N, 1]; the prefill's greedy token is [1, 1]; optional "
+                       "generation.buckets [{rows: K, entry}] name decode entries stepping "
+                       "slots 0..K-1 only, whose kernels are named decode_K_kernelN. A reader of "
+                       "version 21 or older refuses the field; versions 1-21 load as they are "
+                       "(one batch in lockstep)"),
     23: ("2026-12-07", "an artifact may carry model.sig at its root (a package: as a member): "
                        "an OpenSSF Model Signing bundle (Sigstore bundle, DSSE envelope, in-toto "
                        "statement, method 'files', sha256) whose resources are manifest.json and "

@@ -17,6 +17,11 @@ On a GPU, decode (static shapes) replays one CUDA graph per step and prefill one
 length it has seen twice (runtime/graphs.py); their captures leave the state as one call would.
 Greedy `generate`/`stream` there replay one graph a token that also picks the token and feeds
 it back (runtime/greedy.py).
+With slots (`aotc export --max-batch N`, runtime/slots.py) the cache holds N sequences, each at
+its own position: `generate`/`stream` run each row in its own slot, so a batch of prompts of
+different lengths, left-padded with an `attention_mask` as transformers' tokenizers give it,
+generates as each prompt would alone; `prefill_slot`/`decode_slots` serve many requests
+(aotc.serve).
 A module holds one sequence batch's state: calls that use it are serialised by a lock.
 `m.session()` gives another over the same weights and kernels (its own caches, position, lock
 and graphs), so independent streams run side by side, one thread each.
@@ -35,15 +40,17 @@ from aotc.runtime.graphs import StickyFlag
 from aotc.runtime.greedy import GreedyGraph, greedy_token
 from aotc.runtime.module import CompiledModule
 from aotc.runtime.sampling import Choice
+from aotc.runtime.slots import SlotMethods, unpadded_rows
 
 
-class GenerativeModule(CompiledModule):
+class GenerativeModule(SlotMethods, CompiledModule):
     fold_flags = True    # plain decode steps of a generation read their index flags in batches
 
     def __init__(self, artifact, device, **kwargs):
         super().__init__(artifact, device, **kwargs)
         self.generation = self.manifest.generation
         self.position = 0
+        self.slot_positions = [0] * (self.generation.slots or 0)
         self.lock = threading.RLock()
         self.family = weakref.WeakSet([self])     # the sessions over these weights
         self.greedy: GreedyGraph | None = None    # the fused greedy step, once greedy decodes
@@ -58,6 +65,7 @@ class GenerativeModule(CompiledModule):
         other.entries = self.bound_entries(other.state)
         other.graphs = other._graphs(self.options["cuda_graph"], self.options["cuda_graph_cache"])
         other.position, other.lock, other.greedy = 0, threading.RLock(), None
+        other.slot_positions = [0] * len(self.slot_positions)
         self.family.add(other)
         return other
 
@@ -91,6 +99,7 @@ class GenerativeModule(CompiledModule):
             for t in self.state.values():
                 t.zero_()
             self.position = 0
+            self.slot_positions = [0] * len(self.slot_positions)
 
     def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Run a prompt [batch, T] from position 0 (the cache is overwritten): logits of its
@@ -99,6 +108,8 @@ class GenerativeModule(CompiledModule):
 
     def _prefill(self, input_ids: torch.Tensor) -> list:
         """prefill's flat outputs: the logits, then the greedy token where the plan has it."""
+        if self.slots:
+            self._need_lockstep("prefill")
         with self.lock:
             out = self.run_flat(self.generation.prefill, (input_ids,))
             self.position = input_ids.shape[1]
@@ -110,6 +121,8 @@ class GenerativeModule(CompiledModule):
 
     def _decode(self, input_ids: torch.Tensor) -> list:
         """decode's flat outputs: the logits, then the greedy token where the plan has it."""
+        if self.slots:
+            self._need_lockstep("decode")
         with self.lock:
             if self.position == 0:
                 raise GuardError("decode before prefill: the cache holds no prompt",
@@ -125,13 +138,21 @@ class GenerativeModule(CompiledModule):
             self.position += 1
             return out
 
+    def _need_lockstep(self, call: str) -> None:
+        raise UsageError(f"{call} steps one batch in lockstep; this generator has slots",
+                         where=call, expected="prefill_slot(ids, slot) and "
+                         "decode_slots(tokens)", found=f"{self.slots} slots",
+                         fix="call m.prefill_slot / m.decode_slots, or m.generate")
+
     def generate(self, input_ids, max_new_tokens: int,
                  eos_token_id: int | None = None, **sampling):
         """[batch, prompt + max_new_tokens] token ids (prompt first): greedy, or with
         `do_sample=True` drawn after `temperature`, `top_k`, `top_p` and `min_p` as
         transformers' sampling does (runtime/sampling.py; from `generator`, or torch's global
         random state); `repetition_penalty` applies to both. With `eos_token_id`, stops once
-        every sequence has produced it (later tokens repeat it).
+        every sequence has produced it (later tokens repeat it). `attention_mask` (artifacts
+        with slots): prompts left-padded to one length, as transformers' generate takes
+        them; each row runs in its own slot.
         A prompt (str) or a list of prompts gives text instead, through the tokenizer the
         artifact carries, stopped at its end-of-sequence ids (runtime/text.py)."""
         if isinstance(input_ids, (str, list, tuple)):
@@ -163,7 +184,7 @@ class GenerativeModule(CompiledModule):
                eos_token_id: int | None = None, *, do_sample: bool = False,
                temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                min_p: float = 0.0, repetition_penalty: float = 1.0,
-               generator: torch.Generator | None = None):
+               generator: torch.Generator | None = None, attention_mask=None):
         """`generate`, one step at a time: an iterator of each step's tokens [batch, 1] as
         they are made (a server's streamed reply), on the module's device. The arguments are
         checked now; the session's lock is held from the first step until the iterator ends
@@ -186,7 +207,36 @@ class GenerativeModule(CompiledModule):
                              where="generator", expected=f"a torch.Generator on {self.device}",
                              found=str(generator.device),
                              fix=f"pass torch.Generator({str(self.device)!r}).manual_seed(...)")
+        if self.slots:
+            rows = unpadded_rows(input_ids, attention_mask)
+            if len(rows) > self.slots:
+                raise UsageError(f"a batch of {len(rows)} prompts exceeds the generator's "
+                                 f"{self.slots} slots", where="generate", expected=f"at most "
+                                 f"{self.slots} rows", found=len(rows),
+                                 fix="split the batch, or re-export with a larger --max-batch")
+            return self._slot_steps(input_ids, rows, max_new_tokens, eos_token_id, pick,
+                                    generator)
+        if attention_mask is not None and not bool(torch.as_tensor(attention_mask).all()):
+            raise UsageError("padded prompts need a generator with slots", where="attention_mask",
+                             expected="an artifact exported with --max-batch N (or prompts "
+                             "of one length)", found="padding in the attention mask",
+                             fix="re-export with --decode --max-batch N")
         return self._steps(input_ids, max_new_tokens, eos_token_id, pick, generator)
+
+    def _slot_steps(self, input_ids, rows, max_new_tokens, eos_token_id, pick, generator):
+        """stream over slots: row i's prompt (padding left out) in slot i, then every row
+        decoded at once; the steps' tokens [batch, 1]."""
+        b = len(rows)
+        with self.lock:
+            outs = [self.prefill_slot(r.to(self.device), i) for i, r in enumerate(rows)]
+            outs = [torch.cat(o) for o in zip(*outs)]
+            feed = torch.zeros(self.slots, 1, dtype=torch.int64, device=self.device)
+
+            def decode(tokens):             # every slot steps; the batch's rows are read
+                feed[:b] = tokens
+                return [o[:b] for o in self.decode_slots(feed, live=range(b))]
+            yield from self._loop(input_ids, outs, max_new_tokens, eos_token_id, pick,
+                                  generator, None, decode)
 
     def _steps(self, input_ids, max_new_tokens, eos_token_id, pick, generator):
         with self.lock:
@@ -200,8 +250,10 @@ class GenerativeModule(CompiledModule):
             if fused is not None:
                 fused.check()
 
-    def _loop(self, input_ids, outs, max_new_tokens, eos_token_id, pick, generator, fused):
-        """The tokens of each step, after the prefill's flat outputs `outs`."""
+    def _loop(self, input_ids, outs, max_new_tokens, eos_token_id, pick, generator, fused,
+              decode=None):
+        """The tokens of each step, after the prefill's flat outputs `outs`; `decode(tokens)`:
+        the next step's flat outputs (default: the decode entry's)."""
         # a tensor-parallel artifact's ranks sample rank 0's draw (their own could differ)
         shared = pick.sample and self.manifest.tensor_parallel is not None
         done, history = None, input_ids.to(self.device) if pick.wants_history else None
@@ -222,7 +274,7 @@ class GenerativeModule(CompiledModule):
             if i + 1 < max_new_tokens:
                 picked = self._fused_step(fused, None if fed else nxt)
                 fed = picked is not None
-                outs = self._decode(nxt) if picked is None else None
+                outs = (decode or self._decode)(nxt) if picked is None else None
 
     def _pick(self, outs: list, pick, generator, history) -> torch.Tensor:
         """The next tokens [batch, 1] from a step's flat outputs: the plan's greedy token where
@@ -279,3 +331,4 @@ class GenerativeModule(CompiledModule):
 
     def random_inputs(self, entry: str | None = None, **kwargs) -> tuple:
         return super().random_inputs(entry or self.generation.prefill, **kwargs)
+

@@ -12,7 +12,8 @@ first end-of-sequence token, is decoded without special tokens.
 
 A generator's batch is fixed at export. Prompts of one length, as many as the batch, run as
 one batch; any other list runs prompt by prompt (`_each_alone`; a batch larger than one runs
-a prompt in every row and keeps the first).
+a prompt in every row and keeps the first). A generator with slots (`--max-batch N`) runs up
+to N prompts of any lengths at once, each in its own slot (left-padded, runtime/slots.py).
 """
 from __future__ import annotations
 
@@ -61,6 +62,10 @@ def generate_ids(m, prompts: list[list[int]], max_new_tokens: int, **sampling) -
             raise UsageError(f"prompt {i} encodes to no tokens", where=f"prompt {i}",
                              expected="at least one token", found="an empty encoding",
                              fix="give a non-empty prompt")
+    slots = getattr(m, "slots", 0)
+    if slots:         # each prompt in a slot of its own: padded batches of up to `slots`
+        return [out for i in range(0, len(prompts), slots)
+                for out in _run(m, prompts[i:i + slots], max_new_tokens, sampling)]
     batch = m.generation.batch
     if len(prompts) == batch and len({len(p) for p in prompts}) == 1:
         return _run(m, prompts, max_new_tokens, sampling)
@@ -74,9 +79,15 @@ def _each_alone(m, prompts, max_new_tokens, sampling) -> list:
 
 
 def _run(m, prompts, max_new_tokens, sampling) -> list:
-    """One batch of equal-length prompts: each row's tokens before its first eos id."""
+    """One batch of prompts (of one length, or left-padded with their attention mask for a
+    generator with slots): each row's tokens before its first eos id."""
     eos = torch.tensor(m.tokenizer.eos_token_ids, dtype=torch.int64, device=m.device)
-    ids = torch.tensor(prompts, dtype=torch.int64, device=m.device)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], dtype=torch.int64,
+                       device=m.device)
+    if any(len(p) < width for p in prompts):
+        sampling = {**sampling, "attention_mask": torch.tensor(
+            [[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=m.device)}
     steps, done = [], None
     with m.lock:
         stream = m.stream(ids, max_new_tokens, **sampling)

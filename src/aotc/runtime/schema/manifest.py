@@ -16,6 +16,7 @@ from aotc.runtime.cpu import ORDER as ISA_ORDER
 from aotc.runtime.schema import expr as ex
 from aotc.runtime.schema.fields import At, short
 from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
+from aotc.runtime.schema.generation import Generation, parse_generation
 from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
 from aotc.runtime.schema.params import parse_parameters
 from aotc.runtime.schema.quant import Quantization, parse_quantization
@@ -178,29 +179,6 @@ class StateSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Generation:
-    """How a generator's entries are driven: prefill a prompt of up to max_cache_len - 1
-    tokens, then decode one token a step; `position` names the state holding the next
-    position; batch is fixed at export. `token` (format 18) is the index of both entries'
-    flat output holding the logits' argmax [batch, 1] int64, the greedy token (None: the
-    runtime takes the argmax itself)."""
-    prefill: str
-    decode: str
-    position: str
-    max_cache_len: int
-    batch: int
-    vocab: int
-    token: int | None = None
-
-    def to_json(self) -> dict:
-        out = {"batch": self.batch, "decode": self.decode, "max_cache_len": self.max_cache_len,
-               "position": self.position, "prefill": self.prefill, "vocab": self.vocab}
-        if self.token is not None:
-            out["token"] = self.token
-        return out
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Manifest:
     format_version: int
     producer: dict
@@ -263,7 +241,7 @@ def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     if training is not None:
         _check_training(m, doc)
     if doc.has("generation"):
-        m = dataclasses.replace(m, generation=_generation(doc.get("generation"), m))
+        m = dataclasses.replace(m, generation=parse_generation(doc.get("generation"), m))
     if doc.has("tensor_parallel"):
         doc.get("tensor_parallel").check(m.format_version >= 8, "format version 8 or later",
                                          "appears in an earlier format")
@@ -378,30 +356,6 @@ def _states(a: At) -> tuple:
                  "is larger")
         out.append(spec)
     return tuple(out)
-
-
-def _generation(a: At, m: Manifest) -> Generation:
-    a.obj(required=("prefill", "decode", "position", "max_cache_len", "batch", "vocab"),
-          optional=("token",) if m.format_version >= 18 else ())
-    g = Generation(prefill=a.get("prefill").str(choices=set(m.entries)),
-                   decode=a.get("decode").str(choices=set(m.entries)),
-                   position=a.get("position").str(choices={s.name for s in m.state}),
-                   max_cache_len=a.int_of("max_cache_len", 2, 1 << 24),
-                   batch=a.int_of("batch", 1, 1 << 16), vocab=a.int_of("vocab", 1, 1 << 26),
-                   token=a.get("token").int(0, 1 << 16) if a.has("token") else None)
-    pos = next(s for s in m.state if s.name == g.position)
-    a.get("position").check(pos.dtype == "int64" and pos.shape == (1,),
-                            "an int64 state of shape [1]", "names another kind of state")
-    if g.token is not None:
-        for name in dict.fromkeys((g.prefill, g.decode)):
-            outs = m.entries[name].outputs
-            meta = outs[g.token] if g.token < len(outs) else None
-            a.get("token").check(meta is not None and meta.dtype == "int64"
-                                 and meta.shape == (g.batch, 1),
-                                 f"the index of an int64 [{g.batch}, 1] output of {name!r}",
-                                 f"names {meta.dtype}{list(meta.shape)}" if meta is not None
-                                 else f"names none of its {len(outs)} outputs")
-    return g
 
 
 def _training(a: At) -> Training:

@@ -20,7 +20,9 @@ from aotc.runtime.schema.types import (DTYPE_SET, LAYOUT_SET, MEMORY_FORMAT_SET,
                                        StepKind, WEIGHT_NAME, size_json)
 
 MAX_SLOTS = 1 << 20
-KERNEL_NAME = re.compile(r"(?:forward_|backward_|prefill_|decode_)?kernel[0-9]{1,7}\Z")
+# an entry's kernels: forward_kernel0, ...; decode_4_kernel0 for a decode bucket (format 22)
+KERNEL_NAME = re.compile(r"(?:forward_|backward_|prefill_|decode_(?:[0-9]{1,4}_)?)?"
+                         r"kernel[0-9]{1,7}\Z")
 OP_NAME = re.compile(r"(?:aten|aotc)::[a-z_][a-z0-9_]{0,80}\.[A-Za-z_][A-Za-z0-9_]{0,40}\Z")
 
 

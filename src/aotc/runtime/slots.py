@@ -1,0 +1,126 @@
+"""A generator's cache slots at run time (continuous batching; `aotc export --max-batch N`).
+
+An artifact with slots (manifest generation.slots = N, format 22) holds N sequences in its
+cache, each at its own position. Two calls drive them (exporter/generate.py says what the
+entries compute):
+
+    outs = m.prefill_slot(prompt_ids [1, T], slot, start=0)  # a prompt (or the chunk of one
+                                                              # at `start`) into one slot
+    outs = m.decode_slots(tokens [N, 1])   # one token for every slot at its own position
+
+Each returns the entry's flat outputs: logits ([1, vocab] / [N, vocab]), then the greedy token
+([1, 1] / [N, 1]). The other slots keep their state across a slot's prefill. The module keeps
+every slot's position on the host, so a write past the cache is a GuardError before anything
+runs; a slot nobody uses advances too (its writes are never read: a prefill starts it again).
+`generate` and `stream` on such an artifact run each row of the batch in its own slot, so the
+rows' prompts may differ in length: left-padded, with transformers' `attention_mask`
+(`SlotBatch`). aotc.serve's engine drives the slots for many requests at once.
+"""
+from __future__ import annotations
+
+import torch
+
+from aotc.errors import GuardError, UsageError
+
+
+class SlotMethods:
+    """GenerativeModule's calls on slots (a mixin: the module's lock, entries and state)."""
+
+    @property
+    def slots(self) -> int:
+        """How many sequences the cache holds, each at its own position (0: no slots)."""
+        return self.generation.slots or 0
+
+    def slot_position(self, slot: int) -> int:
+        """The position of slot `slot`'s next token (its prompt and tokens so far)."""
+        return self.slot_positions[slot]
+
+    def prefill_slot(self, input_ids: torch.Tensor, slot: int, start: int = 0) -> list:
+        """Write the prompt `input_ids` [1, T] into cache slot `slot` at positions
+        start..start+T-1 (start > 0: the next chunk of a long prompt): the flat outputs,
+        logits of its last token [1, vocab] and their argmax [1, 1]. The slot's position
+        becomes start + T; the other slots keep theirs."""
+        self._need_slots("prefill_slot")
+        t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 \
+            else 1
+        if not (isinstance(slot, int) and 0 <= slot < self.slots):
+            raise UsageError(f"slot {slot!r} is not a slot of this generator", where="slot",
+                             expected=f"an int in 0..{self.slots - 1}", found=repr(slot),
+                             fix="pass a free slot's index")
+        if not (isinstance(start, int) and 0 <= start <= self.slot_positions[slot]
+                and start + t <= self.max_cache_len):
+            raise GuardError(f"a prompt chunk of {t} tokens at {start!r} does not fit slot "
+                             f"{slot}", where="prefill_slot", expected=f"0 <= start <= the "
+                             f"slot's position ({self.slot_positions[slot]}), start + tokens <= "
+                             f"{self.max_cache_len}", found=f"start {start!r}, {t} tokens",
+                             fix="start a prompt at 0 and continue it where the last chunk "
+                                 "ended, or re-export with a larger --max-cache-len")
+        index = lambda v: torch.tensor([v], dtype=torch.int64, device=self.device)  # noqa: E731
+        with self.lock:
+            out = self.run_flat(self.generation.prefill, (input_ids, index(slot), index(start)))
+            self.slot_positions[slot] = start + t
+            return out
+
+    def decode_slots(self, input_ids: torch.Tensor, live=None) -> list:
+        """One token for every slot, `input_ids` [N, 1] (a free slot's row is ignored): the
+        flat outputs, logits [K, vocab] and their argmax [K, 1], K = N or, where the artifact
+        has decode buckets, the smallest bucket holding every live slot (rows past K are
+        not stepped). `live`: the slots in use, each must hold a prompt and have room for one
+        more token (default: every slot)."""
+        self._need_slots("decode_slots")
+        live = range(self.slots) if live is None else set(live)
+        with self.lock:
+            for s in live:
+                at = self.slot_positions[s]
+                if not 0 < at < self.max_cache_len:
+                    raise GuardError(f"slot {s} cannot take a token at position {at}",
+                                     where="decode_slots", expected=f"0 < position < "
+                                     f"{self.max_cache_len} (a prompt first, room left)",
+                                     found=at, fix="prefill the slot first; finish a sequence "
+                                                   "when its slot's cache is full")
+            rows, entry = self._bucket(live)
+            out = self.run_flat(entry, (input_ids[:rows] if rows < self.slots else input_ids,))
+            # a live slot's next position (a full one takes no more); the plan keeps the
+            # others it steps inside the cache
+            self.slot_positions = [p + 1 if s in live else min(p + 1, self.max_cache_len - 1)
+                                   if s < rows else p for s, p in enumerate(self.slot_positions)]
+            return out
+
+    def _bucket(self, live) -> tuple[int, str]:
+        """(K, entry): the smallest decode entry stepping every live slot, slots 0..K-1 (the
+        manifest's buckets; the full decode steps all)."""
+        top = max(live, default=0) + 1
+        for rows, entry in self.generation.buckets:
+            if rows >= top:
+                return rows, entry
+        return self.slots, self.generation.decode
+
+    def _need_slots(self, call: str) -> None:
+        if not self.slots:
+            raise UsageError(f"{call} needs a generator with slots", where=call,
+                             expected="an artifact exported with --max-batch N",
+                             found="one batch in lockstep (no slots)",
+                             fix="re-export with --decode --max-batch N, or use "
+                                 "prefill/decode")
+
+
+def unpadded_rows(input_ids: torch.Tensor, attention_mask) -> list[torch.Tensor]:
+    """Each row's prompt [1, T_i] without its left padding (transformers' convention: the
+    mask's zeros come first). Anything else is a UsageError."""
+    if attention_mask is None:
+        return [input_ids[i:i + 1] for i in range(input_ids.shape[0])]
+    mask = torch.as_tensor(attention_mask).to(device=input_ids.device)
+    if mask.shape != input_ids.shape:
+        raise UsageError("the attention mask's shape differs from the prompt's",
+                         where="attention_mask", expected=list(input_ids.shape),
+                         found=list(mask.shape), fix="pass the tokenizer's attention_mask")
+    keep = mask != 0
+    first = keep.int().argmax(1)
+    counts = keep.sum(1)
+    left = (counts > 0) & (first + counts == keep.shape[1])
+    if not bool(left.all()):
+        raise UsageError("the prompts are not left-padded", where="attention_mask",
+                         expected="each row's padding (0s) before its tokens (1s), at least "
+                         "one token", found=mask[~left][:1].tolist(),
+                         fix="tokenize with padding_side='left'")
+    return [input_ids[i:i + 1, int(first[i]):] for i in range(input_ids.shape[0])]

@@ -1,0 +1,103 @@
+"""aotc.serve.engine: continuous batching over a generator's slots. A request's tokens must not
+depend on what runs beside it; requests join and leave between steps."""
+import random
+
+import pytest
+import torch
+
+import aotc
+from aotc.serve.engine import Engine, QueueFull, SamplingParams
+
+
+def drain(engine: Engine) -> list:
+    events = []
+    while engine.has_work():
+        events += engine.step()
+    return events
+
+
+def greedy(n: int, **kw) -> SamplingParams:
+    return SamplingParams(max_tokens=n, temperature=0, **kw)
+
+
+@pytest.fixture(scope="module")
+def module(slot_llm):
+    return aotc.load(slot_llm)
+
+
+def test_batched_greedy_tokens_equal_each_request_alone(module):
+    rng = random.Random(0)
+    asks = [([rng.randrange(96) for _ in range(rng.randint(1, 13))], rng.randint(1, 20))
+            for _ in range(9)]
+    engine = Engine(module, prefill_chunk=4)        # 9 requests over 4 slots, chunked prompts
+    together = [engine.add(p, greedy(n)) for p, n in asks]
+    events = drain(engine)
+    for r, (p, n) in zip(together, asks):
+        alone = Engine(module)
+        one = alone.add(p, greedy(n))
+        drain(alone)
+        want = module.generate(torch.tensor([p]), n)[0, len(p):].tolist()
+        assert r.tokens == one.tokens == want
+        assert r.finish_reason == "length"
+        assert [e.token for e in events if e.request is r] == r.tokens
+
+
+def test_stop_tokens_end_a_request(module):
+    engine = Engine(module)
+    probe = engine.add([7, 8, 9], greedy(10))
+    drain(engine)
+    stop = probe.tokens[3]
+    first = probe.tokens.index(stop)
+    r = engine.add([7, 8, 9], greedy(10, stop_token_ids=(stop,)))
+    events = drain(engine)
+    assert r.finish_reason == "stop" and r.tokens == probe.tokens[:first]
+    assert events[-1].request is r and events[-1].finish_reason == "stop"
+
+
+def test_cancel_frees_the_slot_for_a_waiting_request(module):
+    engine = Engine(module)
+    running = [engine.add([1, 2, 3], greedy(30)) for _ in range(4)]
+    waiting = engine.add([4, 5], greedy(3))
+    engine.step()
+    assert engine.active == 4 and engine.queued == 1 and waiting.slot is None
+    engine.cancel(running[1].id)
+    events = engine.step()
+    assert running[1].finish_reason == "cancelled"
+    assert waiting.slot == running[1].slot and len(waiting.tokens) == 1
+    assert any(e.request is running[1] and e.finish_reason == "cancelled" for e in events)
+    for r in running:
+        engine.cancel(r.id)
+    drain(engine)
+    assert waiting.finish_reason == "length" and len(waiting.tokens) == 3
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(module):
+    params = SamplingParams(max_tokens=12, temperature=1.3, top_p=0.9, seed=5)
+    engine = Engine(module)
+    alone = engine.add([3, 1, 4], params)
+    drain(engine)
+    others = [engine.add([9, 9, i], SamplingParams(max_tokens=8, temperature=0.7))
+              for i in range(3)]
+    again = engine.add([3, 1, 4], params)
+    drain(engine)
+    assert again.tokens == alone.tokens and all(o.finished for o in others)
+
+
+def test_requests_are_checked(module):
+    engine = Engine(module, max_waiting=2)
+    with pytest.raises(aotc.UsageError, match="exceed the cache"):
+        engine.add(list(range(40)), greedy(9))
+    for bad in ([], [96], ["a"], "text"):
+        with pytest.raises(aotc.UsageError, match="prompt"):
+            engine.add(bad, greedy(2))
+    for kw in ({"max_tokens": 0}, {"temperature": -1}, {"top_p": 0}, {"top_k": -2},
+               {"seed": -1}, {"stop_token_ids": ("x",)}):
+        with pytest.raises(aotc.UsageError):
+            SamplingParams(**kw)
+    engine.add([1], greedy(1))
+    engine.add([1], greedy(1))
+    with pytest.raises(QueueFull):
+        engine.add([1], greedy(1))
+    assert [len(r.tokens) for r in (e.request for e in drain(engine))] == [1, 1]
+    with pytest.raises(aotc.UsageError, match="slots"):
+        Engine(object())
