@@ -100,16 +100,20 @@ def environment(args, cfg: harness.Config, chosen: list, skipped: dict) -> dict:
 
 
 def commit() -> tuple[str | None, list[str]]:
-    """(short commit, tracked files modified in the working tree): what was measured."""
+    """(short commit, tracked files modified in the working tree): what was measured. A copy of
+    a clean checkout without its .git (a lent GPU machine's) says its commit in AOTC_COMMIT."""
+    import os
     import subprocess
     root = Path(__file__).resolve().parent.parent
     git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,   # noqa: E731
                                     text=True, timeout=10).stdout
     try:
-        return git("rev-parse", "--short", "HEAD").strip() or None, \
-            git("diff", "--name-only", "HEAD").split()
+        head = git("rev-parse", "--short", "HEAD").strip() or None
+        if head is not None:
+            return head, git("diff", "--name-only", "HEAD").split()
     except (OSError, subprocess.SubprocessError):
-        return None, []
+        pass
+    return os.environ.get("AOTC_COMMIT") or None, []
 
 
 def machine_meta(args, cfg: harness.Config, chosen: list,

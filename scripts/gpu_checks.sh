@@ -7,6 +7,7 @@
 #
 #   scripts/gpu_checks.sh OUT
 #
+# Results record their commit: where the tree has no .git, export AOTC_COMMIT=<sha> first.
 # Settings: TESTS (pytest files, run with -m gpu; "" skips), TEST_S, TRAIN_S, QUANT_S, SERVE_S
 # (seconds for each part; 0 skips it), QUANT_ARGS, SERVE_ARGS (more arguments). Run from the
 # repository root; every part writes under OUT and prints its last lines.
@@ -35,6 +36,6 @@ part training "${TRAIN_S:-300}" python3 -m benchmarks.training --device cuda --d
     --size full --models vit_s16 --out "$OUT/training"
 [[ -f benchmarks/quant.py ]] && part quant "${QUANT_S:-200}" python3 -m benchmarks.quant \
     --device cuda --out "$OUT/quant" ${QUANT_ARGS:-}
-[[ -f benchmarks/serve.py ]] && part serve "${SERVE_S:-150}" python3 -m benchmarks.serve \
-    --device cuda --out "$OUT/serve" ${SERVE_ARGS:-}
+[[ -f scripts/gpu_serve.py ]] && part serve "${SERVE_S:-240}" python3 scripts/gpu_serve.py \
+    "$OUT/serve" ${SERVE_ARGS:-}
 exit 0
