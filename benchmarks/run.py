@@ -100,20 +100,21 @@ def environment(args, cfg: harness.Config, chosen: list, skipped: dict) -> dict:
 
 
 def commit() -> tuple[str | None, list[str]]:
-    """(short commit, tracked files modified in the working tree): what was measured. A copy of
-    a clean checkout without its .git (a lent GPU machine's) says its commit in AOTC_COMMIT."""
+    """(short commit, tracked files modified in the working tree): what was measured.
+    AOTC_COMMIT, where set, names it: a lent GPU machine gets a copy of a clean checkout whose
+    .git may be a stale one (it said the session's first commit)."""
     import os
     import subprocess
+    if os.environ.get("AOTC_COMMIT"):
+        return os.environ["AOTC_COMMIT"], []
     root = Path(__file__).resolve().parent.parent
     git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True,   # noqa: E731
                                     text=True, timeout=10).stdout
     try:
-        head = git("rev-parse", "--short", "HEAD").strip() or None
-        if head is not None:
-            return head, git("diff", "--name-only", "HEAD").split()
+        return git("rev-parse", "--short", "HEAD").strip() or None, \
+            git("diff", "--name-only", "HEAD").split()
     except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("AOTC_COMMIT") or None, []
+        return None, []
 
 
 def machine_meta(args, cfg: harness.Config, chosen: list,

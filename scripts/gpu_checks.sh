@@ -7,7 +7,8 @@
 #
 #   scripts/gpu_checks.sh OUT
 #
-# Results record their commit: where the tree has no .git, export AOTC_COMMIT=<sha> first.
+# Results record their commit: export AOTC_COMMIT=<sha> (the copy on a lent machine may carry
+# a stale .git).
 # Settings: TESTS (pytest files, run with -m gpu; "" skips), TEST_S, TRAIN_S, QUANT_S, SERVE_S
 # (seconds for each part; 0 skips it), QUANT_ARGS, SERVE_ARGS (more arguments). Run from the
 # repository root; every part writes under OUT and prints its last lines.
