@@ -103,3 +103,22 @@ def test_a_flipped_fold_hint_is_refused(mlp_artifact, tmp_path):
         step[8] = True
     edit_json(art, RUNNER, flip)
     assert "where the plan derives false" in _refused(art).found
+
+
+def test_load_leaves_garbage_collection_as_it_was(mlp_artifact, tmp_path):
+    """aotc.load pauses cyclic collection while it parses (runtime/__init__.py) and resumes
+    it after, also when the load fails, and leaves it off where the caller had it off."""
+    import gc
+    assert gc.isenabled()
+    aotc.load(mlp_artifact)
+    assert gc.isenabled()
+    art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
+    edit_json(art, RUNNER, _swap_fc1_for_fc2)
+    _refused(art)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        aotc.load(mlp_artifact)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
