@@ -60,8 +60,30 @@ def edit_json(path: Path, rel: str, fn) -> None:
     doc = doc if out is None else out
     if rel == fmt.MANIFEST:
         write_manifest(path, doc)
+    else:
+        (path / rel).write_bytes(json.dumps(doc).encode())
+        rehash(path)
+    if rel == fmt.MANIFEST or rel.startswith("plans/"):
+        rederive(path)
+
+
+def rederive(path: Path) -> None:
+    """Write the runner files the (edited) plans derive, as a hostile producer can, so that
+    what is tested is the plan's edit, not a runner file left behind (runtime/runner_file.py);
+    plans that do not parse keep their runner files (loading refuses the plan first)."""
+    from aotc.runtime.artifact import Artifact
+    from aotc.runtime.runner_file import runner_files
+    try:
+        art = Artifact(path, signature_policy=False)
+        try:
+            files = runner_files(art.manifest, {n: art.plan(n) for n in art.manifest.entries},
+                                 art.read)
+        finally:
+            art.close()
+    except AotcError:
         return
-    (path / rel).write_bytes(json.dumps(doc).encode())
+    for rel, data in files.items():
+        (path / rel).write_bytes(data)
     rehash(path)
 
 

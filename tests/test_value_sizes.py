@@ -16,6 +16,7 @@ import aotc
 from aotc.errors import ArtifactError, ExportError, GuardError
 from aotc.runtime import format as fmt
 from conftest import replace_file, run_cpp
+from hostile import rederive
 
 
 class Adapters(torch.nn.Module):
@@ -179,6 +180,7 @@ def _edited(adapters, tmp_path, edit_plan=None, edit_manifest=None):
         manifest = read_raw_manifest(art)
         edit_manifest(manifest)
         write_manifest(art, manifest)
+    rederive(art)   # the runner file the edited plan derives (tests/hostile.py)
     return art
 
 

@@ -5,6 +5,9 @@ tracing or Triton module, nor sympy.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
+
 from aotc.runtime import format
 from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.module import CompiledModule, resolve_device
@@ -60,19 +63,37 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     `m.library.level` says which.
     """
     from aotc.runtime.artifact import Artifact
-    artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys, isa=isa)
-    try:
-        select_rank(artifact)     # tensor-parallel artifacts: this rank's weights
-        dev = resolve_device(artifact.manifest, device, interpret)
-        module = _module(artifact, dev, check_guards=check_guards, cuda_graph=cuda_graph,
-                         cuda_graph_cache=cuda_graph_cache, runner=runner)
-    except BaseException:
-        artifact.close()
-        raise
+    with _collection_paused():
+        artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys,
+                            isa=isa)
+        try:
+            select_rank(artifact)     # tensor-parallel artifacts: this rank's weights
+            dev = resolve_device(artifact.manifest, device, interpret)
+            module = _module(artifact, dev, check_guards=check_guards, cuda_graph=cuda_graph,
+                             cuda_graph_cache=cuda_graph_cache, runner=runner)
+        except BaseException:
+            artifact.close()
+            raise
     if weights is not None:
         from aotc.runtime.statedict import read_weights_file
         module.load_state_dict(read_weights_file(weights), strict=True)
     return module
+
+
+@contextlib.contextmanager
+def _collection_paused():
+    """Cyclic garbage collection paused while an artifact is read, parsed and bound (and
+    resumed after, unless the caller had it off): the parse allocates many small objects that
+    hold no cycles (refcounting frees them), and each collection they set off walks the whole
+    heap, torch's included; on BERT-base that cost more than the parse (benchmarks/
+    runner_check.py)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _module(artifact, dev, *, cuda_graph_cache, **kwargs) -> CompiledModule:

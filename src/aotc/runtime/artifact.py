@@ -146,6 +146,15 @@ class Artifact:
         return self.manifest.weights.shards if tp is None or self.rank is not None \
             else tp.shards()
 
+    def plans(self) -> dict:
+        """Every entry's plan (entry -> Plan), the runner files checked against them: a
+        stored runner file that is not what its plan derives is refused, so the C++ front end
+        runs what was checked here (runtime/runner_file.py)."""
+        from aotc.runtime.runner_file import check_runner_files
+        plans = {name: self.plan(name) for name in self.manifest.entries}
+        check_runner_files(self, plans)
+        return plans
+
     def plan(self, entry: str):
         spec = self.manifest.entries[entry]
         raw = migrate_plan(load_json_obj(self.read(spec.plan), spec.plan).value, self.version)

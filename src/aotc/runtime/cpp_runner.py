@@ -155,6 +155,7 @@ class CppPlanFunction:
 
 class _Spec:
     """The runner's spec of one plan (see the module doc)."""
+    folding = True   # False: only views of fixed values are taken at load (runtime/folding.py)
 
     def __init__(self, plan, weights, device, library, static_weights: bool, state: dict):
         self.plan, self.library, self.device = plan, library, device
@@ -196,7 +197,8 @@ class _Spec:
         if step.kind is StepKind.KERNEL:
             return self._kernel(idx, step)
         check_call(resolve_op(step.op), step, self.plan.slots)
-        fold = foldable(step, self.folded, self.plan.slots, resolve_op)
+        fold = (self.folding or step.kind is StepKind.VIEW) and \
+            foldable(step, self.folded, self.plan.slots, resolve_op)
         if fold:
             self.folded.add(step.out[0])
             self.derives = True
@@ -228,8 +230,8 @@ class _Spec:
             outs.append((o, s.dtype, self._dims(s.shape), self._dims(s.stride), s.contiguous,
                          donor, view))
         sizes = [self.symbols.index(n) for n in step.sizes]
-        if not triton and kernel_foldable(step, self.folded, slots):   # run at load by the
-            self.folded |= set(step.out)                               # runner (program.cpp)
+        if not triton and self.folding and kernel_foldable(step, self.folded, slots):
+            self.folded |= set(step.out)   # run at load by the runner (program.cpp)
             self.derives = True
         if not triton:   # (a library's own table says whether the kernel takes its room)
             room = getattr(lib, "takes_room", lambda _: False)(step.name)

@@ -230,6 +230,7 @@ SAMPLE_INPUTS = "samples/inputs.safetensors"
 SAMPLE_OUTPUTS = "samples/outputs.safetensors"
 SAMPLE_REFERENCE = "samples/reference.safetensors"   # optional: float64 runs of float outputs
 KERNELS_DIR = "kernels"
+RUNNER_DIR = "runner"
 KERNEL_SOURCE = "kernels/kernels.cpp"
 LEGACY_KERNEL_LIBRARY = "kernels/kernels.so"     # formats 1-7: the one library
 TOKENIZER_DIR = "tokenizer"
@@ -260,7 +261,7 @@ def plan_file(entry: str) -> str:
 
 def runner_file(entry: str) -> str:
     """The C++ runner's spec of an entry (format >= 10, CPU artifacts; runtime/runner_file.py)."""
-    return f"runner/{entry}.json"
+    return f"{RUNNER_DIR}/{entry}.json"
 
 
 def triton_source_file(kernel: str) -> str:

@@ -118,7 +118,7 @@ class CompiledModule:
         try:
             self.weights = loading.weights
             self.library = load_library_for(artifact, device)
-            self.plans = {name: artifact.plan(name) for name in self.manifest.entries}
+            self.plans = artifact.plans()   # the runner files checked against them
             self.state = allocate_state(self.manifest.state, self.plans, device)
             self.entries = self.bound_entries(self.state)
             pending = loading.pending

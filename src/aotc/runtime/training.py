@@ -121,7 +121,8 @@ class TrainableModule(torch.nn.Module):
         self.param_list = [owned[n] for n in meta.params]
         self.buffer_list = [owned[n] for n in meta.buffers]
         self.mutated_buffers = [owned[n] for n in meta.mutated]
-        self.entries = {name: Entry(name, spec, artifact.plan(name), owned, device, library,
+        plans = artifact.plans()   # the runner files checked against them
+        self.entries = {name: Entry(name, spec, plans[name], owned, device, library,
                                     static_weights=False, runner=runner)
                         for name, spec in manifest.entries.items()}
         # backward's inputs: what forward saved, then the gradients of the outputs (tangents).

@@ -133,7 +133,7 @@ class CallStep:
     kind: StepKind
     op: str
     args: tuple
-    kwargs: tuple                      # ((name, arg), ...)
+    kwargs: tuple                      # ((name, arg), ...) in name order
     out: tuple                         # slot | None per result
     single: bool = True                # the op returns one value (not a tuple)
     source: str | None = None          # display only: the model's line that produced it
@@ -384,8 +384,9 @@ def _step(a: At, n: int, symbols) -> Step:
         a.get("op").str(pattern=OP_NAME, max_len=128)
         a.get("op").fail("an ATen op aotc's codegen emits (the runtime's op table)",
                          problem="is not an op aotc calls")
-    kw = a.get("kwargs")
-    kwargs = tuple((k, _arg(x, n, symbols)) for k, x in kw.items(64))
+    kw = a.get("kwargs")   # in name order, as stored (so a plan equals its stored form)
+    kwargs = tuple(sorted(((k, _arg(x, n, symbols)) for k, x in kw.items(64)),
+                          key=lambda kv: kv[0]))
     for k, x in kw.items(64):
         x.check(bool(ex.NAME_RE.match(k)), "an argument name (an identifier)", "is not a name")
     args = a.get("args")
