@@ -27,10 +27,9 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     (runtime/artifact.py). `trusted_keys` (one key or a list: EC public keys or CA certificates
     for OMS signatures, model.sig; Ed25519 keys for signatures.json; PEM files or text, base64
     or raw bytes; AOTC_TRUSTED_KEYS adds files and directories of them) makes a valid signature
-    by one of them mandatory, and a policy yielding no key refuses the load
-    (runtime/signing.py, runtime/trust.py, docs/signing.md). `device` defaults to the device the artifact
-    was built for; portable (extern-only) artifacts may be loaded on any device. Guards are
-    checked on every call unless `check_guards=False`.
+    by one of them mandatory, and a policy yielding no key refuses the load (docs/signing.md).
+    `device` defaults to the device the artifact was built for (portable, extern-only artifacts
+    load on any). Guards are checked on every call unless `check_guards=False`.
 
     `cuda_graph`: on a GPU, each entry is captured into a CUDA graph and replayed afterwards
     (one launch per call instead of one per kernel), after checking that the replay gives the
@@ -58,9 +57,8 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     rank and world size read from torch.distributed's default process group, which must exist
     and have N ranks (runtime/parallel.py); every rank then calls it with the same inputs.
 
-    `isa`: a CPU artifact carries its kernels built for several CPU levels; the best this CPU
-    supports is loaded, or the level named here (e.g. "x86-64-v2", to run the baseline);
-    `m.library.level` says which.
+    `isa`: of a CPU artifact's kernel builds, the level named (e.g. "x86-64-v2") rather than
+    the best this CPU supports; `m.library.level` says which.
     """
     from aotc.runtime.artifact import Artifact
     with _collection_paused():
