@@ -35,7 +35,7 @@ LIBRARY = "libaotc_runtime.so"
 def _flags(torch) -> list[str]:
     from torch.utils.cpp_extension import include_paths
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    ops = HERE / "runtime/schema/extern_ops.txt"
+    ops = HERE / "artifact/schema/extern_ops.txt"
     return ["-O2", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
             f'-DAOTC_TORCH_VERSION="{torch.__version__}"', f'-DAOTC_EXTERN_OPS="{ops}"',
             f"-I{HERE / 'runtime/cpp/include'}", *(f"-I{p}" for p in include_paths())]

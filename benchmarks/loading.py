@@ -12,7 +12,7 @@ parameters on the meta device, materialised on the device in the model's dtype) 
 the artifact's files are read once (a warm page cache, as on a serving host that just copied
 it), then loaded verified and unverified, alternating, `--reps` times each (medians); one more
 process per variant measures peak memory. The weights phase (reading, hashing, and on a GPU
-copying, runtime/shards.load_weights) is timed alone too, and its rate set against the rates
+copying, runtime/loading.load_weights) is timed alone too, and its rate set against the rates
 measured by the `limits` step: memcpy, page-cache reads, hashing, host-to-device copies.
 
 Dtypes: on the CPU, BERT in fp32 and the LLaMAs in bf16; on CUDA everything in bf16. Inputs:

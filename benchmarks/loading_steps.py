@@ -6,7 +6,7 @@ as `python -m benchmarks.loading --step NAME ...`; it prints one JSON line).
                   host-to-device copies from pinned and from pageable memory (CUDA)
     export        build the model (benchmarks/bigmodels.py), aotc.export it; time, peak memory
     load          aotc.load verified and unverified, alternating, --reps each (medians): load,
-                  first call, and the weights phase alone (runtime/shards.load_weights)
+                  first call, and the weights phase alone (runtime/loading.load_weights)
     memory        one aotc.load and first call: peak host memory (and device memory)
     torch.compile the model's first call under torch.compile (its cold start)
     aotinductor   torch.export + aoti_compile_and_package, then aoti_load_package + first call
@@ -61,7 +61,7 @@ def _rate(nbytes: int, fn, reps: int = 5) -> float:
 
 
 def limits(device: torch.device, shard: Path | None) -> dict:
-    from aotc.runtime import hashing
+    from aotc.artifact import hashing
     workers = hashing.workers()
     n = 1 * GIB
     src, dst = torch.empty(n, dtype=torch.uint8).random_(), torch.empty(n, dtype=torch.uint8)
@@ -151,9 +151,9 @@ def warm(path: Path) -> None:
 
 def load(path: Path, device: torch.device, reps: int) -> dict:
     import aotc
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     try:
-        from aotc.runtime.shards import load_weights
+        from aotc.runtime.loading import load_weights
     except ImportError:          # an aotc before format 6 (--baseline)
         from aotc.runtime.module import load_weights
     warm(path)

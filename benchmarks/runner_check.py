@@ -33,7 +33,7 @@ print(dt, m.runtime)
 
 CHECK = """
 import sys, time
-from aotc.runtime.artifact import Artifact
+from aotc.artifact.reader import Artifact
 from aotc.runtime.runner_file import check_runner_files
 art = Artifact(sys.argv[1])
 plans = {n: art.plan(n) for n in art.manifest.entries}

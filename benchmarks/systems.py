@@ -105,7 +105,7 @@ class Aotc(System):
         self.name = "aotc" if runner is None and isa is None else f"aotc:{runner or isa}"
 
     def available(self, device):
-        from aotc.runtime.cpu import supported
+        from aotc.artifact.isa import supported
         if self.isa is not None and (device.type != "cpu" or not supported(self.isa)):
             return f"kernels for {self.isa} do not run on this {device.type} host"
         return None

@@ -1,4 +1,4 @@
-"""Write runtime/schema/extern_ops.txt: the ATen ops a plan may call, one `aten::name.overload`
+"""Write artifact/schema/extern_ops.txt: the ATen ops a plan may call, one `aten::name.overload`
 per line.
 
 A plan calls whatever ATen ops survive export's decomposition without a lowering, so the table
@@ -11,7 +11,7 @@ with the ops already listed (run it under every supported torch to cover them al
     bytes as packed C++ objects, nested/jagged ops trust offset tensors.
 
     python scripts/extern_ops.py          # merge this torch's ops into the table
-The runtime refuses any other op name before calling anything (runtime/schema/ops.py), and
+The runtime refuses any other op name before calling anything (artifact/schema/ops.py), and
 codegen refuses to export one (so an artifact never names an op its loader will refuse).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-TABLE = Path(__file__).resolve().parents[1] / "src" / "aotc" / "runtime" / "schema" / "extern_ops.txt"
+TABLE = Path(__file__).resolve().parents[1] / "src" / "aotc" / "artifact" / "schema" / "extern_ops.txt"
 MUTATING = {"copy_", "index_copy_", "index_put_", "fill_", "zero_", "masked_fill_",
             "scatter_", "scatter_add_", "slice_scatter"}
 DENY = re.compile(r"unsafe|from_file|fbgemm|mkldnn|nested|jagged|_print|_reshape_alias|_debug|"

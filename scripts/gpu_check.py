@@ -258,7 +258,7 @@ def check_streamed_shards(arch: str, out: Path) -> None:
     """Weights in 3+ shards of 1 KiB chunks: streamed through pinned staging buffers and
     checked chunk by chunk (runtime/transfer.py); a flipped byte refused."""
     import shutil
-    from aotc.runtime import hashing
+    from aotc.artifact import hashing
     torch.manual_seed(0)
     model = _sample("mlp.py:Net")().eval()
     x = torch.randn(32, 64)

@@ -64,8 +64,8 @@ def profile(system, prompt, steps: int, phase: str = "decode") -> dict:
 def kernel_labels(path: Path, entry: str = "decode") -> dict[str, str]:
     """{kernel name: the ops it fuses} of an artifact's plan (what `aotc inspect --fusion`
     prints), so a profile's kernels read as what they compute."""
-    from aotc.runtime.artifact import Artifact
-    from aotc.runtime.schema.types import StepKind
+    from aotc.artifact.reader import Artifact
+    from aotc.artifact.schema.types import StepKind
     labels = {}
     for step in Artifact(path).plan(entry).steps:
         if step.kind is StepKind.KERNEL:

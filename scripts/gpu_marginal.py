@@ -27,7 +27,7 @@ import torch
 import aotc
 from benchmarks.generate import DTYPES
 from benchmarks.generate_models import build_model
-from aotc.runtime.schema.types import StepKind
+from aotc.artifact.schema.types import StepKind
 
 
 def kinds(plan, path: Path) -> dict[str, list[int]]:

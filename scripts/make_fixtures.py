@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 import aotc
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
@@ -125,7 +125,7 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
 def sign_fixture(dest: Path) -> None:
     """Sign `dest` (model.sig) with a new P-256 key; keep only its public key, beside it."""
     import tempfile
-    from aotc.runtime.signing import generate_keys, sign_artifact
+    from aotc.artifact.signing import generate_keys, sign_artifact
     with tempfile.TemporaryDirectory() as tmp:
         private, public = generate_keys(Path(tmp) / "key")
         sign_artifact(dest, private)

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import aotc
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 
 AOTC_ROOT = Path(__file__).resolve().parents[1]   # the source tree (tests run against the installed aotc)
 SAMPLES_DIR = AOTC_ROOT / "samples"
@@ -30,7 +30,7 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 RTOL = ATOL = 1e-5
 # the kernel library an artifact exported here (`--isa auto`) loads on this host: its best level
-from aotc.runtime.cpu import best_level  # noqa: E402
+from aotc.artifact.isa import best_level  # noqa: E402
 LIBRARY = fmt.kernel_library(best_level())
 
 
@@ -203,13 +203,13 @@ def flat_tensors(value) -> list[torch.Tensor]:
 @pytest.fixture(scope="module")
 def packed(mlp_artifact, tmp_path_factory) -> Path:
     """The exported MLP as a single-file package (`aotc pack`)."""
-    from aotc.runtime.package import pack
+    from aotc.artifact.package import pack
     return pack(mlp_artifact, tmp_path_factory.mktemp("pkg") / "mlp.aotcpkg")
 
 
 def package_index(data: bytes) -> tuple[int, list]:
     """(the index's length, its [name, offset, size] rows) of a package's bytes."""
-    from aotc.runtime.package import HEADER
+    from aotc.artifact.package import HEADER
     length = HEADER.unpack(data[:HEADER.size])[3]
     return length, json.loads(data[HEADER.size:HEADER.size + length])["members"]
 

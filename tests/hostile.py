@@ -17,7 +17,7 @@ import torch
 
 import aotc
 from aotc.errors import AotcError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 
 
 def payloads(marker: Path) -> list[str]:
@@ -71,7 +71,7 @@ def rederive(path: Path) -> None:
     """Write the runner files the (edited) plans derive, as a hostile producer can, so that
     what is tested is the plan's edit, not a runner file left behind (runtime/runner_file.py);
     plans that do not parse keep their runner files (loading refuses the plan first)."""
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     from aotc.runtime.runner_file import runner_files
     try:
         art = Artifact(path, signature_policy=False)

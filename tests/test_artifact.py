@@ -12,11 +12,11 @@ import torch
 from click.testing import CliRunner
 
 import aotc
-import aotc.runtime.shards
+import aotc.artifact.shards
 from aotc.cli.main import main
 from aotc.cli.report import verify_artifact
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import (SAMPLES, SAMPLES_DIR, assert_matches, eager, flip_byte, read_raw_manifest,
                       replace_file, run_python, snapshot, write_manifest)
 
@@ -33,7 +33,7 @@ def no_weight_reads(monkeypatch):
     """Fail the test if any weight (or sample) tensor is read from disk."""
     def forbidden(*args, **kwargs):
         raise WeightRead(f"weights tensors made with {args}")
-    monkeypatch.setattr(aotc.runtime.shards, "tensors", forbidden)
+    monkeypatch.setattr(aotc.artifact.shards, "tensors", forbidden)
 
 
 def test_artifact_has_the_documented_files(mlp_artifact):
@@ -56,7 +56,7 @@ def test_weight_read_patch_is_effective(artifact_copy, no_weight_reads):
 def test_flipped_byte_in_every_file_is_refused(mlp_artifact, tmp_path, monkeypatch, where, mask):
     def forbidden(*args, **kwargs):
         raise WeightRead(f"weights read before the artifact was verified: {args}")
-    monkeypatch.setattr(aotc.runtime.shards, "tensors", forbidden)
+    monkeypatch.setattr(aotc.artifact.shards, "tensors", forbidden)
     files = sorted(snapshot(mlp_artifact))
     assert EXPECTED_FILES <= set(files)
     for rel in files:
@@ -235,7 +235,7 @@ KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import torch
     import aotc
-    import aotc.runtime.publish as fmt
+    import aotc.artifact.publish as fmt
 
     victim, dest, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     sys.path.insert(0, {samples!r})

@@ -30,7 +30,7 @@ from aotc.codegen.triton.blocks import (FEW_ROWS_LOOP, MAX_PERSISTENT, BlockConf
 from aotc.errors import LoweringError, UsageError
 from aotc.exporter import trace_function
 from aotc.options import ExportOptions
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.cuda import CudaLauncher
 from aotc.runtime.interpret import import_kernel
 from conftest import SAMPLES, assert_matches

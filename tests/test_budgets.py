@@ -54,6 +54,8 @@ def _stage_imports(stage: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("stage,forbidden", [
+    ("artifact", ("aotc.runtime", "aotc.exporter", "aotc.codegen", "aotc.cli", "aotc.serve",
+                  "aotc.api", "aotc.options", "aotc.prove", "aotc.nn")),
     ("runtime", ("aotc.exporter", "aotc.codegen", "aotc.cli")),
     ("exporter", ("aotc.cli",)),
     ("codegen", ("aotc.cli",)),
@@ -64,3 +66,30 @@ def test_stages_import_along_the_pipeline(stage, forbidden):
     bad = [f"{f} imports {name}" for f, names in _stage_imports(stage).items()
            for name in sorted(names) if name.startswith(forbidden)]
     assert not bad, "\n".join(bad)
+
+
+# The compiler writes through the contract (aotc.artifact) and reaches into the runtime only
+# where a rule names it, with the reason.
+RUNTIME_USES = {
+    "codegen/__init__.py": {"aotc.runtime.runner_file":
+                            "runner files are derived by the runtime's program builder, at "
+                            "export as at load (one derivation)"},
+    "codegen/triton/autotune.py": {"aotc.runtime.cuda": "autotune times candidate configs "
+                                   "with the launcher the runtime runs them with"},
+    "codegen/triton/build.py": {"aotc.runtime.interpret": "kernels cross-compiled for the "
+                                "Triton interpreter get the runtime's interpreter settings"},
+    "exporter/fft.py": {"aotc.runtime.fourier": "aotc's custom FFT op, which graphs call"},
+    "exporter/hf_decoder.py": {"aotc.runtime.attention": "aotc's custom attention op"},
+    "exporter/hf_folder.py": {"aotc.runtime.tokenizer": "a folder's tokenizer is read the way "
+                              "the runtime reads the artifact's copy"},
+}
+
+
+@pytest.mark.parametrize("stage", ["exporter", "codegen"])
+def test_compiler_reaches_the_runtime_only_where_a_rule_names_it(stage):
+    bad = [f"{f} imports {name}" for f, names in _stage_imports(stage).items()
+           for name in sorted(names) if name.startswith("aotc.runtime")
+           and not any(name == m or name.startswith(m + ".") for m in RUNTIME_USES.get(f, {}))]
+    assert not bad, ("the compiler imports the runtime outside the named uses (write through "
+                     "aotc.artifact, or name the use in RUNTIME_USES with its reason):\n"
+                     + "\n".join(bad))

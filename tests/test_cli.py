@@ -14,7 +14,7 @@ from aotc.cli.main import main
 from aotc.errors import (ArtifactError, ExportError, GuardError, LoweringError, TargetError,
                          UsageError, VerifyError)
 from aotc.options import ExportOptions, option_fields
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import (MODELS_DIR, SAMPLES, flip_byte, read_raw_manifest, replace_file, run_aotc,
                       snapshot)
 

@@ -12,8 +12,8 @@ import pytest
 
 from aotc.cli.report import summarize
 from aotc.errors import UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime import publish
+from aotc.artifact import format as fmt
+from aotc.artifact import publish
 from conftest import SAMPLES
 from test_cli import invoke, workdir  # noqa: F401 - the CLI runner and an empty cwd fixture
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import aotc
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import replace_file, run_cpp, run_generate
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format_v14_cuda.aotc"

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 import aotc
 from aotc.errors import GuardError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import (AOTC_ROOT, flip_byte, read_raw_manifest, replace_file, run_cpp,
                       run_generate, write_manifest)
 
@@ -43,7 +43,7 @@ def test_generation_from_cpp(cpp_tests, tmp_path, attention):
     scores and attention sinks or without): the tokens Python generates, from the artifact
     directory and from its package."""
     from conftest import llama_sample
-    from aotc.runtime.package import pack
+    from aotc.artifact.package import pack
     model = llama_sample(**attention)
     ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(1))
     art = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=64)

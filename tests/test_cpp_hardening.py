@@ -20,7 +20,7 @@ import pytest
 import aotc
 from aotc import errors
 from aotc.errors import AotcError, ArtifactError, UsageError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import run_cpp
 from hostile import copy_artifact, edit_json, rehash
 
@@ -178,7 +178,7 @@ def test_plan_failures_from_the_cpp_runner_are_typed_in_python(monkeypatch):
 def test_package_members_colliding_as_file_and_folder_are_refused(aotc_run, tmp_path):
     """Members "plans" and "plans/forward.json": unpacking cannot write both, so every reader
     refuses the index (Python's unpack and load, C++ reading in place)."""
-    from aotc.runtime.package import pack, unpack
+    from aotc.artifact.package import pack, unpack
     art = fixture(tmp_path, "v13_tiny")
     (art / "planz").write_bytes(b"x")
     edit_json(art, fmt.MANIFEST, lambda m: m["files"].update(planz={"sha256": "0" * 64, "size": 1}))

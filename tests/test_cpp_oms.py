@@ -1,5 +1,5 @@
 """OpenSSF Model Signing bundles (model.sig) in the C++ front end (runtime/cpp/frontend/oms.cpp,
-keys.cpp), held against Python's runtime/oms.py on the same artifacts: EC keys accepted as
+keys.cpp), held against Python's artifact/oms.py on the same artifacts: EC keys accepted as
 trusted keys, a bundle aotc signed accepted with its key and refused with another, and a
 tampered, extra or missing file, another artifact's bundle, a corrupted signature or a malformed
 bundle refused by both front ends with the same error (class, what, where; the same text where
@@ -20,10 +20,10 @@ import pytest
 import aotc
 from aotc import errors
 from aotc.errors import AotcError
-from aotc.runtime import format as fmt
-from aotc.runtime.package import pack
-from aotc.runtime.schema import rules
-from aotc.runtime.signing import generate_keys, sign_artifact
+from aotc.artifact import format as fmt
+from aotc.artifact.package import pack
+from aotc.artifact.schema import rules
+from aotc.artifact.signing import generate_keys, sign_artifact
 from hostile import copy_artifact, edit_json
 
 pytest.importorskip("cryptography")

@@ -2,7 +2,7 @@
 place (its weights mapped from the package at their offsets, the kernel library from a memfd,
 nothing written to disk) and gives the outputs Python's `aotc.load` of the package gives; a
 damaged package is refused with the error class Python raises and, for every rule of the
-layout (runtime/package.py) and of its members, the very message Python gives.
+layout (artifact/package.py) and of its members, the very message Python gives.
 
 The programs are samples/cpp's aotc_run and tests/cpp's `mapped`, built once per session
 (conftest.py).
@@ -19,8 +19,8 @@ import torch
 
 import aotc
 from aotc.errors import AotcError
-from aotc.runtime import format as fmt
-from aotc.runtime.package import HEADER, _layout, pack
+from aotc.artifact import format as fmt
+from aotc.artifact.package import HEADER, _layout, pack
 from conftest import LIBRARY, package_index, run_cpp
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
@@ -31,7 +31,7 @@ def _members(data: bytes) -> list[tuple[str, bytes]]:
 
 
 def _repacked(members: list[tuple[str, bytes]]) -> bytes:
-    """A package of exactly these members, laid out by the rules (runtime/package.py)."""
+    """A package of exactly these members, laid out by the rules (artifact/package.py)."""
     head, rows = _layout(members)
     out = bytearray(head)
     for (_, data), m in zip(members, rows):
@@ -232,7 +232,7 @@ def test_a_signed_package_runs(aotc_run, packed, tmp_path):
     """signatures.json is a member a package may hold beside the listed files (with trusted
     keys C++ verifies it: tests/test_cpp_signing.py, test_a_signed_package_...)."""
     pytest.importorskip("cryptography")
-    from aotc.runtime.signing import generate_keys, sign_artifact
+    from aotc.artifact.signing import generate_keys, sign_artifact
     priv, _ = generate_keys(tmp_path / "k", "ed25519")
     pkg = tmp_path / "s.aotcpkg"
     pkg.write_bytes(packed.read_bytes())

@@ -1,4 +1,4 @@
-"""The rules both front ends enforce are defined once (runtime/schema/rules.py) and generated
+"""The rules both front ends enforce are defined once (artifact/schema/rules.py) and generated
 into the C++ front end's header (runtime/cpp/frontend/rules.h, scripts/gen_cpp_rules.py): the
 committed header is the generator's output, and Python uses the same definitions."""
 from __future__ import annotations
@@ -22,8 +22,8 @@ def test_the_header_is_what_the_generator_renders_from_the_rules():
     finally:
         sys.path.pop(0)
     text = gen_cpp_rules.render()
-    from aotc.runtime.cpu import ORDER
-    from aotc.runtime.schema import manifest, rules
+    from aotc.artifact.isa import ORDER
+    from aotc.artifact.schema import manifest, rules
     assert all(f'{{"{level}", ' in text for level in ORDER)
     assert f"kMaxStateBytes = {rules.MAX_STATE_BYTES}ull" in text
     assert rules.NO_USABLE_KEY["found"] in text and rules.PRIVATE_KEY["what"] in text
@@ -32,7 +32,7 @@ def test_the_header_is_what_the_generator_renders_from_the_rules():
 
 def test_the_runner_file_fields_are_what_export_writes(mlp_artifact):
     import json
-    from aotc.runtime import format as fmt
-    from aotc.runtime.schema.rules import RUNNER_FIELDS
+    from aotc.artifact import format as fmt
+    from aotc.artifact.schema.rules import RUNNER_FIELDS
     doc = json.loads((mlp_artifact / fmt.runner_file("forward")).read_bytes())
     assert sorted(doc) == sorted(RUNNER_FIELDS)   # written with sorted keys

@@ -189,7 +189,7 @@ def _guards():
     from types import SimpleNamespace as NS
 
     from aotc.runtime.guards import Guards
-    from aotc.runtime.schema import expr as ex
+    from aotc.artifact.schema import expr as ex
     syms = {"batch": NS(min=1, max=8), "seq": NS(min=2, max=16)}
     inputs = [NS(name="x", dtype="float32", shape=(ex.parse_size("batch"), ex.parse_size("seq"))),
               NS(name="y", dtype="int64", shape=(ex.parse_size("batch"),

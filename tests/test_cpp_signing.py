@@ -2,7 +2,7 @@
 OpenSSL's libcrypto), held against Python on the same inputs: Ed25519 verification against the
 RFC 8032 vectors and against the `cryptography` package's verdict (bit flips, random
 signatures, the edge cases of point and scalar encodings), base64 and key reading against
-runtime/signing.py, and `aotc::Module` loading signed, tampered and unsigned artifacts with the
+artifact/signing.py, and `aotc::Module` loading signed, tampered and unsigned artifacts with the
 outcome `aotc.load` has: the same signer, or the same error class and message. Trust policies
 that yield no key, private keys: tests/test_cpp_trust.py; OMS bundles: tests/test_cpp_oms.py.
 
@@ -24,9 +24,9 @@ import pytest
 import aotc
 from aotc import errors
 from aotc.errors import AotcError
-from aotc.runtime import format as fmt
-from aotc.runtime.schema.rules import PRIVATE_KEY
-from aotc.runtime.signing import generate_keys, key_id, public_key_bytes, sign_artifact
+from aotc.artifact import format as fmt
+from aotc.artifact.schema.rules import PRIVATE_KEY
+from aotc.artifact.signing import generate_keys, key_id, public_key_bytes, sign_artifact
 from hostile import copy_artifact, edit_json
 
 pytest.importorskip("cryptography")
@@ -322,7 +322,7 @@ def test_an_artifact_signed_only_with_model_sig_loads_with_its_ec_key(
     """An artifact whose only signature is model.sig, directory or package: refused with an
     Ed25519 key trusted (no signature of that kind), loaded with its EC key by both front ends
     (tests/test_cpp_oms.py has the rest), and loaded without trusted keys."""
-    from aotc.runtime.package import pack
+    from aotc.artifact.package import pack
     (_, pub), _ = keys
     art = copy_artifact(mlp_artifact, tmp_path / "o.aotc")
     ec_private, ec_public = generate_keys(tmp_path / "ec")
@@ -336,10 +336,10 @@ def test_an_artifact_signed_only_with_model_sig_loads_with_its_ec_key(
 
 def test_signed_package_loads_with_its_key_and_only_with_it(tool, mlp_artifact, signed, keys,
                                                             tmp_path):
-    """A package holds signatures.json as a member (runtime/package.py): C++ reads it from the
+    """A package holds signatures.json as a member (artifact/package.py): C++ reads it from the
     package in place and gives Python's outcome, its errors naming PKG:signatures.json."""
-    from aotc.runtime.artifact import Artifact
-    from aotc.runtime.package import pack, write_package
+    from aotc.artifact.reader import Artifact
+    from aotc.artifact.package import pack, write_package
     (_, pub), (_, other) = keys
     kid = key_id(public_key_bytes(pub))
     pkg = pack(signed, tmp_path / "signed.aotcpkg")

@@ -13,8 +13,8 @@ import pytest
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime.schema.rules import NO_USABLE_KEY, PRIVATE_KEY
-from aotc.runtime.signing import generate_keys, sign_artifact
+from aotc.artifact.schema.rules import NO_USABLE_KEY, PRIVATE_KEY
+from aotc.artifact.signing import generate_keys, sign_artifact
 from hostile import copy_artifact
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")

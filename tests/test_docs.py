@@ -53,7 +53,7 @@ def test_the_docs_site_builds_strictly(tmp_path):
                            str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    # the format page's changelog is generated from runtime/format.py: every version is listed
+    # the format page's changelog is generated from artifact/format.py: every version is listed
     sys.path.insert(0, str(DOCS / "hooks"))
     try:
         from changelog import read_changelog
@@ -74,7 +74,7 @@ def test_runnable_blocks_are_found():
 
 ONE_LEVEL = """\
 # tests/test_docs.py: exports build this host's CPU level only (as conftest's one_cpu_level)
-import aotc.runtime.cpu as cpu
+import aotc.artifact.isa as cpu
 cpu.auto_levels = lambda: (cpu.best_level(),)
 """
 

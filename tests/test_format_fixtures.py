@@ -14,7 +14,7 @@ import pytest
 
 import aotc
 from aotc.cli.report import verify_artifact
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("format_v*.aotc"))
 

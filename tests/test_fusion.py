@@ -271,7 +271,7 @@ def test_independent_reductions_stay_within_a_launch_specs_blocks():
     """A backward's bias and norm gradients are independent reductions over the same rows: they
     fuse horizontally, but no kernel takes more block sizes than a launch spec holds (a ViT-S/16
     training export once wrote a kernel of 102 and failed at its end)."""
-    from aotc.runtime.schema.launch import BLOCK_NODES, MAX_BLOCKS
+    from aotc.artifact.schema.launch import BLOCK_NODES, MAX_BLOCKS
     x = torch.randn(16, 100 * 4)
     program = trace_function(lambda x: [c.sum(0) for c in x.split(4, dim=1)], (x,))
     _, steps, decisions = lower_and_schedule(program)

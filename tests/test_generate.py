@@ -10,7 +10,7 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError, GuardError, UsageError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import SAMPLES_DIR, llama_sample, run_aotc
 from hostile import copy_artifact, edit_json
 

@@ -65,7 +65,7 @@ def test_cuda_artifacts_through_the_triton_interpreter(tmp_path, family):
     want = reference(m, ids, 14)
     path = aotc.export(m, (ids,), tmp_path / "c.aotc", decode=True, max_cache_len=64,
                        target="cuda:sm_90")
-    assert list(aotc.runtime.format.read_manifest(path).entries) == ["decode", "prefill"]
+    assert list(aotc.artifact.format.read_manifest(path).entries) == ["decode", "prefill"]
     got = aotc.load(path, device="cpu", interpret=True).generate(ids, 14)
     assert torch.equal(got, want)
 

@@ -14,7 +14,7 @@ import aotc
 from aotc.cli.main import main
 from aotc.errors import ArtifactError, UsageError
 from aotc.options import FolderOptions, option_fields
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.tokenizer import Tokenizer
 from conftest import run_python
 from hf_folders import bert_folder, gpt2_folder, llama_folder, vit_folder

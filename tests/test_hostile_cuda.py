@@ -8,7 +8,7 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import SAMPLES
 from hostile import assert_refused, copy_artifact, edit_json, payloads, rehash
 

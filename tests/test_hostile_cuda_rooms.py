@@ -19,7 +19,7 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import run_cpp
 from hostile import copy_artifact, edit_json
 

@@ -13,7 +13,7 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import LIBRARY, SAMPLES
 from hostile import assert_refused, copy_artifact, edit_json, rehash, tensor_file
 
@@ -60,7 +60,7 @@ def _weights_with_header(art, header: dict, data: bytes) -> None:
                                   "short", "dtype", "float16 for float32"])
 def test_weights_headers_that_lie_are_refused(mlp_artifact, tmp_path, case):
     art = copy_artifact(mlp_artifact, tmp_path / "a.aotc")
-    from aotc.runtime.weights import read_header
+    from aotc.artifact.weights import read_header
     data = (art / fmt.WEIGHTS).read_bytes()
     start, header = read_header(data, "w")
     entries = {k: {"dtype": {torch.float32: "F32"}[d], "shape": list(s), "data_offsets": [lo, hi]}
@@ -92,7 +92,7 @@ def test_weights_headers_that_lie_are_refused(mlp_artifact, tmp_path, case):
 def test_bytes_swapped_after_the_check_are_never_used(exported, tmp_path, monkeypatch):
     """A file replaced on disk right after its hash was checked (the window between checking
     and opening again, which no longer exists): the module uses the verified bytes."""
-    from aotc.runtime.hashing import Checker
+    from aotc.artifact.hashing import Checker
     ex = exported("mlp")
     art = copy_artifact(ex.path, tmp_path / "a.aotc")
     check_all = Checker.check_all

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from aotc.errors import AotcError, ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from hostile import assert_refused, copy_artifact, edit_json, payloads
 
 PLAN = fmt.plan_file("forward")

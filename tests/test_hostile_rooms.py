@@ -15,7 +15,7 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import read_raw_manifest, replace_file, run_cpp, write_manifest
 from hostile import copy_artifact, edit_json
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from aotc.runtime.staging import Staging, remove_stale
+from aotc.artifact.staging import Staging, remove_stale
 from conftest import SAMPLES, run_aotc, subprocess_env
 
 
@@ -19,7 +19,7 @@ def _killed_staging(parent, prefix) -> str:
     """A staging directory made by a process that was then SIGKILLed: its path."""
     code = textwrap.dedent(f"""
         import sys, time
-        from aotc.runtime.staging import Staging
+        from aotc.artifact.staging import Staging
         s = Staging({prefix!r}, {str(parent)!r})
         (s.path / "big.o").write_bytes(b"x" * 1000)
         print(s.path, flush=True)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import aotc
-import aotc.runtime.artifact
+import aotc.artifact.reader
 from aotc.runtime.kernels import launch_specs
 
 pytest.importorskip("triton")
@@ -26,7 +26,7 @@ def decoder(tmp_path_factory):
 
 
 def test_a_decoders_layers_share_their_cubins(decoder):
-    art = aotc.runtime.artifact.Artifact(decoder)
+    art = aotc.artifact.reader.Artifact(decoder)
     specs = {n: json.loads(art.read(f"kernels/{n}.json"))
              for n in art.manifest.target.native.kernels}
     groups = defaultdict(list)
@@ -113,7 +113,7 @@ def test_a_shared_code_names_the_input_that_holds_the_bad_index(tmp_path, runner
     model = TwoLookups().eval()
     i, j = torch.randint(0, 30, (4,)), torch.randint(0, 30, (4,))
     path = aotc.export(model, (i, j), tmp_path / "t.aotc", target="cuda:sm_90")
-    art = aotc.runtime.artifact.Artifact(path)
+    art = aotc.artifact.reader.Artifact(path)
     codes = [json.loads(art.read(f"kernels/{n}.json"))["error_code"]
              for n in art.manifest.target.native.kernels]
     assert len([c for c in codes if c]) >= 2 and len({c for c in codes if c}) == 1
@@ -170,7 +170,7 @@ def test_a_gpu_loads_each_distinct_cubin_once(decoder, monkeypatch):
             Driver.loads += 1
             return f"module{Driver.loads}", f"fn{Driver.loads}"
     monkeypatch.setattr(cuda, "driver", lambda: Driver())
-    art = aotc.runtime.artifact.Artifact(decoder)
+    art = aotc.artifact.reader.Artifact(decoder)
     kernels = object.__new__(cuda.CudaKernels)
     kernels.artifact, kernels.modules, kernels.loaded = art, [], {}
     specs = launch_specs(art.manifest, art.manifest.target.native.kernels, art.read,

@@ -12,8 +12,8 @@ import torch
 import aotc
 from aotc.codegen.cpp.build import resolve_isa
 from aotc.errors import TargetError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.cpu import auto_levels, best_level, host_arch
+from aotc.artifact import format as fmt
+from aotc.artifact.isa import auto_levels, best_level, host_arch
 from conftest import read_raw_manifest, run_aotc
 
 pytestmark = pytest.mark.skipif(host_arch() != "x86_64", reason="x86-64 levels")

@@ -98,7 +98,7 @@ def test_a_gpu_stores_a_k_by_n_product_weight_transposed_and_reduces_it_in_one_k
     inner-reduction kernel; the state_dict still hands out the [K, N] weight."""
     model, x = _Conv1D(256, 96).eval(), torch.randn(1, 1, 256)
     path = aotc.export(model, (x,), tmp_path / "m.aotc", **CUDA)
-    assert aotc.runtime.format.read_manifest(path).weights.transposed == ("weight",)
+    assert aotc.artifact.format.read_manifest(path).weights.transposed == ("weight",)
     kernels = _kernels(path)
     assert len(kernels) == 1, list(kernels)
     m = aotc.load(path, device="cpu", interpret=True)

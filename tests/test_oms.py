@@ -13,9 +13,9 @@ import pytest
 
 import aotc
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.package import pack
-from aotc.runtime.signing import generate_keys, sign_artifact
+from aotc.artifact import format as fmt
+from aotc.artifact.package import pack
+from aotc.artifact.signing import generate_keys, sign_artifact
 from conftest import run_aotc
 from hostile import copy_artifact, edit_json
 

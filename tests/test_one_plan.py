@@ -8,9 +8,9 @@ import pytest
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
-from aotc.runtime.artifact import Artifact
-from aotc.runtime.runner_file import runner_files
+from aotc.artifact import format as fmt
+from aotc.artifact.reader import Artifact
+from aotc.runtime.runner_file import checked_plans, runner_files
 from conftest import run_aotc
 from hostile import copy_artifact, edit_json
 
@@ -88,7 +88,7 @@ def test_export_writes_what_loading_derives(mlp_artifact):
 def test_every_fixture_runner_file_matches_its_plans(fixture):
     """Older formats are held to their version's derivation (runtime/runner_file.py)."""
     art = Artifact(FIXTURES / fixture, signature_policy=False)
-    art.plans()
+    checked_plans(art)
     stored = [r for r in art.manifest.files if r.startswith(fmt.RUNNER_DIR + "/")]
     assert bool(stored) == (art.version >= (10 if art.manifest.target.device.value == "cpu"
                                             else 14) and art.manifest.tensor_parallel is None)

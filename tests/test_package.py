@@ -10,8 +10,8 @@ import pytest
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
-from aotc.runtime.package import HEADER, unpack
+from aotc.artifact import format as fmt
+from aotc.artifact.package import HEADER, unpack
 from conftest import package_index, run_aotc, run_python, snapshot
 
 
@@ -112,7 +112,7 @@ def test_a_package_loads_where_cwd_and_tmpdir_are_read_only(packed, tmp_path):
 
 def test_a_signed_package_verifies_and_a_tampered_one_does_not(packed, tmp_path):
     pytest.importorskip("cryptography")
-    from aotc.runtime.signing import generate_keys, sign_artifact
+    from aotc.artifact.signing import generate_keys, sign_artifact
     priv, pub = generate_keys(tmp_path / "k", "ed25519")
     pkg = tmp_path / "s.aotcpkg"
     pkg.write_bytes(packed.read_bytes())

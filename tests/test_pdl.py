@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import aotc
-import aotc.runtime.artifact  # noqa: F401 - aotc.runtime.artifact.Artifact below
+import aotc.artifact.reader  # noqa: F401 - aotc.artifact.reader.Artifact below
 from aotc.errors import ArtifactError
 from conftest import SAMPLES
 from hostile import assert_refused, copy_artifact, edit_json
@@ -25,8 +25,8 @@ def two_archs(tmp_path_factory):
 
 
 def _specs(path):
-    from aotc.runtime import format as fmt
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact import format as fmt
+    from aotc.artifact.reader import Artifact
     art = Artifact(path)
     names = art.manifest.target.native.kernels
     return art, {n: art.read(fmt.triton_launch_file(n)) for n in names}
@@ -49,7 +49,7 @@ def test_sm90_builds_wait_for_their_predecessor_and_sm80_ones_do_not(two_archs):
 
 
 def _constant_slots(plan) -> set[str]:
-    from aotc.runtime.schema.types import SlotKind, StepKind
+    from aotc.artifact.schema.types import SlotKind, StepKind
     out = {f"buf{i}" for i, s in enumerate(plan.slots) if s.kind is SlotKind.WEIGHT}
     for step in plan.steps:
         if step.kind is StepKind.VIEW and {f"buf{r}" for r in step.reads()} <= out:
@@ -68,7 +68,7 @@ def decoder(tmp_path_factory):
 
 def _unwritten_state(plan) -> dict[str, set[str]]:
     """{kernel name: the state slots no step before it in the plan writes or views}."""
-    from aotc.runtime.schema.types import SlotKind, StepKind
+    from aotc.artifact.schema.types import SlotKind, StepKind
     state = {f"buf{i}" for i, s in enumerate(plan.slots) if s.kind is SlotKind.STATE}
     touched, out = set(), {}
     for step in plan.steps:
@@ -87,7 +87,7 @@ def test_only_weights_and_unwritten_state_are_read_before_the_wait(decoder):
     # The decode attention kernels also read the position and the caches there, which no
     # kernel of the step before them writes (codegen/lowering/decode.py)
     import re
-    art = aotc.runtime.artifact.Artifact(decoder)
+    art = aotc.artifact.reader.Artifact(decoder)
     plan = art.plan("decode")
     constants, unwritten = _constant_slots(plan), _unwritten_state(plan)
     early = attention = 0
@@ -114,7 +114,7 @@ def test_computed_attention_operands_read_position_and_tables_before_the_wait(de
     # the split kernel computes the rotary q and key itself (codegen/triton/prologue.py): the
     # position, its table rows and the index arithmetic run before the wait, the loads of the
     # q/k/v product's rows after it
-    art = aotc.runtime.artifact.Artifact(decoder)
+    art = aotc.artifact.reader.Artifact(decoder)
     split = 0
     for name in art.manifest.target.native.kernels:
         text = art.read(f"kernels/{name}.py").decode()
@@ -132,7 +132,7 @@ def test_one_program_norms_load_their_weight_row_before_the_wait(decoder):
     # decode step's RMSNorm its weight row, which it used to load after its reduction
     import json
     import re
-    art = aotc.runtime.artifact.Artifact(decoder)
+    art = aotc.artifact.reader.Artifact(decoder)
     constants = _constant_slots(art.plan("decode"))
     norms = 0
     for name in art.manifest.target.native.kernels:
@@ -182,7 +182,7 @@ def test_hoisting_before_the_wait_keeps_every_value():
 
 
 def test_one_row_products_load_their_weights_before_the_wait(decoder):
-    art = aotc.runtime.artifact.Artifact(decoder)
+    art = aotc.artifact.reader.Artifact(decoder)
     text = art.read("kernels/decode_kernel1.py").decode()
     body = text[text.index("def decode_kernel1("):]
     wait = body.index("gdc_wait()")
@@ -208,7 +208,7 @@ def test_the_interpreter_runs_them_without_the_wait(two_archs):
 
 
 def test_pdl_must_be_a_boolean(two_archs, tmp_path):
-    from aotc.runtime import format as fmt
+    from aotc.artifact import format as fmt
     art = copy_artifact(two_archs, tmp_path / "a.aotc")
     edit_json(art, fmt.triton_launch_file("kernel0"),
               lambda s: s["archs"]["sm_90"].update({"pdl": "yes"}))
@@ -234,7 +234,7 @@ class FakeLib:
 
 def _launcher(monkeypatch, pdl: bool, env: str | None, refuse: bool = False):
     from aotc.runtime import cuda
-    from aotc.runtime.schema.launch import Build, Param
+    from aotc.artifact.schema.launch import Build, Param
     if env is not None:
         monkeypatch.setenv("AOTC_CUDA_PDL", env)
     lib = FakeLib(refuse)

@@ -10,8 +10,8 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError, ExportError, StateDictError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.quant import dequantize, quantize
+from aotc.artifact import format as fmt
+from aotc.artifact.quant import dequantize, quantize
 from conftest import llama_sample
 from hostile import copy_artifact, edit_json
 

@@ -12,9 +12,9 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
-from aotc.runtime import hashing, shards
-from aotc.runtime.artifact import Artifact
+from aotc.artifact import format as fmt
+from aotc.artifact import hashing, shards
+from aotc.artifact.reader import Artifact
 from aotc.runtime.transfer import stream_weights
 from conftest import eager, flip_byte, read_raw_manifest, snapshot
 from hostile import assert_refused, edit_json, rehash
@@ -181,7 +181,7 @@ def test_shards_are_written_one_tensor_at_a_time(tmp_path):
 
 def test_the_format_5_layout_is_migrated(tmp_path):
     """A v5 manifest names no shards: its one weights.safetensors is the only shard."""
-    from aotc.runtime.schema.migrate import migrate_manifest
+    from aotc.artifact.schema.migrate import migrate_manifest
     raw = {"format_version": 5, "weights": {"count": 2, "bytes": 8, "aliases": {}}}
     assert migrate_manifest(raw)["weights"]["shards"] == [fmt.WEIGHTS]
     assert migrate_manifest(dict(raw, weights={"count": 0, "bytes": 0, "aliases": {}})
@@ -219,12 +219,12 @@ def test_plans_built_before_the_bytes_arrive_are_refreshed(exported, tmp_path, m
     monkeypatch.setattr(transfer._Worker, "run", held_back)
     monkeypatch.setattr(module, "start_weights",
                         lambda art, dev: transfer.start_stream(art, dev, max_workers=2))
-    wait = aotc.runtime.shards.Loading.wait
+    wait = aotc.artifact.shards.Loading.wait
 
     def after_plans(self):
         built.set()
         return wait(self)
-    monkeypatch.setattr(aotc.runtime.shards.Loading, "wait", after_plans)
+    monkeypatch.setattr(aotc.artifact.shards.Loading, "wait", after_plans)
     m = aotc.load(path, runner=runner)
     assert "cpp" in m.runtime or any(
         n.startswith("w") and v.is_contiguous(memory_format=torch.channels_last)

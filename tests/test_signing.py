@@ -8,8 +8,8 @@ import pytest
 
 import aotc
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.signing import generate_keys, key_id, public_key_bytes, sign_artifact
+from aotc.artifact import format as fmt
+from aotc.artifact.signing import generate_keys, key_id, public_key_bytes, sign_artifact
 from conftest import run_aotc
 from hostile import copy_artifact, edit_json
 

@@ -12,7 +12,7 @@ from safetensors.torch import save_file, save_model
 
 import aotc
 from aotc.errors import StateDictError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import LIBRARY, assert_matches, eager, read_raw_manifest, run_aotc
 
 

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 import aotc
 from aotc.errors import ExportError, TargetError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import llama_sample
 
 WORKER = Path(__file__).with_name("tp_worker.py")

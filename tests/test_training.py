@@ -220,7 +220,7 @@ def test_backward_frees_saved_tensors_after_their_last_use(exported):
 
 def test_inspect_shows_both_graphs_and_saved_tensors(exported):
     from aotc.cli.report import inspect_text
-    from aotc.runtime import format as fmt
+    from aotc.artifact import format as fmt
     path, _, _ = exported["mlp"]
     text = inspect_text(path)
     assert "\nforward(" in text and "\nbackward(" in text
@@ -245,7 +245,7 @@ def test_backward_skips_input_gradients_nobody_wants(exported, name):
     gradients: the MLP drops a matmul, the ConvNet's first convolution_backward computes no
     input gradient (output_mask). The parameters' gradients are bitwise those of the full
     backward, which still runs when an input requires grad."""
-    from aotc.runtime.plan import without_outputs
+    from aotc.artifact.encoding import without_outputs
     path, _, args = exported[name]
     m = aotc.load(path)
     assert m.params_only is not None

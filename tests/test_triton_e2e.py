@@ -107,7 +107,7 @@ def test_launcher_packs_pointers_sizes_and_scratch_in_order():
     from types import SimpleNamespace
 
     from aotc.runtime.cuda import CudaLauncher, pack
-    from aotc.runtime.schema.launch import Build, Param
+    from aotc.artifact.schema.launch import Build, Param
     meta = Build(cubin="k.cubin", symbol="k", shared=0, num_warps=4, num_ctas=1, params=(
         Param(name="buf0", type="*fp32"), Param(name="buf1", type="*fp32"),
         Param(name="s_n", type="i64"), Param(name="global_scratch", type="scratch"),

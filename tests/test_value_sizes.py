@@ -14,7 +14,7 @@ import torch
 
 import aotc
 from aotc.errors import ArtifactError, ExportError, GuardError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from conftest import replace_file, run_cpp
 from hostile import rederive
 

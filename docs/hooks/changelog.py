@@ -1,4 +1,4 @@
-"""MkDocs hook: the artifact format's changelog table, generated from src/aotc/runtime/format.py.
+"""MkDocs hook: the artifact format's changelog table, generated from src/aotc/artifact/format.py.
 
 A page that holds the line `<!-- format-changelog -->` gets, in its place, one table row per
 format version of `CHANGELOG` (newest first) and the current `FORMAT_VERSION`, so the page

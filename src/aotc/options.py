@@ -123,7 +123,7 @@ class ExportOptions:
             resolve_isa(self.isa)      # an unknown level or a missing cross compiler, now
 
     def _check_quantize(self) -> None:
-        from aotc.runtime.quant import SCHEMES
+        from aotc.artifact.quant import SCHEMES
         if self.quantize is None:
             unset = {"quantize_skip": None, "max_quant_error": None,
                      "quantize_embeddings": False, "quantize_lm_head": False}

@@ -126,7 +126,7 @@ def artifact_check(samples, device: str, wanted: bool = True, native: dict | Non
     if device != "cpu":
         return None, {"ran": False, "why": f"a {device} artifact is not run on the exporting "
                       "machine; run `aotc verify` on the target"}
-    from aotc.runtime.cpu import host_arch, supported
+    from aotc.artifact.isa import host_arch, supported
     levels = list((native or {}).get("libraries", {}))
     if levels and not all(supported(level) for level in levels):
         return None, {"ran": False, "why": f"kernels for {', '.join(levels)} do not run on "

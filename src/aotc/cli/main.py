@@ -46,7 +46,7 @@ def _run_guarded(ctx: click.Context, fn, *args, **kwargs):
 
 def _terminate_cleanly() -> None:
     """SIGTERM (a killed CLI export) unwinds like Ctrl-C, so staging directories are removed
-    and compiler processes stopped; SIGKILL leaves them to the next export (runtime/staging.py,
+    and compiler processes stopped; SIGKILL leaves them to the next export (artifact/staging.py,
     codegen/cpp/build.py)."""
     import signal
     import threading
@@ -113,7 +113,7 @@ def export(ctx, model, example_inputs, output, init_args, **options):
         raise click.UsageError(str(e)) from None
 
     def body():
-        from aotc.runtime.publish import check_destination
+        from aotc.artifact.publish import check_destination
         check_destination(out)      # before any slow work: exit 5 for a non-artifact there
         _terminate_cleanly()
         progress = _Progress()
@@ -125,7 +125,7 @@ def export(ctx, model, example_inputs, output, init_args, **options):
 
 
 def _checked_output(output, default: str) -> Path:
-    from aotc.runtime.publish import check_destination, check_output_dir
+    from aotc.artifact.publish import check_destination, check_output_dir
     if output is not None and not output.strip():
         check_destination(output)     # an empty -o: a usage error
     if output is not None:
@@ -205,7 +205,7 @@ def inspect(ctx, artifact, as_json, code, fusion, trusted_keys):
     from aotc.cli.report import inspect_text
 
     def body():
-        from aotc.runtime.artifact import Artifact
+        from aotc.artifact.reader import Artifact
         from aotc.runtime.module import plan_sources
         art = Artifact(artifact)
         try:
@@ -342,8 +342,8 @@ def swap_weights(ctx, artifact, weights, output, trusted_keys):
 def keygen(ctx, output, kind):
     """Write a new key pair for signing artifacts."""
     def body():
-        from aotc.runtime.signing import generate_keys
-        from aotc.runtime.trust import anchors_of
+        from aotc.artifact.signing import generate_keys
+        from aotc.artifact.trust import anchors_of
         private, public = generate_keys(output, kind)
         click.echo(f"wrote {private} (private: keep it secret) and {public} (key id "
                    f"{anchors_of(public)[0].key_id}: give it to the hosts that load)")
@@ -364,7 +364,7 @@ def keygen(ctx, output, kind):
 def sign(ctx, artifact, key, certificate, chain):
     """Sign ARTIFACT: every file with its sha256 (OMS), or its manifest (Ed25519)."""
     def body():
-        from aotc.runtime.signing import sign_artifact
+        from aotc.artifact.signing import sign_artifact
         if chain and certificate is None:
             raise UsageError("--certificate-chain needs --certificate", where="aotc sign",
                              expected="--certificate CERT.pem", found="a chain alone",
@@ -409,7 +409,7 @@ def generate(ctx, artifact, prompt_len, new_tokens, runs, device, seed, temperat
         from aotc.cli.generate import generate_report
         from aotc.errors import UsageError
         m = aotc.load
-        from aotc.runtime import format as fmt
+        from aotc.artifact import format as fmt
         if fmt.read_manifest(artifact).generation is None:
             raise UsageError(f"{artifact} is not a generator", where=str(artifact),
                              expected="an artifact exported with --decode",
@@ -439,7 +439,7 @@ def pack(ctx, artifact, output):
     """Write ARTIFACT as one uncompressed package file that aotc.load reads in place
     (members aligned, weights memory-mapped; the same manifest, hashes and signatures)."""
     def body():
-        from aotc.runtime.package import pack as write
+        from aotc.artifact.package import pack as write
         click.echo(str(write(artifact, output)))
 
     _run_guarded(ctx, body)
@@ -453,7 +453,7 @@ def pack(ctx, artifact, output):
 def unpack(ctx, package, output):
     """Write PACKAGE as an artifact directory, byte-identical to the one it was packed from."""
     def body():
-        from aotc.runtime.package import unpack as write
+        from aotc.artifact.package import unpack as write
         click.echo(str(write(package, output)))
 
     _run_guarded(ctx, body)

@@ -11,11 +11,11 @@ from aotc.runtime.aotc_ops import COLLECTIVES
 from aotc.runtime.binding import signature_parameters
 from aotc.runtime.cpp_runner import expected_runner
 from aotc.runtime.kernels import launch_specs
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.manifest import CppNative, TritonNative
-from aotc.runtime.schema.types import StepKind, size_json
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.manifest import CppNative, TritonNative
+from aotc.artifact.schema.types import StepKind, size_json
 from aotc.prove import matches
-from aotc.runtime.trees import describe
+from aotc.artifact.trees import describe
 
 # Default (rtol, atol) by output dtype for `verify`.
 def _bytes(n: int) -> str:
@@ -152,7 +152,7 @@ def _kernel_tuning(art, step) -> str | None:
 def inspect_text(art, *, fusion: bool = False, trusted=()) -> str:
     """The `aotc inspect` report of an open Artifact (or of the artifact at a path)."""
     if not hasattr(art, "manifest"):
-        from aotc.runtime.artifact import Artifact
+        from aotc.artifact.reader import Artifact
         art = Artifact(art)
         try:
             art.verify_all()
@@ -310,7 +310,7 @@ def _generation_lines(m) -> list[str]:
 def _signature_line(art, trusted=None) -> str:
     """Who signed the artifact, by which method, and whether each signature verifies
     (model.sig: against the keys in `trusted` when given)."""
-    from aotc.runtime import oms, signing, trust
+    from aotc.artifact import oms, signing, trust
     lines = []
     try:
         bundle = oms.read_bundle(art)

@@ -5,7 +5,7 @@
       -> backend (cpu: cpp/, C++/OpenMP source compiled once into a shared library;
                   cuda: triton/, one Triton kernel per fusion group, cubins per GPU arch)
       -> plan (plan.py: lifetimes, frees, stats) and the artifact, written through
-         `aotc.runtime.format`, atomically.
+         `aotc.artifact.format`, atomically.
 Ops without a lowering stay extern ATen steps; with codegen off, every op does.
 """
 from __future__ import annotations
@@ -34,11 +34,11 @@ from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
 from aotc.prove import artifact_check
-from aotc.runtime import format as fmt
-from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.plan import SlotKind, StepKind
+from aotc.artifact import format as fmt
+from aotc.artifact.dtypes import DTYPES
+from aotc.artifact.encoding import SlotKind, StepKind
 from aotc.runtime.runner_file import runner_files
-from aotc.runtime.schema.write import build_manifest, typed_plan
+from aotc.artifact.schema.write import build_manifest, typed_plan
 
 __all__ = ["compile", "Target"]
 
@@ -77,7 +77,7 @@ def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001
     (masks, slice starts) hold over the dims' declared ranges, which the guards enforce.
     `prove`: load the written artifact and run it on the recorded samples against eager's
     outputs before it replaces `dest` (`aotc/prove.py`); `progress(message)` hears each
-    stage. `shard_size`: the largest weights file, in bytes (runtime/shards.py).
+    stage. `shard_size`: the largest weights file, in bytes (artifact/shards.py).
     `attachments`: files the artifact carries as they are (artifact path -> bytes: a model
     folder's tokenizer files under tokenizer/), listed and hashed like the others."""
     with declared_minima(program.symbols):
@@ -402,8 +402,8 @@ def _fits_schema(name: str, data: bytes, symbols: set) -> None:
     """A launch spec as written, read back through the schema the runtime reads it with: what
     codegen writes fits the format's limits, or the export stops here naming the limit (never
     at load, calling the artifact damaged)."""
-    from aotc.runtime.artifact import load_json_obj
-    from aotc.runtime.schema import parse_launch
+    from aotc.artifact.reader import load_json_obj
+    from aotc.artifact.schema import parse_launch
     rel = fmt.triton_launch_file(name)
     try:
         parse_launch(load_json_obj(data, rel), name, symbols)
@@ -411,7 +411,7 @@ def _fits_schema(name: str, data: bytes, symbols: set) -> None:
         raise LoweringError(f"kernel {name}'s launch spec is outside the artifact format's "
                             f"limits: {e.what}", where=rel, expected=e.expected,
                             found=e.found, fix="report this as an aotc bug with the model; "
-                            "the schema's limits are in runtime/schema/launch.py") from e
+                            "the schema's limits are in artifact/schema/launch.py") from e
 
 
 def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
@@ -432,7 +432,7 @@ def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
 
 def _dedup_weights(weights: dict) -> tuple[dict, dict]:
     """Store tied weights once (safetensors refuses shared storage). No copies: the shard writer
-    reads each tensor when it writes it (runtime/shards.py)."""
+    reads each tensor when it writes it (artifact/shards.py)."""
     stored, aliases, seen = {}, {}, {}
     for name in sorted(weights):
         t = weights[name]

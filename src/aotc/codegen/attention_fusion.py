@@ -18,7 +18,7 @@ from __future__ import annotations
 import sympy
 
 from aotc.codegen.ir import contiguous_strides, size_texts, sym
-from aotc.runtime.plan import slots_in
+from aotc.artifact.encoding import slots_in
 
 _VIEWS = ("aten::view.default", "aten::reshape.default")
 _BMM = "aten::bmm.default"

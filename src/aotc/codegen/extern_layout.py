@@ -25,8 +25,8 @@ import sympy
 import torch
 
 from aotc.codegen.ir import contiguous_strides, size_texts, sym
-from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
-from aotc.runtime.plan import SlotKind
+from aotc.artifact.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.artifact.encoding import SlotKind
 
 VIEW = "aten::view.default"
 RESHAPE = "aten::reshape.default"

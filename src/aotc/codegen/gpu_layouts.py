@@ -21,7 +21,7 @@ layouts (codegen/layouts.py).
 """
 from __future__ import annotations
 
-from aotc.runtime.plan import SlotKind
+from aotc.artifact.encoding import SlotKind
 
 RIGHT_OPERAND = {"aten::mm.default": 1, "aten::addmm.default": 2}
 

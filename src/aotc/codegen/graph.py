@@ -24,8 +24,8 @@ from aotc.codegen.layouts import relaid
 from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view, torch_op
 from aotc.errors import ExportError
-from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
-from aotc.runtime.plan import SlotKind, StepKind
+from aotc.artifact.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
+from aotc.artifact.encoding import SlotKind, StepKind
 
 aten = torch.ops.aten
 

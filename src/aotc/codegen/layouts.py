@@ -26,7 +26,7 @@ from __future__ import annotations
 from aotc.codegen.ir import sym
 from aotc.codegen.plan import slots_in, step_uses
 from aotc.codegen.scheduler import Kernel
-from aotc.runtime.plan import SlotKind, StepKind
+from aotc.artifact.encoding import SlotKind, StepKind
 
 SMALL_M = 32
 SMALL_WEIGHT = 2 ** 20

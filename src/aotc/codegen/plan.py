@@ -11,9 +11,9 @@ from collections import Counter
 
 import torch
 
-from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.plan import SlotKind, StepKind, slots_in, step_uses  # noqa: F401 - re-exported
+from aotc.artifact.dtypes import DTYPES
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.encoding import SlotKind, StepKind, slots_in, step_uses  # noqa: F401 - re-exported
 
 
 def torch_op(qualname: str):

@@ -22,7 +22,7 @@ import sympy
 from aotc.codegen.ir import (Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              contiguous_strides, index_bounds, index_vars, linear_index, product)
 from aotc.codegen.plan import StepKind, slots_in, step_uses
-from aotc.runtime.schema.launch import BLOCK_NODES, MAX_BLOCKS
+from aotc.artifact.schema.launch import BLOCK_NODES, MAX_BLOCKS
 
 
 @dataclass
@@ -130,7 +130,7 @@ def _blocked(node: ComputedBuffer, prefix: tuple) -> bool:
 
 def _over_block_limits(kernel: Kernel, node: ComputedBuffer, prefix: tuple) -> str | None:
     """Why `node` would take `kernel` past the block sizes a launch spec holds (the schema's
-    limits, runtime/schema/launch.py), or None: a backward's many bias and norm gradients are
+    limits, artifact/schema/launch.py), or None: a backward's many bias and norm gradients are
     independent reductions over the same rows and would otherwise all join one kernel."""
     if not _blocked(node, prefix):
         return None

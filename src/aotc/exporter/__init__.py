@@ -24,7 +24,7 @@ from aotc.exporter.signature import call_parameters
 from aotc.exporter.state import state_keys
 from aotc.exporter.symbols import SymbolNamer
 from aotc.options import ExportOptions
-from aotc.runtime.dtypes import dtype_name
+from aotc.artifact.dtypes import dtype_name
 
 __all__ = ["export", "Program"]
 

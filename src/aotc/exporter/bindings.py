@@ -18,7 +18,7 @@ from torch.utils._pytree import SequenceKey
 from aotc.errors import ExportError
 from aotc.exporter.symbols import SymbolNamer
 
-MAX_SIZE = 1 << 40        # the manifest's largest size (runtime/schema/manifest.py MAX_DIM)
+MAX_SIZE = 1 << 40        # the manifest's largest size (artifact/schema/manifest.py MAX_DIM)
 EXAMPLE = 1024            # the size block heuristics assume where export proved no bound
 
 

@@ -64,7 +64,7 @@ def _sdpa_fake(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
 MIRRORS = {aten.scaled_dot_product_attention.default: torch.ops.aotc.sdpa.default}
 UNMIRROR = {v: k for k, v in MIRRORS.items()}
 # The bounds-checked forms of ops that skip index checks (upsampling decomposes into
-# _unsafe_index): plans never call an unchecked op (runtime/schema/extern_ops.txt has none).
+# _unsafe_index): plans never call an unchecked op (artifact/schema/extern_ops.txt has none).
 CHECKED = {aten._unsafe_index.Tensor: aten.index.Tensor,
            aten._unsafe_index_put.default: aten.index_put.default}
 _REPLACE = {aten.view.default: aten.reshape.default,

@@ -17,7 +17,7 @@ from aotc.exporter.outputs import ITEM, FlatOutputs
 from aotc.exporter.program import Program, graph_to_json
 from aotc.exporter.state import state_keys
 from aotc.nn import set_mode
-from aotc.runtime.dtypes import dtype_name
+from aotc.artifact.dtypes import dtype_name
 
 PROMPT = "prompt"
 TOKEN = 1       # the entries' flat output holding the greedy token (generate.py PrefillStep)

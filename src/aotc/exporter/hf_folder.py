@@ -20,7 +20,7 @@ its own (`trust_remote_code` stays off). Example inputs follow the task and the 
                     by aotc's; other tasks export with `use_cache=False` (no cache object
                     among the outputs)
 
-The tokenizer files (runtime/format.py TOKENIZER_FILES) travel into the artifact's tokenizer/.
+The tokenizer files (artifact/format.py TOKENIZER_FILES) travel into the artifact's tokenizer/.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import torch
 
 from aotc.errors import ExportError, UsageError
 from aotc.exporter.capture import quiet
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 
 MAX_BATCH = 256          # the batch range of dynamic-batch exports: 1..MAX_BATCH
 DEFAULT_SEQ = 16         # example sequence length (text tasks, the generator's prompt)

@@ -3,7 +3,7 @@
 The structure is read from one eager run. The model is then exported wrapped in `FlatOutputs`,
 which returns the tensor leaves as a flat tuple by following the recorded paths, so the captured
 graph has plain tensor outputs whatever the model returns (HF `ModelOutput`, dataclasses, dicts,
-nested tuples). The runtime rebuilds the structure from the spec (`aotc.runtime.trees`).
+nested tuples). The runtime rebuilds the structure from the spec (`aotc.artifact.trees`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from aotc.errors import ExportError
-from aotc.runtime.trees import Node
+from aotc.artifact.trees import Node
 
 ITEM, ATTR = "item", "attr"
 

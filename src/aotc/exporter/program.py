@@ -1,7 +1,7 @@
 """Program: the exporter's output and codegen's input, fully serializable.
 
 A Program holds one captured, decomposed ATen graph as JSON (values with their shapes and dtypes,
-nodes naming their ATen overloads, arguments in the plan encoding of `aotc.runtime.plan`), the
+nodes naming their ATen overloads, arguments in the plan encoding of `aotc.artifact.encoding`), the
 weights, the input guards and the output tree spec, plus the example inputs and eager outputs.
 `save`/`load` write it to a directory (program.json + safetensors), so codegen can be run, and a
 codegen failure reproduced, from a file.
@@ -24,8 +24,8 @@ from aotc.errors import ExportError
 from aotc.exporter.bindings import bindings, check_assertion
 from aotc.exporter.decomp import UNMIRROR
 from aotc.exporter.symbols import SymbolNamer, exact_rational
-from aotc.runtime.dtypes import dtype_name
-from aotc.runtime.plan import encode_arg
+from aotc.artifact.dtypes import dtype_name
+from aotc.artifact.encoding import encode_arg
 from safetensors.torch import load_file as load_safetensors
 
 # Ops that only assert facts at trace time; they do no work and are dropped.
@@ -61,7 +61,7 @@ class Program:
     tensor_parallel: dict | None = None
     # forward's call signature (exporter/signature.py): [{"name"}, ..., {"name", "default"}]
     parameters: list | None = None
-    # --quantize (exporter/quantize.py): the manifest's "quantization" (runtime/schema/quant.py)
+    # --quantize (exporter/quantize.py): the manifest's "quantization" (artifact/schema/quant.py)
     quantization: dict | None = None
 
     def entry_graphs(self) -> dict[str, dict]:

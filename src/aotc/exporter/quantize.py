@@ -4,7 +4,7 @@
              LM head on request) -> swap each for a quantized module -> capture as usual
 
 A quantized linear layer holds its weight as int8 values [N, K] and float32 scales [N]
-(runtime/quant.py, per output channel) and computes y = (x @ q^T) * s + b, with q converted to
+(artifact/quant.py, per output channel) and computes y = (x @ q^T) * s + b, with q converted to
 x's dtype. Captured, that is ATen's own ops over an int8 weight (convert, mm, mul), so codegen
 needs no new op: on a GPU a one-row product (a decode step at batch 1) is a Triton reduction
 whose loads read the int8 weight and convert it in registers (codegen/lowering/matvec.py), and
@@ -12,7 +12,7 @@ the scales multiply the product's columns in the kernels that read it; larger pr
 every product on a CPU run the vendor GEMM over the converted weight, which a C++ or Triton
 kernel writes from the int8 values. The artifact stores int8 values and scales under the layer's
 names (`fc1.weight_int8`, `fc1.weight_scale`), and its manifest lists each layer
-(runtime/schema/quant.py) with the accuracy measured here: the quantized model against the
+(artifact/schema/quant.py) with the accuracy measured here: the quantized model against the
 unquantized one on the example inputs (relative L2 of the outputs; for generators, the greedy
 tokens that agree over the recorded prompt and the tokens generated after it).
 
@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from aotc.errors import ExportError, UsageError
-from aotc.runtime.quant import dequantize, quantize, stored_names
+from aotc.artifact.quant import dequantize, quantize, stored_names
 
 
 class _QuantizedWeight(torch.nn.Module):
     """A module's weight as int8 values and one scale per row (buffers `weight_int8`,
-    `weight_scale`: the stored names of runtime/quant.py), and the dtype it computes in."""
+    `weight_scale`: the stored names of artifact/quant.py), and the dtype it computes in."""
 
     def __init__(self, weight: torch.Tensor, scheme: str):
         super().__init__()

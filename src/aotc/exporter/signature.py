@@ -1,6 +1,6 @@
 """The exported entry's call signature: the model's own forward parameter names, recorded so a
 loaded artifact binds keyword arguments as the model does (manifest `parameters`, format 20;
-runtime/schema/params.py holds the rules, runtime/binding.py the binding).
+artifact/schema/params.py holds the rules, runtime/binding.py the binding).
 
 What is recorded is a prefix of forward's positional parameters: the ones the example inputs
 filled (required: the graph needs those tensors), then the following ones while each has a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 
-from aotc.runtime.schema.params import MAX_PARAMETERS, is_default, is_name
+from aotc.artifact.schema.params import MAX_PARAMETERS, is_default, is_name
 
 
 def call_parameters(model, count: int) -> list[dict] | None:

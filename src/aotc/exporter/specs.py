@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from aotc.errors import UsageError
-from aotc.runtime.dtypes import ALIASES, DTYPES
+from aotc.artifact.dtypes import ALIASES, DTYPES
 
 _FIX = ("write the shape as sizes joined by 'x' (a dynamic dim as name=size[min..max]), "
         "optionally followed by ':dtype' and, for integer inputs, ':LO..HI', e.g. "

@@ -24,7 +24,7 @@ from aotc.errors import ExportError
 from aotc.exporter.decomp import decomposition_table
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import graph_to_json, node_source
-from aotc.runtime.dtypes import dtype_name
+from aotc.artifact.dtypes import dtype_name
 
 
 def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, source, capture):

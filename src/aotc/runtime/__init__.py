@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 
-from aotc.runtime import format
+from aotc.artifact import format
 from aotc.runtime.graphs import MAX_GRAPHS
 from aotc.runtime.module import CompiledModule, resolve_device
 from aotc.runtime.parallel import select_rank
@@ -24,7 +24,7 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
 
     The manifest, its format version and every field of it, and the size and sha256 of every
     file are checked before anything else is read, from the bytes that are then used
-    (runtime/artifact.py). `trusted_keys` (one key or a list: EC public keys or CA certificates
+    (artifact/reader.py). `trusted_keys` (one key or a list: EC public keys or CA certificates
     for OMS signatures, model.sig; Ed25519 keys for signatures.json; PEM files or text, base64
     or raw bytes; AOTC_TRUSTED_KEYS adds files and directories of them) makes a valid signature
     by one of them mandatory, and a policy yielding no key refuses the load (docs/signing.md).
@@ -60,7 +60,7 @@ def load(path, device=None, *, check_guards: bool = True, verify_hashes: bool = 
     `isa`: of a CPU artifact's kernel builds, the level named (e.g. "x86-64-v2") rather than
     the best this CPU supports; `m.library.level` says which.
     """
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     with _collection_paused():
         artifact = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys,
                             isa=isa)

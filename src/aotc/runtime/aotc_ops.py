@@ -1,5 +1,5 @@
 """Ops of aotc's own that plans may call (`aotc::<name>.<overload>`), implemented here by the
-runtime: a fixed table, like the ATen ops of runtime/schema/extern_ops.txt.
+runtime: a fixed table, like the ATen ops of artifact/schema/extern_ops.txt.
 
 `aotc::decode_attention.default(query [B, H, 1, D], key_cache [B, Hkv, M, D], value_cache,
 position [1] int64, scale[, window[, softcap[, sinks]]])`: one query token per sequence
@@ -24,7 +24,7 @@ import torch
 
 from aotc.runtime.attention import attention, window_mask
 from aotc.runtime.fourier import fft
-from aotc.runtime.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
+from aotc.artifact.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
 def _checked(position, key_cache) -> int:

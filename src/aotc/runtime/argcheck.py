@@ -7,7 +7,7 @@ only where a string goes, a list where a list goes). A plan that would only fail
 from __future__ import annotations
 
 from aotc.errors import ArtifactError
-from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
+from aotc.artifact.schema.plan import SlotRef, SymArg, Tagged
 
 _SCALAR_TAGS = ("dtype", "layout", "memory_format")
 

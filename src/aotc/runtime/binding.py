@@ -1,7 +1,7 @@
 """Binding a call's arguments to an entry's inputs, as Python binds them to the model's forward.
 
 In: the entry's spec (its inputs, and the `parameters` recorded at export, format 20:
-runtime/schema/params.py) and a call's positional and keyword arguments. Out: the entry's
+artifact/schema/params.py) and a call's positional and keyword arguments. Out: the entry's
 inputs as a tuple, in order. Positionals fill the parameters in order, keywords by name; a
 parameter the export left at its default may be left out or given an equal value (None for
 `token_type_ids=None`), since the plan was traced with it. Everything else is a UsageError
@@ -12,7 +12,7 @@ parameters (formats 1-19, a forward without named inputs) takes positional argum
 from __future__ import annotations
 
 from aotc.errors import UsageError
-from aotc.runtime.schema.params import NO_DEFAULT
+from aotc.artifact.schema.params import NO_DEFAULT
 
 
 def bind_arguments(spec, args: tuple, kwargs: dict, where: str) -> tuple:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.schema.types import SlotKind
+from aotc.artifact.dtypes import DTYPES
+from aotc.artifact.schema.types import SlotKind
 
 
 def load_transform(slot) -> str:

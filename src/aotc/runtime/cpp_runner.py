@@ -25,9 +25,9 @@ from aotc.runtime.executor import (FlagDeferral, bound_tensors, check_flag, reso
                                    size_error, symbol_names)
 from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
-from aotc.runtime.schema.types import SlotKind, StepKind
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.plan import SlotRef, SymArg, Tagged
+from aotc.artifact.schema.types import SlotKind, StepKind
 
 RUNNERS = ("cpp", "python")
 _OPS = {"+": 3, "-": 4, "*": 5, "//": 6, "%": 7, "==": 10, "!=": 11, "<": 12, "<=": 13,
@@ -391,7 +391,7 @@ def _collectives(plan) -> str | None:
 
 def expected_runner(manifest) -> str:
     """The runner `aotc.load(path)` runs this artifact's plans with here (`aotc inspect`)."""
-    from aotc.runtime.schema.manifest import TritonNative
+    from aotc.artifact.schema.manifest import TritonNative
     target = manifest.target
     why = _why_python(torch.device(target.device.value), None,
                       triton=isinstance(target.native, TritonNative))

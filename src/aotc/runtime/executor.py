@@ -1,6 +1,6 @@
 """Plan -> Python function.
 
-At load time a typed plan (runtime/schema/plan.py, already checked field by field and as a
+At load time a typed plan (artifact/schema/plan.py, already checked field by field and as a
 program) is turned into the source of one straight-line Python function (one line per step: a
 kernel call, an ATen call, a view, a `del` where a value's last use has passed), compiled once
 and kept. Calling it does no graph interpretation: no per-step dispatch on step kinds, no
@@ -24,16 +24,16 @@ import torch
 from aotc.errors import ArtifactError, GuardError
 from aotc.runtime.argcheck import check_call
 from aotc.runtime.bound import _weight, bound_tensors, load_transform  # noqa: F401
-from aotc.runtime.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
+from aotc.artifact.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
 from aotc.runtime.folding import foldable, kernel_foldable
 from aotc.runtime.indices import index_error
 from aotc.runtime.native import thread_count
 from aotc.runtime.room import (extent_check_lines, keep_room, room_array, room_error,
                               slot_room, span, tensor_room)
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.flow import step_symbols
-from aotc.runtime.schema.plan import SlotRef, SymArg, Tagged
-from aotc.runtime.schema.types import SlotKind, StepKind
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.flow import step_symbols
+from aotc.artifact.schema.plan import SlotRef, SymArg, Tagged
+from aotc.artifact.schema.types import SlotKind, StepKind
 
 
 def _shape(dims) -> str:
@@ -73,7 +73,7 @@ _FUNCTIONS = {"aten::addmm.default": torch.addmm, "aten::mm.default": torch.mm,
 
 def resolve_op(qualname: str):
     """'aten::addmm.default' -> torch.ops.aten.addmm.default. The name comes from the fixed
-    op table (runtime/schema/ops.py), checked when the plan was parsed."""
+    op table (artifact/schema/ops.py), checked when the plan was parsed."""
     ns, rest = qualname.split("::")
     if ns == "aotc":     # aotc's own ops, implemented by the runtime (runtime/aotc_ops.py)
         from aotc.runtime.aotc_ops import OPS

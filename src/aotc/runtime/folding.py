@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import torch
 
-from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.plan import arg_names
-from aotc.runtime.schema.types import StepKind
+from aotc.artifact.dtypes import DTYPES
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.plan import arg_names
+from aotc.artifact.schema.types import StepKind
 
 FOLD_BYTES = 16 << 20
 

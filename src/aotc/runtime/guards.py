@@ -1,6 +1,6 @@
 """Runtime guards: the checks an input must pass before a plan runs.
 
-Guards come from the typed manifest (runtime/schema/manifest.py): per input a dtype, a rank and
+Guards come from the typed manifest (artifact/schema/manifest.py): per input a dtype, a rank and
 one entry per dim, either an integer (a static size) or a parsed size expression (`batch`,
 `2*seq`); per symbol a closed range; and relations between symbols (`seq % 8 == 0`). Expressions
 were parsed by the schema's grammar (integers, declared symbols, + - * // % min max, no powers)
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from aotc.errors import GuardError
-from aotc.runtime.dtypes import DTYPES
-from aotc.runtime.schema import expr as ex
+from aotc.artifact.dtypes import DTYPES
+from aotc.artifact.schema import expr as ex
 
 
 @dataclass(frozen=True, slots=True)

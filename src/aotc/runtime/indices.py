@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from aotc.errors import GuardError
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.types import SlotKind, StepKind
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.types import SlotKind, StepKind
 
 
 def input_origin(plan, slot: int) -> int | None:

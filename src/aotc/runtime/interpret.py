@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.kernels import TritonKernels
 from aotc.runtime.kernelsource import check_kernel_source
 from aotc.runtime.memguard import bounded_memory

@@ -1,7 +1,7 @@
 """The Triton kernels of a CUDA artifact, as the runtime sees them (GPU and interpreter alike).
 
 Each kernel has a launch spec, kernels/<name>.json, written at export and read through the
-schema (runtime/schema/launch.py): its parameters in order (buffers read, buffers written,
+schema (artifact/schema/launch.py): its parameters in order (buffers read, buffers written,
 `aotc_err` when it indexes with runtime values, dim sizes), block sizes, the grid as expressions
 over the plan's size symbols, and per arch the cubin with its symbol, shared memory, warps and
 trailing scratch parameters. A plan step is bound to a kernel only if it passes exactly the
@@ -28,9 +28,9 @@ POINTER_DTYPES = {"*fp64": "float64", "*fp32": "float32", "*fp16": "float16",
 def launch_specs(manifest, kernels, read, version: int) -> dict:
     """The launch specs of `kernels` (names) in an artifact of format `version`, kernel name ->
     LaunchSpec, read through the schema; `read`: artifact-relative path -> bytes."""
-    from aotc.runtime import format as fmt
-    from aotc.runtime.artifact import load_json_obj
-    from aotc.runtime.schema import parse_launch
+    from aotc.artifact import format as fmt
+    from aotc.artifact.reader import load_json_obj
+    from aotc.artifact.schema import parse_launch
     symbols = set().union(*(set(e.symbols) for e in manifest.entries.values()))
     return {name: parse_launch(load_json_obj(read(rel), rel), name, symbols, version)
             for name in kernels for rel in (fmt.triton_launch_file(name),)}

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.room import tensor_room
 
 

@@ -12,19 +12,20 @@ from typing import NoReturn
 import torch
 
 from aotc.errors import AotcError, ArtifactError, GuardError, TargetError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.binding import bind_arguments, signature_parameters
 from aotc.runtime.cpp_runner import plan_function
 from aotc.runtime.executor import PlanFunction, step_bound
 from aotc.runtime.graphs import MAX_GRAPHS, GraphedEntry
 from aotc.runtime.guards import Guards
-from aotc.runtime.schema.rules import PLAN_FAILED, fill
+from aotc.artifact.schema.rules import PLAN_FAILED, fill
 from aotc.runtime.native import NativeLibrary, select_level
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.manifest import CppNative, TritonNative
-from aotc.runtime.shards import load_weights, start_weights
-from aotc.runtime.trees import describe, unflatten
-from aotc.runtime.weights import tensors
+from aotc.runtime.runner_file import checked_plans
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.manifest import CppNative, TritonNative
+from aotc.runtime.loading import load_weights, start_weights
+from aotc.artifact.trees import describe, unflatten
+from aotc.artifact.weights import tensors
 
 
 # what raise_plan_failure takes (OverflowError: the C++ runner's size expressions past 64 bits)
@@ -118,7 +119,7 @@ class CompiledModule:
         try:
             self.weights = loading.weights
             self.library = load_library_for(artifact, device)
-            self.plans = artifact.plans()   # the runner files checked against them
+            self.plans = checked_plans(artifact)   # the runner files checked against them
             self.state = allocate_state(self.manifest.state, self.plans, device)
             self.entries = self.bound_entries(self.state)
             pending = loading.pending

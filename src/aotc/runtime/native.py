@@ -29,10 +29,9 @@ import weakref
 import torch
 
 from aotc.errors import ArtifactError, TargetError
-from aotc.runtime.cpu import arch_of, host_arch, missing_flags, supported
+from aotc.artifact.format import ROOM_MARKER
+from aotc.artifact.isa import arch_of, host_arch, missing_flags, supported
 
-# after a kernel's pointer dtypes in the library's table: it takes the room of its pointers
-ROOM_MARKER = ";room"
 LEGACY_KERNEL = re.compile(r"(?:forward_|backward_)?kernel[0-9]{1,7}\Z")
 # libraries a kernel library links (OpenMP, the C++ runtime): kept loaded once a kernel library
 # used them, so closing it never unloads an OpenMP runtime whose threads still exist

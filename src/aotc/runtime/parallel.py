@@ -56,7 +56,7 @@ def select_rank(artifact) -> int | None:
 def world_size(path) -> int | None:
     """The world size of the artifact at `path`, None if it is not tensor-parallel: read from
     its manifest alone, no hash or signature checked (loading it checks them)."""
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     peek = Artifact(path, verify_hashes=False, signature_policy=False)
     try:
         tp = peek.manifest.tensor_parallel

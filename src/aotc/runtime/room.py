@@ -11,7 +11,7 @@ as_strided, `layout`) spans at least the slot's layout, which torch checked when
 a tensor bound at load (a weight, a folded value, a generator's state) is measured once.
 
 A Triton kernel (a CUDA artifact's) cannot refuse a call itself: its launch spec says how many
-elements it indexes past each pointer (`extents`, runtime/schema/launch.py) and the runner
+elements it indexes past each pointer (`extents`, artifact/schema/launch.py) and the runner
 compares them with the same rooms before it launches (`check_room`): at load where both are
 known then, else once per sizes seen (`extent_check_lines`).
 """
@@ -102,7 +102,7 @@ def extent_check_lines(fn, plan, step_index: int, rooms: list, extents: tuple) -
     over the call's sizes and tensors) against its launch spec's `extents` (size expressions):
     none, having checked now, when all are known at load; a check once per sizes seen where
     they depend on sizes alone; else a check per call (a replaceable parameter's room)."""
-    from aotc.runtime.schema import expr as ex
+    from aotc.artifact.schema import expr as ex
     needs = [ex.evaluate(e, {}) if not ex.names(e) else ex.source(e) for e in extents]
     if all(isinstance(v, int) for v in (*rooms, *needs)):
         check_room(plan, step_index, rooms, needs)
@@ -124,8 +124,8 @@ def plan_extents(plans: dict, files: dict) -> dict:
     kernel's buffers are its slots), for an artifact rewritten in the current format."""
     import json
 
-    from aotc.runtime import format as fmt
-    from aotc.runtime.schema import expr as ex
+    from aotc.artifact import format as fmt
+    from aotc.artifact.schema import expr as ex
     out = {}
     for plan in plans.values():
         for step in plan.steps:

@@ -48,14 +48,14 @@ import math
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.cpp_runner import _collectives, _Spec, guard_spec
 from aotc.runtime.executor import load_transform
 from aotc.runtime.guards import Guards
 from aotc.runtime.kernels import launch_specs
-from aotc.runtime.schema import load_json
-from aotc.runtime.schema.plan import with_ranges
-from aotc.runtime.schema.types import SlotKind
+from aotc.artifact.schema import load_json
+from aotc.artifact.schema.plan import with_ranges
+from aotc.artifact.schema.types import SlotKind
 
 
 class _Table:
@@ -191,6 +191,15 @@ def _state(plan) -> list:
 
 
 # ------------------------------------------------------------------------------ the check
+def checked_plans(art) -> dict:
+    """Every entry's plan (entry -> Plan), the runner files checked against them: a stored
+    runner file that is not what its plan derives is refused, so the C++ front end runs what
+    was checked here."""
+    plans = art.plans()
+    check_runner_files(art, plans)
+    return plans
+
+
 def check_runner_files(art, plans: dict) -> None:
     """Refuse an artifact whose runner files are not what its typed plans derive (a file
     missing, one too many, or another document; see the module doc). `art`: an opened

@@ -26,8 +26,8 @@ import torch
 from torch.nn.modules.module import _IncompatibleKeys
 
 from aotc.errors import StateDictError, UsageError
-from aotc.runtime.quant import quantize_state
-from aotc.runtime.weights import tensors
+from aotc.artifact.quant import quantize_state
+from aotc.artifact.weights import tensors
 
 
 class StateMap:
@@ -48,7 +48,7 @@ class StateMap:
 
     def expand(self, state: dict) -> dict:
         """`state` with the full-precision weight of each quantized layer quantized as export
-        did (runtime/quant.py); keys already quantized pass through."""
+        did (artifact/quant.py); keys already quantized pass through."""
         return quantize_state(state, self.quantized) if self.quantized else state
 
     def view(self, key: str, weights: dict) -> torch.Tensor:
@@ -142,7 +142,7 @@ def load_into(module, state: dict, strict: bool = True) -> _IncompatibleKeys:
 
 def read_weights_file(path) -> dict[str, torch.Tensor]:
     """A safetensors file's tensors (views of a private mapping), read with the checked reader
-    (runtime/weights.py): no pickle, the header checked before any tensor is made."""
+    (artifact/weights.py): no pickle, the header checked before any tensor is made."""
     try:   # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:

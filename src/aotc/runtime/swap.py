@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aotc.runtime import format as fmt
-from aotc.runtime.artifact import Artifact
-from aotc.runtime.publish import check_destination
+from aotc.artifact import format as fmt
+from aotc.artifact.reader import Artifact
+from aotc.artifact.publish import check_destination
 from aotc.runtime.room import plan_extents
 from aotc.runtime.runner_file import runner_files
-from aotc.runtime.schema.launch import EXTENTS_SINCE
-from aotc.runtime.shards import Lazy, resolve_aliases, stored_tensors
+from aotc.artifact.schema.launch import EXTENTS_SINCE
+from aotc.artifact.shards import Lazy, resolve_aliases, stored_tensors
 from aotc.runtime.statedict import StateMap, check, read_weights_file
 
 SAMPLES = (fmt.SAMPLE_INPUTS, fmt.SAMPLE_OUTPUTS, fmt.SAMPLE_REFERENCE)
@@ -30,7 +30,7 @@ def swap_weights(source, weights_file, dest, *, trusted_keys=None) -> tuple[Path
     """Write the artifact at `source` with the weights of `weights_file` to `dest`:
     (its path, the files left out). A `dest` named *.aotcpkg is written as a package."""
     import dataclasses
-    from aotc.runtime.package import SUFFIX
+    from aotc.artifact.package import SUFFIX
     if str(dest).endswith(SUFFIX):
         return _swap_to_package(source, weights_file, dest, trusted_keys)
     check_destination(dest)
@@ -90,8 +90,8 @@ def _refuse_parallel(manifest, source) -> None:
 
 def _swap_to_package(source, weights_file, dest, trusted_keys) -> tuple[Path, list[str]]:
     """swap_weights into a staging directory beside `dest`, then packed to `dest`."""
-    from aotc.runtime.package import check_package_destination, pack
-    from aotc.runtime.staging import Staging
+    from aotc.artifact.package import check_package_destination, pack
+    from aotc.artifact.staging import Staging
     dest = check_package_destination(dest)
     with Staging(f".{dest.name}.tmp-", dest.parent) as tmp:
         path, dropped = swap_weights(source, weights_file, Path(tmp) / "swapped.aotc",

@@ -1,7 +1,7 @@
 """The tokenizer an artifact carries (runtime): text in, token ids out, and back.
 
 An artifact exported from a Hugging Face model folder holds the folder's tokenizer files under
-`tokenizer/` (runtime/format.py TOKENIZER_FILES), listed and hashed in the manifest like every
+`tokenizer/` (artifact/format.py TOKENIZER_FILES), listed and hashed in the manifest like every
 file, so a signature covers them. They are read here from the verified bytes, checked as any
 artifact data (size limits; JSON parsed by the schema's bounded parser, errors typed as
 ArtifactError naming the file), and served by well-kept libraries: `tokenizers` for encoding
@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.schema.fields import load_json
+from aotc.artifact import format as fmt
+from aotc.artifact.schema.fields import load_json
 
 FIX = "re-export the model from its folder with this aotc (the tokenizer files are damaged)"
 

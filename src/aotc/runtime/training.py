@@ -16,7 +16,8 @@ from aotc.runtime.guards import Guards
 from aotc.errors import AotcError
 from aotc.runtime.module import (PLAN_ERRORS, Entry, graphs_wanted, load_library_for,
                                  load_weights, raise_plan_failure, random_inputs)
-from aotc.runtime.trees import unflatten
+from aotc.artifact.trees import unflatten
+from aotc.runtime.runner_file import checked_plans
 
 
 class _Step(torch.autograd.Function):
@@ -121,7 +122,7 @@ class TrainableModule(torch.nn.Module):
         self.param_list = [owned[n] for n in meta.params]
         self.buffer_list = [owned[n] for n in meta.buffers]
         self.mutated_buffers = [owned[n] for n in meta.mutated]
-        plans = artifact.plans()   # the runner files checked against them
+        plans = checked_plans(artifact)   # the runner files checked against them
         self.entries = {name: Entry(name, spec, plans[name], owned, device, library,
                                     static_weights=False, runner=runner)
                         for name, spec in manifest.entries.items()}
@@ -173,7 +174,7 @@ def _params_only_backward(plan: dict, n_state: int, owned: dict, device, library
     gradient. Same kernels; only the steps the other gradients need run (for the sample MLP,
     one matmul of six in backward)."""
     from aotc.runtime.cpp_runner import plan_function
-    from aotc.runtime.plan import without_outputs
+    from aotc.artifact.encoding import without_outputs
     dropped = {i for i, o in enumerate(plan.outputs) if i >= n_state and o.slot is not None}
     if not dropped:
         return None

@@ -8,7 +8,7 @@ buffer it is copied from, while other chunks are read, hashed and copied on othe
       record an event; the buffer is refilled once the copies have passed it
 
 Before any data chunk, the chunks holding each shard's header are read and checked by the
-calling thread and the header parsed from those bytes (runtime/weights.py checks it as it
+calling thread and the header parsed from those bytes (artifact/weights.py checks it as it
 would a mapped file), so every device tensor exists, one allocation each (aligned as the
 kernels expect), before its bytes arrive. Nothing is mapped: host memory holds the staging
 buffers only. A digest mismatch, a short read or any other failure stops the workers; the
@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime import hashing
-from aotc.runtime.shards import Loading, check_index, checked_header, shard_tensors
-from aotc.runtime.weights import read_header
+from aotc.artifact import hashing
+from aotc.artifact.shards import Loading, check_index, checked_header, shard_tensors
+from aotc.artifact.weights import read_header
 
 MAX_WORKERS = 16     # threads (each with a pinned buffer of one chunk) at most
 

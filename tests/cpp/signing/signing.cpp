@@ -1,4 +1,4 @@
-// signing: what tests/test_cpp_signing.py holds against Python's runtime/signing.py.
+// signing: what tests/test_cpp_signing.py holds against Python's artifact/signing.py.
 //
 //   signing load [-n] ART [-e] [KEY ...]  aotc::Module(ART) with the KEYs trusted (-n:
 //                                    verify_hashes off; -e: trusted_keys given, even if no KEY

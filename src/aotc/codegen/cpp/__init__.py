@@ -7,7 +7,7 @@ from aotc.codegen.cpp.build import build_libraries, compiler, compiler_version, 
 from aotc.codegen.cpp.kernel import kernel_source
 from aotc.codegen.cpp.room import ROOM_MARKER
 from aotc.codegen.shapes import numbered
-from aotc.runtime.dtypes import dtype_name
+from aotc.artifact.dtypes import dtype_name
 
 PRELUDE = "\n".join((Path(__file__).parent / name).read_text()
                     for name in ("prelude.h", "vecmath.h"))

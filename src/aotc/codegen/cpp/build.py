@@ -19,8 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from aotc.errors import LoweringError, UsageError
-from aotc.runtime.cpu import LEVELS, arch_of, auto_levels, best_level, host_arch
-from aotc.runtime.staging import Staging
+from aotc.artifact.isa import LEVELS, arch_of, auto_levels, best_level, host_arch
+from aotc.artifact.staging import Staging
 
 _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl   # resolved here, not in the forked child
@@ -73,7 +73,7 @@ def compiler_version(cxx: str) -> str:
 
 def resolve_isa(isa: str) -> tuple:
     """The levels `--isa` asks for, lowest first: auto, the baseline up to this host's level
-    (runtime/cpu.py auto_levels); native, this host's level; a level, exactly that one."""
+    (artifact/isa.py auto_levels); native, this host's level; a level, exactly that one."""
     if isa == "auto":
         return auto_levels()
     level = best_level() if isa == "native" else isa

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sympy
 
 from aotc.codegen.cpp.printer import cexpr
-from aotc.runtime.native import ROOM_MARKER
+from aotc.artifact.format import ROOM_MARKER
 
 ROOM_PARAM = "int64_t* __restrict__ aotc_room"
 __all__ = ["ROOM_MARKER", "ROOM_PARAM", "room_check"]

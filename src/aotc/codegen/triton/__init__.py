@@ -20,7 +20,7 @@ from aotc.codegen.triton.build import arch_number, share_codes, triton_version, 
 from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.codegen.triton.printer import extent
 from aotc.exporter.symbols import SymbolNamer
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 
 PRELUDE = (Path(__file__).parent / "prelude.py").read_text()
 

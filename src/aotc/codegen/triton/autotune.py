@@ -39,7 +39,7 @@ from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.errors import LoweringError, TargetError
 from aotc.exporter.symbols import SymbolNamer
 from aotc.runtime.cuda import CudaLauncher, driver, select_arch
-from aotc.runtime.schema.launch import Build, Param
+from aotc.artifact.schema.launch import Build, Param
 
 MAX_CANDIDATES = 8
 MAX_ELEMENTS = 16384            # per program: XBLOCK x its widest R block

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from aotc.codegen.shapes import numbered
 from aotc.errors import LoweringError, UsageError
-from aotc.runtime import format as fmt
+from aotc.artifact import format as fmt
 from aotc.runtime.interpret import interpreter_env
-from aotc.runtime.staging import Staging
+from aotc.artifact.staging import Staging
 
 NUM_STAGES = 1                 # pointwise and reduction kernels: no software pipelining
 SCRATCH = ("global_scratch", "profile_scratch")   # appended by Triton >= 3.3, in this order

@@ -1,6 +1,6 @@
 // Size expressions as bytecode: what plans write as "2*seq" or "(batch + 3) // 4", and what
 // guards write as "seq % 8 == 0", becomes a postfix program over the call's bound symbols. The front end compiles the schema's parsed
-// expression nodes (runtime/schema/expr.py) into it; `check` proves at load that a program
+// expression nodes (artifact/schema/expr.py) into it; `check` proves at load that a program
 // evaluates on the fixed stack, reads only declared symbols and leaves one value, so `eval`
 // needs no checks but arithmetic ones: Python's floor division and modulo, an error on
 // division by zero and on 64-bit overflow (Python's integers would not overflow: a size that

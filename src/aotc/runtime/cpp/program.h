@@ -1,7 +1,7 @@
 // aotc's C++ plan runner: one entry's plan, already parsed and validated, as a compact
 // instruction list that runs with no per-step interpretation cost beyond a switch.
 //
-// Both front ends build a ProgramSpec from a plan the schema has checked (runtime/schema in
+// Both front ends build a ProgramSpec from a plan the schema has checked (artifact/schema in
 // Python; runtime/cpp_runner.py turns the typed plan into this spec) and hand it to Program,
 // which checks every index, expression and op again before anything runs: a spec names only
 // slots below its slot count, symbols below its symbol count, expressions that evaluate on a
@@ -83,7 +83,7 @@ struct KernelOut {
   bool donor_view = false;  // both contiguous: a view; else as_strided
 };
 
-// A size symbol a call's result defines (a value-dependent size, runtime/schema/plan.py Bind):
+// A size symbol a call's result defines (a value-dependent size, artifact/schema/plan.py Bind):
 // dim `dim` of result `out` (-1: the result is the integer), checked against [lo, hi].
 struct Bind {
   int32_t symbol = 0;

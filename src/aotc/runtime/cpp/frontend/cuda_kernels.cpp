@@ -32,7 +32,7 @@ std::string ident_of(const Field& f) {
   return s;
 }
 
-// An object with these fields and no others (runtime/schema/fields.py `obj`).
+// An object with these fields and no others (artifact/schema/fields.py `obj`).
 void fields(const Field& f, std::initializer_list<const char*> required,
             std::initializer_list<const char*> optional) {
   for (const char* k : required) (void)f[k];
@@ -195,7 +195,7 @@ Spec parse(const Artifact& art, const std::string& name) {
   Field f(doc, rel, "");
   fields(f, {"name", "source", "params", "inputs", "outputs", "sizes", "constexprs", "num_warps", "grid",
              "error_code", "triton", "archs"}, {"autotune", "extents"});
-  const bool extents = art.version() >= 19;   // required from then (runtime/schema/launch.py EXTENTS_SINCE)
+  const bool extents = art.version() >= 19;   // required from then (artifact/schema/launch.py EXTENTS_SINCE)
   if (f.has("extents") != extents)
     f.fail(extents ? "an extents member (format >= 19)" : "no extents member (format < 19)",
            extents ? "none" : "one");

@@ -3,7 +3,7 @@
 // The cubins built for this GPU are chosen as runtime/cuda.py `select_arch` chooses them (the
 // GPU's own arch, else below sm_90 the newest of its major version that is not newer than
 // it); each kernel's launch spec (kernels/<name>.json, hashed like every file) is read field
-// by field (what runtime/schema/launch.py requires, unknown fields refused) and its cubin,
+// by field (what artifact/schema/launch.py requires, unknown fields refused) and its cubin,
 // and the variant for sizes divisible by 16 where there is one, loaded from the verified
 // bytes into the device's primary context (torch's), each distinct cubin once (the kernels of
 // one shape share theirs). Every launch spec is read before the GPU is touched, so a malformed

@@ -199,7 +199,7 @@ void Artifact::parse_files() {
 
 // A package holds the manifest, the signature files (signatures.json; model.sig, an OMS
 // bundle: oms.h) and the listed files, nothing else (its members in
-// index order, as runtime/artifact.py checks them).
+// index order, as artifact/reader.py checks them).
 void Artifact::check_members() const {
   if (package_)
     for (const auto& [name, m] : package_->rows())
@@ -210,7 +210,7 @@ void Artifact::check_members() const {
                             "re-pack the artifact with `aotc pack`");
 }
 
-// Every listed file exists with its listed size (in name order, as runtime/artifact.py checks
+// Every listed file exists with its listed size (in name order, as artifact/reader.py checks
 // them).
 void Artifact::check_listed() const {
   for (const auto& [rel, e] : files_) open_listed(rel, e.size);
@@ -321,7 +321,7 @@ void Artifact::verify_unread() const {
     if (!verified_.count(rel)) read(rel, true);
 }
 
-// As runtime/artifact.py's _read_file: a package's member of that name, or a directory's
+// As artifact/reader.py's _read_file: a package's member of that name, or a directory's
 // regular file reached without following a symlink; nullopt where there is none.
 std::optional<std::string> Artifact::read_unlisted(const std::string& name, size_t limit) const {
   if (package_) {

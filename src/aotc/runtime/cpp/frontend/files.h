@@ -1,4 +1,4 @@
-// An artifact as the C++ front end reads it (runtime/artifact.py's rules in C++): a directory,
+// An artifact as the C++ front end reads it (artifact/reader.py's rules in C++): a directory,
 // or a package file (package.h) whose members stand for the files of the same names.
 //
 // The directory is opened once; every file is opened relative to it one component at a time,
@@ -27,7 +27,7 @@ namespace aotc::fe {
 
 class Package;
 
-constexpr int kFormatVersion = 24;   // runtime/format.py FORMAT_VERSION this front end reads
+constexpr int kFormatVersion = 24;   // artifact/format.py FORMAT_VERSION this front end reads
 constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args;
                                      // 13: kernel arguments' shapes, required for kernel steps)
 constexpr int kCudaRunnerFormat = 14;   // the first whose CUDA artifacts have runner files
@@ -78,7 +78,7 @@ class Artifact {
   // sha256 of a listed file's whole bytes (its size checked, its digests not: oms.cpp compares
   // it with a signed one), for a file the manifest hashes by chunks.
   std::string whole_sha256(const std::string& rel) const;
-  // A directory's files (and symlinks) the manifest does not list, sorted, as runtime/oms.py
+  // A directory's files (and symlinks) the manifest does not list, sorted, as artifact/oms.py
   // unlisted_files finds them: the manifest and, at the top, `ignored` names aside and the
   // `skipped` folders not entered; at most `limit` of them. None for a package (its members
   // are checked when it is opened).
@@ -107,7 +107,7 @@ class Artifact {
 
 // sha256 of n bytes as 64 lowercase hex digits (OpenSSL's libcrypto).
 std::string sha256_hex(const void* data, size_t n);
-bool safe_path(const std::string& rel);   // runtime/schema/manifest.py PATH
+bool safe_path(const std::string& rel);   // artifact/schema/manifest.py PATH
 
 // `size` bytes of `fd` from `offset`; an ArtifactError naming `where` (with `fix`) if it ends
 // first.

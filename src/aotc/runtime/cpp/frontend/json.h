@@ -4,7 +4,7 @@
 // `parse` accepts RFC 8259 JSON only, in UTF-8 (no comments, trailing commas, NaN or
 // duplicate keys; integers within 64 bits), bounded in size and nesting depth, and raises an
 // ArtifactError naming the file and the byte where it is malformed. `Field` reads a parsed
-// document the way runtime/schema/fields.py does: each access names the field it reads
+// document the way artifact/schema/fields.py does: each access names the field it reads
 // ("runner/forward.json, field steps[3][2]"), and a value of the wrong kind or out of its range
 // raises an ArtifactError with the field, the expected and the found value.
 #pragma once
@@ -34,7 +34,7 @@ constexpr size_t kMaxDepth = 64;
 
 Value parse(std::string_view text, const std::string& file, size_t max_bytes);
 
-// The one form both front ends quote a value from an artifact in (runtime/schema/fields.py
+// The one form both front ends quote a value from an artifact in (artifact/schema/fields.py
 // short()): compact JSON (no spaces, non-ASCII kept), cut to `limit` characters and "...".
 std::string dump(const Value& v, size_t limit = 80);
 std::string dump(const std::string& s, size_t limit = 80);

@@ -1,4 +1,4 @@
-// Trusted Ed25519 public keys for the C++ front end, read as runtime/signing.py reads them.
+// Trusted Ed25519 public keys for the C++ front end, read as artifact/signing.py reads them.
 //
 // A key is given as Python's public_key_bytes() takes a str: the path of a key file (read
 // unless the text starts with "-----"), PEM text, base64 text of the 32 raw bytes, or the 32
@@ -8,7 +8,7 @@
 // directories (whose *.pub, *.pem and *.crt files are keys), separated by ':'. What is no key is a
 // UsageError with Python's message.
 //
-// A trust anchor (runtime/trust.py anchors_of) is either such an Ed25519 key or an elliptic-
+// A trust anchor (artifact/trust.py anchors_of) is either such an Ed25519 key or an elliptic-
 // curve public key on P-256, P-384 or P-521 (a PEM "PUBLIC KEY" block, read by OpenSSL), which
 // verifies OMS bundles (model.sig, oms.h) by the key method, or a certificate (each of a PEM
 // file's "CERTIFICATE" blocks, read by OpenSSL), a trust root of OMS's certificate method.
@@ -46,7 +46,7 @@ struct Anchor {
   std::string key_id;   // key_id(raw); a certificate's: its subject (RFC 4514)
 };
 
-// The anchors one trusted key stands for, as runtime/trust.py anchors_of reads it (`is_path`:
+// The anchors one trusted key stands for, as artifact/trust.py anchors_of reads it (`is_path`:
 // as public_key_bytes).
 std::vector<Anchor> anchors_of(const std::string& key, bool is_path = false);
 
@@ -54,7 +54,7 @@ std::vector<Anchor> anchors_of(const std::string& key, bool is_path = false);
 // characters ("an unnamed certificate" for an empty one when `unnamed`).
 std::string subject_of(const void* x509, bool unnamed = true);
 
-// runtime/signing.py key_id: the first 16 hex digits of sha256 of the 32 raw bytes.
+// artifact/signing.py key_id: the first 16 hex digits of sha256 of the 32 raw bytes.
 std::string key_id(std::string_view raw);
 
 }  // namespace aotc::fe

@@ -69,7 +69,7 @@ c10::Device run_device(const std::string& wanted, const std::string& type) {
 }
 
 // The CPU target's (level, library) pairs (none: extern-only), or a TargetError; checked as
-// runtime/schema/manifest.py checks them: known levels (rules.h) of one architecture, each in
+// artifact/schema/manifest.py checks them: known levels (rules.h) of one architecture, each in
 // its own file (kernels/kernels-<level>.so, or the one kernels/kernels.so of format <= 7),
 // and no library in the file table that no level names.
 std::vector<std::pair<std::string, std::string>> cpu_levels(const fe::Artifact& art, json::Field native,

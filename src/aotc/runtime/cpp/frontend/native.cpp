@@ -100,7 +100,7 @@ at::ScalarType dtype_of(const std::string& name, const json::Field& at) {
   }
 }
 
-// ------------------------------------------------------------------- CPU levels (runtime/cpu.py)
+// ------------------------------------------------------------------- CPU levels (artifact/isa.py)
 
 namespace {
 

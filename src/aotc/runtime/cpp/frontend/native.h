@@ -1,5 +1,5 @@
 // Loading the pieces of an artifact the plan runner binds (the C++ front end):
-//   - safetensors weights shards (runtime/weights.py's checks: header length inside the file,
+//   - safetensors weights shards (artifact/weights.py's checks: header length inside the file,
 //     dtypes from the fixed table, shapes bounded, each byte range inside the data, exactly as
 //     long as its shape and dtype say, no two overlapping), served as tensors that are views
 //     of the verified private mapping;

@@ -1,5 +1,5 @@
 // OMS bundles (oms.h): model.sig read, verified with OpenSSL's EVP against trusted EC keys, and
-// its statement held against the artifact's files, as runtime/oms.py does through the
+// its statement held against the artifact's files, as artifact/oms.py does through the
 // `model-signing` library.
 #include "oms.h"
 
@@ -34,7 +34,7 @@ const char* kStatementType = "https://in-toto.io/Statement/v1";
 const char* kPredicateType = "https://model_signing/signature/v1.0";
 const std::vector<std::string> kGitPaths = {".git", ".gitattributes", ".github", ".gitignore"};
 
-struct Failure {   // one key's check failed (runtime/oms.py: the library raised); say why
+struct Failure {   // one key's check failed (artifact/oms.py: the library raised); say why
   std::string why;
 };
 
@@ -308,7 +308,7 @@ json::Value certificate_statement(const Bundle& b, const Anchor& root, std::stri
 }
 
 // ---------------------------------------------------------------------------- the statement
-// Python's repr of a serialization argument, as runtime/oms.py quotes it.
+// Python's repr of a serialization argument, as artifact/oms.py quotes it.
 std::string repr(const json::Value* v) {
   return !v ? "None" : v->type == Type::String ? "'" + v->s + "'" : json::dump(*v);
 }

@@ -1,4 +1,4 @@
-// OpenSSF Model Signing bundles (model.sig) in the C++ front end: runtime/oms.py's verification
+// OpenSSF Model Signing bundles (model.sig) in the C++ front end: artifact/oms.py's verification
 // by the key and certificate methods, with its rules and its refusals (the templates of
 // rules.h).
 //
@@ -32,7 +32,7 @@ namespace aotc::fe {
 
 class Artifact;
 
-constexpr const char* kOmsSignature = "model.sig";   // runtime/format.py OMS_SIGNATURE
+constexpr const char* kOmsSignature = "model.sig";   // artifact/format.py OMS_SIGNATURE
 
 // The signer ("OMS key ID", "OMS certificate SUBJECT") of bundle `data` among `anchors` (EC
 // keys and certificates), after its statement was checked against the artifact; ArtifactError

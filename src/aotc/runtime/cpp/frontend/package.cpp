@@ -1,4 +1,4 @@
-// The package reader (package.h): runtime/package.py's Package, rule for rule and message for
+// The package reader (package.h): artifact/package.py's Package, rule for rule and message for
 // message.
 #include "package.h"
 
@@ -26,7 +26,7 @@ constexpr uint64_t kMaxIndex = 64u << 20, kMaxOffset = uint64_t(1) << 62;
 constexpr size_t kMaxMembers = 1 << 17;
 const char* kFix = "re-pack the artifact with `aotc pack`, or re-copy the package";
 
-// runtime/schema/files.py SHARD: the members mapped in place, page-aligned at any size
+// artifact/schema/files.py SHARD: the members mapped in place, page-aligned at any size
 bool shard_name(const std::string& name) {
   static const std::regex kShard(R"(weights(-rank[0-9]{1,2})?(-[0-9]{5}-of-[0-9]{5})?\.safetensors)");
   return std::regex_match(name, kShard);
@@ -112,7 +112,7 @@ std::string Package::read_index() {
   return read_at(fd_, kHeader, size_t(length), path_, kFix);
 }
 
-// The index's rows, each name a safe relative path given once (runtime/package.py _parse_index).
+// The index's rows, each name a safe relative path given once (artifact/package.py _parse_index).
 void Package::parse_index(const std::string& raw) {
   const std::string file = "package index";
   json::Value doc = json::parse(raw, file, kMaxIndex);
@@ -143,7 +143,7 @@ void Package::parse_index(const std::string& raw) {
 }
 
 // Each member inside the file at its aligned place after the one before (`end`: the index's
-// end), zeros between, the last one ending the file (runtime/package.py _placed).
+// end), zeros between, the last one ending the file (artifact/package.py _placed).
 void Package::check_places(uint64_t end) const {
   const std::string* prev = nullptr;
   for (const auto& [name, m] : rows_) {

@@ -1,4 +1,4 @@
-// A single-file package (`aotc pack`) as the C++ front end reads it: runtime/package.py's
+// A single-file package (`aotc pack`) as the C++ front end reads it: artifact/package.py's
 // layout and every one of its rules, in C++, with its messages.
 //
 // The file is opened once (no symlink) and its whole layout is checked at open: the magic and

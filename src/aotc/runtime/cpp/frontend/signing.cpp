@@ -1,5 +1,5 @@
-// Signed artifacts (signing.h): signatures.json read as runtime/signing.py read_signatures reads
-// it through runtime/schema/fields.py, with the same field errors (values quoted as both quote
+// Signed artifacts (signing.h): signatures.json read as artifact/signing.py read_signatures reads
+// it through artifact/schema/fields.py, with the same field errors (values quoted as both quote
 // them: json::dump); signatures verified by OpenSSL's libcrypto.
 #include "signing.h"
 
@@ -72,7 +72,7 @@ const std::string& text(const json::Value& v, const std::string& path, size_t ma
   return v.s;
 }
 
-// runtime/signing.py's list of key ids in a message ("['a', 'b']"): key ids are hex digits
+// artifact/signing.py's list of key ids in a message ("['a', 'b']"): key ids are hex digits
 // where aotc wrote them; a claimed one is quoted as written.
 std::string id_list(const std::vector<std::string>& ids) {
   std::string out = "[";
@@ -143,7 +143,7 @@ const char* kSignFix = "sign it with a trusted key (`aotc sign ART --key KEY`), 
                        "producer you trust";
 
 // A trusted Ed25519 key id that signed signatures.json, or the ArtifactError saying why none
-// did (runtime/signing.py _ed25519_signer).
+// did (artifact/signing.py _ed25519_signer).
 std::string ed25519_signer(const Artifact& art, const std::set<std::string>& trusted) {
   std::vector<Signature> signatures = read_signatures(art);
   std::set<std::string> valid, claimed;
@@ -195,7 +195,7 @@ std::string check_signature(const Artifact& art,
   for (const Anchor& a : anchors)
     if (a.kind == "ed25519") ed25519.insert(a.key_id);
     else oms_anchors.push_back(a);   // EC keys and certificates: OMS bundles
-  std::optional<ArtifactError> refusal;   // the first, as runtime/signing.py raises it
+  std::optional<ArtifactError> refusal;   // the first, as artifact/signing.py raises it
   if (!oms_anchors.empty())
     if (std::optional<std::string> bundle = art.read_unlisted(kOmsSignature, rules::kMaxBundle)) try {
         return verify_oms(art, *bundle, oms_anchors);

@@ -1,4 +1,4 @@
-// Signed artifacts in the C++ front end: runtime/signing.py's check, with its rules and its
+// Signed artifacts in the C++ front end: artifact/signing.py's check, with its rules and its
 // messages. This header: signatures.json (Ed25519) and the check that also tries model.sig
 // (OMS bundles: oms.h).
 //
@@ -34,7 +34,7 @@ namespace aotc::fe {
 
 class Artifact;
 
-using rules::kMaxSignatures;   // runtime/schema/rules.py MAX_SIGNATURES
+using rules::kMaxSignatures;   // artifact/schema/rules.py MAX_SIGNATURES
 
 constexpr size_t kEd25519KeyBytes = 32;
 constexpr size_t kEd25519SignatureBytes = 64;
@@ -54,12 +54,12 @@ struct Signature {   // one entry of signatures.json, its texts as written (base
 // is no signatures.json.
 std::vector<Signature> read_signatures(const Artifact& art);
 
-// key id -> whether its signature over `manifest` verifies (runtime/signing.py
+// key id -> whether its signature over `manifest` verifies (artifact/signing.py
 // verified_signers: an entry that does not verify counts under the key id it claims).
 std::map<std::string, bool> verified_signers(std::string_view manifest,
                                              const std::vector<Signature>& signatures);
 
-// Who signed the artifact among the trusted keys, as runtime/signing.py check_signature says
+// Who signed the artifact among the trusted keys, as artifact/signing.py check_signature says
 // it: "OMS key ID" for model.sig verified by a trusted EC key (oms.h), else the key id of a
 // trusted Ed25519 key that signed signatures.json (the first in sorted order); "" when no key
 // is trusted. UsageError for a trusted key that is neither (keys.h); ArtifactError when keys

@@ -10,7 +10,7 @@
 #include "native.h"
 #include "rules.h"
 
-// runtime/schema/extern_ops.txt, built in (setup.py passes its path)
+// artifact/schema/extern_ops.txt, built in (setup.py passes its path)
 asm(".section .rodata\n.global aotc_extern_ops_table\naotc_extern_ops_table:\n.incbin \"" AOTC_EXTERN_OPS
     "\"\n.byte 0\n.previous\n");
 extern "C" const char aotc_extern_ops_table[];
@@ -148,7 +148,7 @@ spec::Step call_step(const Field& f) {
   s.op = f[2].string(128);
   s.overload = f[3].string(128);
   if (!allowed_op(s.op + "." + s.overload))
-    f[2].fail("an op of aotc's fixed table (runtime/schema/extern_ops.txt)", s.op + "." + s.overload);
+    f[2].fail("an op of aotc's fixed table (artifact/schema/extern_ops.txt)", s.op + "." + s.overload);
   for (size_t i = 0, n = f[4].size(256); i < n; ++i) s.call_args.push_back(arg(f[4][i]));
   for (size_t i = 0, n = f[5].size(256); i < n; ++i) {
     if (f[5][i].size(2) != 2) f[5][i].fail("[name, argument]", "another length");
@@ -260,7 +260,7 @@ void reads(const spec::Arg& a, std::vector<int32_t>& out) {
   for (const auto& item : a.items) reads(item, out);
 }
 
-// The plan as a program (runtime/schema/flow.py): every slot a step reads is bound (an input, a
+// The plan as a program (artifact/schema/flow.py): every slot a step reads is bound (an input, a
 // constant or an earlier step's result) and not freed, no slot is bound twice at load, every
 // output slot is bound at the end.
 void check_flow(const Field& f, const EntrySpec& e) {
@@ -321,7 +321,7 @@ EntrySpec read_runner_file(const Value& doc, const std::string& file, const std:
                            const Kernels* lib, const std::string& device) {
   Field f(doc, file, "");
   std::vector<std::string> known(std::begin(rules::kRunnerFields), std::end(rules::kRunnerFields));
-  for (const auto& [key, v] : f.members(64))   // runtime/schema/rules.py RUNNER_FIELDS, no other
+  for (const auto& [key, v] : f.members(64))   // artifact/schema/rules.py RUNNER_FIELDS, no other
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::sort(known.begin(), known.end());
       f.member(key, v).fail("only the fields " + json::dump(known), json::dump(key));

@@ -1,7 +1,7 @@
 // A runner file (runner/<entry>.json, runtime/runner_file.py) read into the plan runner's spec.
 //
 // Every field is read through json::Field (typed, bounded, named in errors); every tag, step
-// kind, dtype and op comes from a fixed table (the ops: runtime/schema/extern_ops.txt, built
+// kind, dtype and op comes from a fixed table (the ops: artifact/schema/extern_ops.txt, built
 // into this library, and aotc's own ops, which the runner refuses unless it implements them);
 // kernels are resolved through the library's table (a CUDA artifact's: its launch specs) with
 // their signature checked; then Program

@@ -1,5 +1,5 @@
 // Errors from the templates both front ends share (rules.h, generated from
-// runtime/schema/rules.py): each "{name}" in a template's texts filled from `fields`.
+// artifact/schema/rules.py): each "{name}" in a template's texts filled from `fields`.
 #pragma once
 
 #include <initializer_list>

@@ -4,7 +4,7 @@
 //   std::vector<at::Tensor> out = m.forward({torch::randn({32, 64})});
 //
 // The path is an artifact directory or a package (`aotc pack`), read in place: its layout
-// checked as runtime/package.py checks it, its weights mapped from the package at their
+// checked as artifact/package.py checks it, its weights mapped from the package at their
 // offsets, nothing written to disk. Loading checks what the Python runtime checks (README, "A
 // C++ front end"): the manifest's self-hash and format, the size and sha256 of every file it
 // lists (weights hashed from the mapping they are served from), the target (a CPU level this

@@ -3,8 +3,8 @@
 In: `trusted_keys` as given to `aotc.load` (None, one key, or a list of keys) and the files and
 folders named in AOTC_TRUSTED_KEYS. Out: a `Policy` (None when neither names anything: no
 signature required) holding typed anchors: Ed25519 public keys (signatures.json,
-runtime/signing.py), elliptic-curve public keys and CA certificates (OMS bundles, model.sig,
-runtime/oms.py). A policy that names keys but yields none (an empty list, a folder without key
+artifact/signing.py), elliptic-curve public keys and CA certificates (OMS bundles, model.sig,
+artifact/oms.py). A policy that names keys but yields none (an empty list, a folder without key
 files, AOTC_TRUSTED_KEYS=":") refuses every load (fail closed), and key material is never
 echoed in an error (a private key passed by mistake stays out of logs).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime.schema.rules import NO_USABLE_KEY, PRIVATE_KEY
+from aotc.artifact.schema.rules import NO_USABLE_KEY, PRIVATE_KEY
 
 ENV = "AOTC_TRUSTED_KEYS"
 KEY_SUFFIXES = (".pub", ".pem", ".crt")

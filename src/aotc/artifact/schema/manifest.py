@@ -4,7 +4,7 @@
 declared symbols) and returns a frozen `Manifest`; `Manifest.to_json` is what codegen writes.
 The file table is the artifact's boundary: a file is read only if it is listed here, under a
 path of the safe form (relative, no `..`, no hidden or odd names), and only through the
-artifact reader (runtime/artifact.py), which checks its size and hash as it reads it.
+artifact reader (artifact/reader.py), which checks its size and hash as it reads it.
 """
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from aotc.runtime.cpu import ORDER as ISA_ORDER
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.fields import At, short
-from aotc.runtime.schema.files import FileEntry, Weights, parse_files, parse_weights
-from aotc.runtime.schema.generation import Generation, parse_generation
-from aotc.runtime.schema.parallel import TensorParallel, parse_parallel
-from aotc.runtime.schema.params import parse_parameters
-from aotc.runtime.schema.quant import Quantization, parse_quantization
-from aotc.runtime.schema.rules import MAX_DIM, MAX_STATE_BYTES
-from aotc.runtime.schema.trees import parse_tree
-from aotc.runtime.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
+from aotc.artifact.isa import ORDER as ISA_ORDER
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.fields import At, short
+from aotc.artifact.schema.files import FileEntry, Weights, parse_files, parse_weights
+from aotc.artifact.schema.generation import Generation, parse_generation
+from aotc.artifact.schema.parallel import TensorParallel, parse_parallel
+from aotc.artifact.schema.params import parse_parameters
+from aotc.artifact.schema.quant import Quantization, parse_quantization
+from aotc.artifact.schema.rules import MAX_DIM, MAX_STATE_BYTES
+from aotc.artifact.schema.trees import parse_tree
+from aotc.artifact.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device, size_json
 
 PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
@@ -196,7 +196,7 @@ class Manifest:
     files: dict = field(default_factory=dict)   # path -> FileEntry
 
     def to_json(self) -> dict:
-        """Everything but the self-hash (runtime/format.py adds it when writing)."""
+        """Everything but the self-hash (artifact/format.py adds it when writing)."""
         out = {"format_version": self.format_version, "producer": self.producer,
                "model": self.model, "target": self.target.to_json(), "options": self.options,
                "entries": {n: e.to_json() for n, e in self.entries.items()},

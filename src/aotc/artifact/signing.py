@@ -1,11 +1,11 @@
 """Signed artifacts (runtime stage): the trust check a load makes, and `aotc sign`.
 
 Two signature formats sit at an artifact's root, neither listed in its manifest: model.sig, an
-OpenSSF Model Signing bundle over every file (runtime/oms.py; EC keys or certificates, the
+OpenSSF Model Signing bundle over every file (artifact/oms.py; EC keys or certificates, the
 format `aotc sign` writes with the key `aotc keygen` makes), and the older signatures.json,
 Ed25519 signatures over manifest.json's exact bytes (which hash every other file). Loading with
 a trust policy (`aotc.load(path, trusted_keys=...)`, AOTC_TRUSTED_KEYS, `--trusted-key`;
-runtime/trust.py) requires a valid signature by one of its keys, in either format, before
+artifact/trust.py) requires a valid signature by one of its keys, in either format, before
 anything else is read; a policy that yields no key refuses every load. Without a policy no
 signature is required, and `aotc inspect` says who signed and whether it verifies. Signing
 needs the optional extra `aotc[sign]` (cryptography, model-signing).
@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime import oms
-from aotc.runtime.trust import EC_CURVES, crypto, key_id, policy, public_key_bytes
+from aotc.artifact import format as fmt
+from aotc.artifact import oms
+from aotc.artifact.trust import EC_CURVES, crypto, key_id, policy, public_key_bytes
 
 MAX_SIGNATURES = 64
 MAX_SIGNATURE_FILE = 1 << 20
@@ -39,7 +39,7 @@ def _crypto():
 
 def read_signatures(artifact) -> list[dict]:
     """The signatures beside the manifest, checked for form (not yet verified)."""
-    from aotc.runtime.schema.fields import load_json
+    from aotc.artifact.schema.fields import load_json
     data = artifact._read_file(fmt.SIGNATURES, MAX_SIGNATURE_FILE, optional=True)
     if data is None:
         return []
@@ -73,7 +73,7 @@ def check_signature(artifact, trusted_keys) -> str | None:
     """Who signed the artifact among the trusted keys (an Ed25519 key id, or 'OMS key ID' /
     'OMS certificate SUBJECT'); None when the load names no trust policy (no signature
     required). ArtifactError when a policy is named and no signature by a trusted key covers
-    the artifact, or when the policy yields no key at all (runtime/trust.py: fail closed)."""
+    the artifact, or when the policy yields no key at all (artifact/trust.py: fail closed)."""
     trust = policy(trusted_keys)
     if trust is None:
         return None
@@ -156,7 +156,7 @@ def sign_artifact(path: str | os.PathLike, key_file: str | os.PathLike, *,
     names it). An EC key writes an OMS bundle, model.sig (with `certificate` and its `chain`:
     OMS's certificate method); an Ed25519 key adds or replaces its entry in signatures.json.
     The artifact is fully checked first: only what verifies gets signed."""
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     key = _private_key(key_file)
     ed25519, ec, _, _ = crypto()
     if certificate is not None and not isinstance(key, ec.EllipticCurvePrivateKey):
@@ -172,7 +172,7 @@ def sign_artifact(path: str | os.PathLike, key_file: str | os.PathLike, *,
             data, signer = oms.sign(art, key_file, certificate, chain)
             name, doc, who = fmt.OMS_SIGNATURE, data, f"OMS {signer.method} {signer.id}"
         if art.package is not None:   # a package is rewritten whole, with the new member
-            from aotc.runtime.package import write_package
+            from aotc.artifact.package import write_package
             write_package(art, art.root, replace={name: doc})
         else:
             tmp = art.root / f".{name}.tmp-{os.getpid()}"

@@ -1,5 +1,5 @@
 """Migrations: documents of older format versions rewritten into the current form before they
-are parsed (runtime/format.py's changelog says what each version added).
+are parsed (artifact/format.py's changelog says what each version added).
 
 Versions 1-8 differ from 9 in what later versions made explicit or added, never in meaning
 (8 only added the optional tensor_parallel section):

@@ -1,4 +1,4 @@
-"""A generator manifest's `generation` object (runtime/schema): which entries prefill and
+"""A generator manifest's `generation` object (artifact/schema): which entries prefill and
 decode, the position state, the cache, and with slots (format 22) the slots and decode buckets.
 Parsed after the entries and state, against them."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from aotc.runtime.schema.fields import At
+from aotc.artifact.schema.fields import At
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,7 @@ Writing (export, `aotc swap-weights`): the stored tensors are ordered as safeten
 cut into shards of at most `cap` bytes (a tensor larger than the cap gets a shard of its own),
 and each shard is written tensor by tensor: beside the model, only the contiguous host copy of
 the tensor being written exists, so export's peak memory stays near one copy of the weights.
-Each shard is then hashed in chunks over all cores from the bytes on disk (runtime/hashing.py).
+Each shard is then hashed in chunks over all cores from the bytes on disk (artifact/hashing.py).
 One shard is `weights.safetensors`; several are `weights-00001-of-0000N.safetensors`, with an
 index (`map`: tensor -> shard) in the manifest, as transformers shards checkpoints. The files
 are plain safetensors: any safetensors reader opens them.
@@ -28,9 +28,9 @@ from typing import Callable
 import torch
 
 from aotc.errors import ArtifactError
-from aotc.runtime import hashing
-from aotc.runtime.schema.files import SINGLE_SHARD
-from aotc.runtime.weights import CODES, MAX_HEADER, tensors
+from aotc.artifact import hashing
+from aotc.artifact.schema.files import SINGLE_SHARD
+from aotc.artifact.weights import CODES, MAX_HEADER, tensors
 
 DEFAULT_CAP = 2 << 30
 
@@ -204,7 +204,7 @@ def checked_header(checker, chunk) -> int:
     return len(spans)
 
 
-def _start_mapped(artifact) -> Loading:
+def start_mapped(artifact) -> Loading:
     """CPU: each shard mapped privately, its header chunks checked now, the rest on all cores;
     the tensors are views of the mapping that is being hashed."""
     weights, checks = {}, []
@@ -230,28 +230,6 @@ def _start_mapped(artifact) -> Loading:
 def _check(stop: threading.Event, checker, index: int, view) -> None:
     if not stop.is_set():
         checker.check_chunk(index, view)
-
-
-def start_weights(artifact, device: torch.device) -> Loading:
-    """The artifact's weights by every name the plans use (tied aliases resolved), loading:
-    on the CPU, views of the private mappings being hashed; on a GPU, device tensors being
-    filled from checked chunks (runtime/transfer.py)."""
-    if device.type == "cpu":
-        loading = _start_mapped(artifact)
-    else:
-        from aotc.runtime.transfer import start_stream
-        loading = start_stream(artifact, device)
-    try:
-        resolve_aliases(loading.weights, artifact.manifest)
-    except BaseException:
-        loading.close()
-        raise
-    return loading
-
-
-def load_weights(artifact, device: torch.device) -> dict[str, torch.Tensor]:
-    """`start_weights`, waited for: every byte checked."""
-    return start_weights(artifact, device).wait()
 
 
 def resolve_aliases(weights: dict, manifest) -> dict:

@@ -8,7 +8,7 @@ fills with `str.format` fields named in braces (`fill`).
 """
 from __future__ import annotations
 
-from aotc.runtime.cpu import ORDER as ISA_ORDER, arch_of
+from aotc.artifact.isa import ORDER as ISA_ORDER, arch_of
 
 MAX_STATE_BYTES = 1 << 40      # a module's state (a generator's caches), all of it
 MAX_DIM = 1 << 40              # one dim of a state's shape
@@ -50,7 +50,7 @@ PLAN_FAILED = dict(
     fix="re-export the model with this aotc (the plan may be damaged or not aotc's); if a fresh "
         "export fails too, report it")
 
-# OMS bundles (model.sig, runtime/oms.py; the C++ front end's oms.cpp): each refusal once.
+# OMS bundles (model.sig, artifact/oms.py; the C++ front end's oms.cpp): each refusal once.
 _OMS_FIX = "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer"
 OMS_MALFORMED = dict(
     what="model.sig is not an OMS signature bundle aotc reads", where="{where}",

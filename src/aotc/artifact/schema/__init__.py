@@ -7,10 +7,10 @@ expressions of a small grammar over declared symbols (expr.py), plans are checke
 (flow.py), and older format versions are migrated before parsing (migrate.py). A malformed
 document raises ArtifactError naming the file, the field, the expected and the found value.
 """
-from aotc.runtime.schema.fields import At, load_json
-from aotc.runtime.schema.launch import LaunchSpec, parse_launch
-from aotc.runtime.schema.manifest import Manifest, parse_manifest
-from aotc.runtime.schema.plan import Plan, parse_plan
+from aotc.artifact.schema.fields import At, load_json
+from aotc.artifact.schema.launch import LaunchSpec, parse_launch
+from aotc.artifact.schema.manifest import Manifest, parse_manifest
+from aotc.artifact.schema.plan import Plan, parse_plan
 
 __all__ = ["At", "load_json", "LaunchSpec", "parse_launch", "Manifest", "parse_manifest",
            "Plan", "parse_plan"]

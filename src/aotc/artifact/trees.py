@@ -42,7 +42,7 @@ def describe(spec: dict, meta: list[dict]) -> str:
         m = meta[spec["index"]]
         if m is None:
             return "None"
-        from aotc.runtime.schema.types import size_json
+        from aotc.artifact.schema.types import size_json
         return f"{m.dtype}[{', '.join(str(d) for d in size_json(m.shape))}]"
     if kind == Node.CONST:
         return repr(spec["value"])

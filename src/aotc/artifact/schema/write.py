@@ -7,10 +7,10 @@ that needs an ATen op outside the runtime's table; both are LoweringErrors at ex
 from __future__ import annotations
 
 from aotc.errors import ArtifactError, LoweringError
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.manifest import Manifest, parse_manifest
-from aotc.runtime.schema.ops import is_extern_op
-from aotc.runtime.schema.plan import Plan, parse_plan
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.manifest import Manifest, parse_manifest
+from aotc.artifact.schema.ops import is_extern_op
+from aotc.artifact.schema.plan import Plan, parse_plan
 
 _PENDING = "0" * 64     # the self-hash and file table are filled in by format.write_artifact
 
@@ -21,7 +21,7 @@ def typed_plan(plan: dict, entry: str, symbols) -> Plan:
         if op is not None and not is_extern_op(op):
             raise LoweringError(f"the model needs {op}, which aotc's runtime does not call",
                                 where=f"plan {entry}", expected="an op of "
-                                "runtime/schema/extern_ops.txt", found=op,
+                                "artifact/schema/extern_ops.txt", found=op,
                                 fix="report this op to aotc (it may need a lowering or a "
                                     "place in the op table), or export the model without it")
     try:

@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from aotc.runtime.schema.fields import MAX_DEPTH, At
+from aotc.artifact.schema.fields import MAX_DEPTH, At
 
 KINDS = ("tensor", "tuple", "list", "dict", "const")
 

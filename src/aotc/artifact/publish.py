@@ -1,4 +1,4 @@
-"""Publishing an artifact directory (runtime/format.py's writers, packages' unpack, weight
+"""Publishing an artifact directory (artifact/format.py's writers, packages' unpack, weight
 swaps): where it may go (the checks made before any slow work), the private staging folder
 beside it, the mode it is published with, and the atomic swap into place, so that a reader or
 a killed export sees the previous artifact or the new one, never a mixture.
@@ -19,7 +19,7 @@ def staging_beside(dest: Path):
     import errno
 
     from aotc.errors import UsageError
-    from aotc.runtime.staging import Staging
+    from aotc.artifact.staging import Staging
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         return Staging(f".{dest.name}.tmp-", dest.parent)
@@ -72,7 +72,7 @@ def check_output_dir(dest) -> Path:
 def check_destination(dest) -> Path:
     """`dest` as an absolute path an artifact can be written to, or a UsageError / an
     ArtifactError saying why not (checked before any slow work)."""
-    from aotc.runtime.format import MANIFEST
+    from aotc.artifact.format import MANIFEST
     dest = check_destination_parent(dest)
     if dest.exists() and not (dest.is_dir() and (dest / MANIFEST).is_file()):
         raise ArtifactError(f"refusing to replace {dest}: it exists and is not an aotc artifact",

@@ -3,7 +3,7 @@
 A package holds exactly the files of an artifact directory: manifest.json, the signature files
 (model.sig, signatures.json) when the artifact is signed, and every file the manifest lists, byte for byte, so the manifest's
 hashes and signatures cover a package as they cover the directory. Loading reads the manifest
-and plans from it and memory-maps the weights shards from it (runtime/artifact.py); nothing is
+and plans from it and memory-maps the weights shards from it (artifact/reader.py); nothing is
 unpacked to disk (the kernel library goes to a sealed memfd as from a directory).
 
 Layout (integers little-endian):
@@ -26,7 +26,7 @@ A reader refuses a bad magic, version or header, an index that is not that JSON 
 that shape; its bytes need not be canonical), a member name that is not a safe relative path, a
 name twice, a member out of bounds, overlapping or not at its aligned place, non-zero padding,
 bytes after the last member (all here), and members the manifest does not list or listed files
-that are not members (runtime/artifact.py). The C++ front end reads packages by the same rules,
+that are not members (artifact/reader.py). The C++ front end reads packages by the same rules,
 with the same messages (runtime/cpp/frontend/package.cpp).
 """
 from __future__ import annotations
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.publish import (check_destination, check_destination_parent, fsync_tree,
+from aotc.artifact import format as fmt
+from aotc.artifact.publish import (check_destination, check_destination_parent, fsync_tree,
                                   publish_mode, swap_into_place)
 
 MAGIC = b"AOTCPKG\0"
@@ -64,7 +64,7 @@ def alignment(name: str, size: int) -> int:
 
 
 def fmt_shard(name: str) -> bool:
-    from aotc.runtime.schema.files import SHARD
+    from aotc.artifact.schema.files import SHARD
     return bool(SHARD.match(name))
 
 
@@ -172,8 +172,8 @@ class Package:
 
 
 def _parse_index(raw: bytes, pkg: Package) -> list[Member]:
-    from aotc.runtime.schema.fields import load_json
-    from aotc.runtime.schema.manifest import PATH
+    from aotc.artifact.schema.fields import load_json
+    from aotc.artifact.schema.manifest import PATH
     doc = load_json(raw, "package index")
     doc.obj(required=("members",))
     rows, seen = [], set()
@@ -281,7 +281,7 @@ def _has_magic(path: Path) -> bool:
 def pack(src, dest) -> Path:
     """`aotc pack`: the artifact at `src` (a directory or a package), fully verified, as a
     package at `dest`."""
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     art = Artifact(src, signature_policy=False)
     try:
         art.verify_all()
@@ -293,8 +293,8 @@ def pack(src, dest) -> Path:
 def unpack(src, dest) -> Path:
     """`aotc unpack`: the package at `src`, fully verified, as an artifact directory at `dest`
     (byte-identical to the directory it was packed from), swapped into place atomically."""
-    from aotc.runtime.artifact import Artifact
-    from aotc.runtime.staging import Staging
+    from aotc.artifact.reader import Artifact
+    from aotc.artifact.staging import Staging
     if not is_package(src):
         raise UsageError(f"{src} is not a package file", where=str(src),
                          expected=f"a {SUFFIX} file written by `aotc pack`",

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aotc.runtime.quant import SCHEMES, stored_names
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.types import WEIGHT_NAME
+from aotc.artifact.quant import SCHEMES, stored_names
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.types import WEIGHT_NAME
 
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 KINDS = frozenset({"linear", "embedding"})

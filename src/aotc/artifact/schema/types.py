@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from aotc.runtime.schema import expr as ex
+from aotc.artifact.schema import expr as ex
 
 
 class StepKind(str, Enum):

@@ -13,10 +13,10 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.ops import is_extern_op
-from aotc.runtime.schema.types import (DTYPE_SET, LAYOUT_SET, MEMORY_FORMAT_SET, SlotKind,
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.ops import is_extern_op
+from aotc.artifact.schema.types import (DTYPE_SET, LAYOUT_SET, MEMORY_FORMAT_SET, SlotKind,
                                        StepKind, WEIGHT_NAME, size_json)
 
 MAX_SLOTS = 1 << 20
@@ -277,10 +277,10 @@ def parse_plan(doc: At, entry: str, symbols, spec=None) -> Plan:
     outputs = tuple(_output(a, n) for a in doc.get("outputs").list())
     if spec is not None:   # the ranges value-dependent sizes are checked against
         steps = tuple(with_ranges(s, spec.symbols) for s in steps)
-    from aotc.runtime.schema.manifest import display
+    from aotc.artifact.schema.manifest import display
     plan = Plan(entry=entry, slots=slots, inputs=inputs, steps=steps, outputs=outputs,
                 stats=display(doc.get("stats", {})))
-    from aotc.runtime.schema.flow import check_flow, check_against_entry
+    from aotc.artifact.schema.flow import check_flow, check_against_entry
     check_flow(plan, doc)
     if spec is not None:
         check_against_entry(plan, spec, doc)

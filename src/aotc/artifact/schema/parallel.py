@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.files import MAX_WEIGHTS
-from aotc.runtime.schema.types import WEIGHT_NAME
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.files import MAX_WEIGHTS
+from aotc.artifact.schema.types import WEIGHT_NAME
 
 MAX_WORLD = 64
 

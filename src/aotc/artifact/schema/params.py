@@ -16,8 +16,8 @@ import keyword
 import math
 from dataclasses import dataclass
 
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.fields import At
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.fields import At
 
 MAX_PARAMETERS = 256
 MAX_DEFAULT_TEXT = 256

@@ -1,7 +1,7 @@
 """The artifact format: the one module that names every file of an artifact directory.
 
 Codegen writes artifacts through `write_artifact` (the manifest, plans and launch specs as
-typed documents of runtime/schema); the runtime reads them through runtime/artifact.py, which
+typed documents of artifact/schema); the runtime reads them through artifact/reader.py, which
 refuses anything damaged, tampered with, malformed or of an unknown version before a single
 weight is read.
 
@@ -9,7 +9,7 @@ weight is read.
       manifest.json              format version, producers, target, entry points, guards, the
                                  weights index, and the size and digests of every other file
       weights.safetensors        parameters, buffers and constants (never pickle), or several
-      weights-0000K-of-0000N.safetensors   shards of them (runtime/shards.py)
+      weights-0000K-of-0000N.safetensors   shards of them (artifact/shards.py)
       plans/<entry>.json         the launch plan of each entry point
       runner/<entry>.json        CPU artifacts: the C++ runner's spec of that plan (format >= 10)
       samples/inputs.safetensors example inputs recorded at export (for `aotc verify`)
@@ -27,7 +27,7 @@ weight is read.
                                  config, the chat template), listed and hashed like every file
 
     NAME.aotcpkg                 the same files as one uncompressed file, read in place
-                                 (aotc pack; layout in runtime/package.py)
+                                 (aotc pack; layout in artifact/package.py)
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ import os
 from pathlib import Path
 
 from aotc.errors import ArtifactError
-from aotc.runtime import publish
-from aotc.runtime.schema.manifest import FileEntry
+from aotc.artifact import publish
+from aotc.artifact.schema.manifest import FileEntry
 
 FORMAT_VERSION = 24
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
@@ -67,7 +67,7 @@ CHANGELOG = {
                       "found only there; kernel steps may list index 'checks' (the argument "
                       "holding an index, the size it indexes, whether negatives wrap); the "
                       "optional signatures.json beside the manifest (Ed25519 over its bytes). "
-                      "Versions 1-4 are migrated when read (runtime/schema/migrate.py)"),
+                      "Versions 1-4 are migrated when read (artifact/schema/migrate.py)"),
     6: ("2026-12-01", "generators: plans may hold slots of kind 'state' (a persistent tensor of "
                       "the module, named in the manifest's 'state': name, dtype, shape, "
                       "allocated with zeros at load and updated in place by the plans) and call "
@@ -97,7 +97,7 @@ CHANGELOG = {
                       "target.native.libraries (level -> kernels/kernels-<level>.so, one arch, "
                       "lowest first) replaces target.native.isa and .library; the loader runs "
                       "the best level this CPU supports. An artifact may also travel as one "
-                      "file, a package (runtime/package.py; the same manifest and files, "
+                      "file, a package (artifact/package.py; the same manifest and files, "
                       "aligned, with an index). Versions 1-8 are migrated when read (their one "
                       "library, kernels/kernels.so, at their one level)"),
     10: ("2026-12-01", "CPU artifacts carry a runner file per entry, runner/<entry>.json "
@@ -175,7 +175,7 @@ CHANGELOG = {
                        "kernels unchecked"),
     20: ("2026-12-07", "an entry may record its call signature ('parameters': the model's "
                        "forward parameter names, one per input in order, then those the export "
-                       "left at a scalar default, with it; runtime/schema/params.py), so "
+                       "left at a scalar default, with it; artifact/schema/params.py), so "
                        "`m(input_ids=..., attention_mask=...)` binds by name. A reader of "
                        "version 19 refuses the field; versions 1-19 load as they are and take "
                        "positional arguments only"),
@@ -200,7 +200,7 @@ CHANGELOG = {
                        "key -> kind, scheme, dtype, shape [N, K], and the stored names of its "
                        "int8 values [N, K] and float32 scales [N], one per output channel; an "
                        "optional 'accuracy' measured at export, for display), checked against "
-                       "every plan slot that reads them (runtime/schema/quant.py). A reader of "
+                       "every plan slot that reads them (artifact/schema/quant.py). A reader of "
                        "version 23 refuses the field; versions 1-23 load as they are (no "
                        "quantized weights)"),
 }
@@ -241,13 +241,17 @@ TOKENIZER_FILES = {TOKENIZER_JSON: 64 << 20, "tokenizer_config.json": 16 << 20,
                    "chat_template.jinja": 1 << 20, "chat_template.json": 1 << 20}
 
 
+# after a kernel's pointer dtypes in the library's table: it takes the room of its pointers
+ROOM_MARKER = ";room"
+
+
 def kernel_library(level: str) -> str:
     """The C++ kernel library built for CPU level `level` (format >= 9)."""
     return f"{KERNELS_DIR}/kernels-{level}.so"
 
 SELF_HASH_KEY = "manifest_sha256"
 SIGNATURES = "signatures.json"     # beside the manifest, never listed in it (it signs it)
-OMS_SIGNATURE = "model.sig"        # an OMS bundle over the files (format 23; runtime/oms.py)
+OMS_SIGNATURE = "model.sig"        # an OMS bundle over the files (format 23; artifact/oms.py)
 UNLISTED = (MANIFEST, SIGNATURES, OMS_SIGNATURE)    # the files a manifest never lists
 
 
@@ -297,7 +301,7 @@ def write_artifact(dest: str | os.PathLike, files: dict[str, bytes], manifest,
                    rank_weights: list | None = None) -> Path:
     """Write `files` plus `manifest` (a schema Manifest) listing their hashes, atomically.
     `weights` (stored name -> tensor or shards.Lazy) are written as safetensors shards of at
-    most `shard_size` bytes, tensor by tensor (runtime/shards.py), and indexed in the manifest.
+    most `shard_size` bytes, tensor by tensor (artifact/shards.py), and indexed in the manifest.
 
     The directory is built beside `dest` and swapped into place in one rename, so a reader (or a
     killed export) sees either the previous artifact or the new one, never a mixture; the
@@ -335,8 +339,8 @@ def _write_weights(tmp: Path, manifest, weights: dict | None, shard_size: int | 
     import dataclasses
     if weights is None:
         return {}, manifest
-    from aotc.runtime.schema.parallel import RankWeights
-    from aotc.runtime.shards import DEFAULT_CAP, write_shards
+    from aotc.artifact.schema.parallel import RankWeights
+    from aotc.artifact.shards import DEFAULT_CAP, write_shards
     if rank_weights is None:
         entries, index = write_shards(tmp, weights, shard_size or DEFAULT_CAP)
         w = dataclasses.replace(manifest.weights, shards=tuple(entries), map=index)
@@ -356,8 +360,8 @@ def _manifest_bytes(manifest, entries: dict) -> bytes:
     """The manifest with its file table and self-hash, checked by the parser loading uses."""
     import dataclasses
 
-    from aotc.runtime.schema import parse_manifest
-    from aotc.runtime.schema.fields import At
+    from aotc.artifact.schema import parse_manifest
+    from aotc.artifact.schema.fields import At
     manifest = dataclasses.replace(manifest, format_version=FORMAT_VERSION, files=entries)
     doc = manifest.to_json()
     doc[SELF_HASH_KEY] = hashlib.sha256(dumps(doc)).hexdigest()
@@ -369,9 +373,9 @@ def _manifest_bytes(manifest, entries: dict) -> bytes:
 
 def read_manifest(path: str | os.PathLike, *, verify_hashes: bool = True, trusted_keys=None):
     """The typed manifest of an artifact, after checking it and the size and sha256 of every
-    file it lists (runtime/artifact.py). Raises ArtifactError, naming the file and the field,
+    file it lists (artifact/reader.py). Raises ArtifactError, naming the file and the field,
     for anything missing, damaged, malformed or of another version."""
-    from aotc.runtime.artifact import Artifact
+    from aotc.artifact.reader import Artifact
     art = Artifact(path, verify_hashes=verify_hashes, trusted_keys=trusted_keys)
     try:
         art.verify_all()
@@ -382,8 +386,8 @@ def read_manifest(path: str | os.PathLike, *, verify_hashes: bool = True, truste
 
 def parse_manifest_bytes(raw: bytes, where: str) -> dict:
     """manifest.json's JSON after checking its self-hash, its canonical form and its format
-    version (the typed parse follows, runtime/schema/manifest.py)."""
-    from aotc.runtime.schema.fields import load_json
+    version (the typed parse follows, artifact/schema/manifest.py)."""
+    from aotc.artifact.schema.fields import load_json
     damaged = dict(where=where, fix="re-export the model; do not edit artifacts by hand")
     manifest = load_json(raw, MANIFEST).value
     if not isinstance(manifest, dict) or not isinstance(manifest.get(SELF_HASH_KEY), str):

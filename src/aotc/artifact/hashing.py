@@ -2,7 +2,7 @@
 
 A weights shard is hashed in fixed-size chunks (CHUNK bytes; the manifest records the size), each
 with sha256 and, where the exporting host has the `blake3` package, with blake3 too
-(runtime/schema/files.py). Chunks are independent, so they are hashed on all cores at once
+(artifact/schema/files.py). Chunks are independent, so they are hashed on all cores at once
 (hashlib and blake3 release the GIL on large buffers) and each can be checked as it streams to a
 GPU (runtime/transfer.py). Loading prefers blake3, about three times faster per core, where it
 is importable, and checks sha256 otherwise: the manifest holds both, and a signature covers the
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
 from aotc.errors import ArtifactError
-from aotc.runtime.schema.files import Chunks, FileEntry, chunk_count
+from aotc.artifact.schema.files import Chunks, FileEntry, chunk_count
 
 CHUNK = 16 << 20       # large enough for full-speed copies, small enough to spread over cores
 _SLICE = 1 << 24       # whole-file sha256 is fed in slices (a memoryview of any length works)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.manifest import ARCH, display
-from aotc.runtime.schema.rules import MAX_KERNEL_BUFFERS
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.manifest import ARCH, display
+from aotc.artifact.schema.rules import MAX_KERNEL_BUFFERS
 
 BLOCK_NAME = re.compile(r"(?:XBLOCK|R\d{1,2}_BLOCK)\Z")   # generated kernels' block sizes
 BLOCK_NODES = 100         # R<n>_BLOCK is the block of a kernel's node n: n has two digits

@@ -12,10 +12,10 @@ symbols its call binds in its results' shapes too).
 """
 from __future__ import annotations
 
-from aotc.runtime.schema import expr as ex
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.plan import arg_names
-from aotc.runtime.schema.types import SlotKind, StepKind
+from aotc.artifact.schema import expr as ex
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.plan import arg_names
+from aotc.artifact.schema.types import SlotKind, StepKind
 
 
 def check_flow(plan, doc: At) -> None:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import NoReturn
 
 from aotc.errors import ArtifactError
-from aotc.runtime.schema import expr as ex
+from aotc.artifact.schema import expr as ex
 
 MAX_JSON_BYTES = 256 << 20     # one manifest, plan or launch spec
 MAX_STR = 4096                 # characters in one string field

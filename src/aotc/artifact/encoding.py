@@ -2,7 +2,7 @@
 
 A plan (plans/<entry>.json) lists slots (one per value: input, weight or intermediate, with its
 symbolic shape and dtype) and ordered steps; its typed form and parser are in
-runtime/schema/plan.py. Codegen builds plan JSON with `encode_arg` and the dict helpers here
+artifact/schema/plan.py. Codegen builds plan JSON with `encode_arg` and the dict helpers here
 (`slots_in`, `step_uses`), then writes it through the schema. `without_outputs` prunes a typed
 plan at load (a training backward whose inputs need no gradient).
 """
@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import torch
 
-from aotc.runtime.dtypes import DTYPE_NAMES, LAYOUTS, MEMORY_FORMATS
-from aotc.runtime.schema.plan import Output
-from aotc.runtime.schema.types import SlotKind, StepKind  # noqa: F401 - re-exported
+from aotc.artifact.dtypes import DTYPE_NAMES, LAYOUTS, MEMORY_FORMATS
+from aotc.artifact.schema.plan import Output
+from aotc.artifact.schema.types import SlotKind, StepKind  # noqa: F401 - re-exported
 
 
 def slots_in(arg) -> list[int]:

@@ -3,9 +3,9 @@
 `Artifact(path)` opens the directory once and reads each file relative to that descriptor,
 refusing symlinks at every step and anything that is not a regular file, so no path in a
 manifest can reach outside the artifact. The manifest is parsed from the bytes whose self-hash
-was checked, with the typed schema (runtime/schema); a signature, when the caller requires
-one, is checked over those same bytes (runtime/signing.py). Every listed file is then checked
-against its size and digests (runtime/hashing.py), from the bytes the runtime goes on to use:
+was checked, with the typed schema (artifact/schema); a signature, when the caller requires
+one, is checked over those same bytes (artifact/signing.py). Every listed file is then checked
+against its size and digests (artifact/hashing.py), from the bytes the runtime goes on to use:
 small files are read into memory and checked at open; weights shards, which are large, are
 checked when they are used and before any tensor is made of them: memory-mapped privately from
 the descriptor and hashed from that mapping, chunks over all cores (`mapped`), or hashed chunk
@@ -13,7 +13,7 @@ by chunk from the staging buffers that carry them to a GPU (`stream`, runtime/tr
 Swapping a file on disk after this changes nothing that was loaded. Files the manifest does not
 list are never opened.
 
-A path that is a regular file is a package (runtime/package.py): the same files as members of
+A path that is a regular file is a package (artifact/package.py): the same files as members of
 one file, whose layout is checked when it is opened; each member is then read, mapped or
 streamed from its offset in the package exactly as the file of the same name is from a
 directory, and a member the manifest does not list is refused.
@@ -26,13 +26,13 @@ import stat
 from pathlib import Path
 
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.hashing import Checker
-from aotc.runtime.package import Package, is_package
-from aotc.runtime.schema import load_json, parse_manifest, parse_plan
-from aotc.runtime.schema.flow import check_collectives, check_states
-from aotc.runtime.schema.migrate import migrate_manifest, migrate_plan
-from aotc.runtime.schema.quant import check_plan as check_quantized
+from aotc.artifact import format as fmt
+from aotc.artifact.hashing import Checker
+from aotc.artifact.package import Package, is_package
+from aotc.artifact.schema import load_json, parse_manifest, parse_plan
+from aotc.artifact.schema.flow import check_collectives, check_states
+from aotc.artifact.schema.migrate import migrate_manifest, migrate_plan
+from aotc.artifact.schema.quant import check_plan as check_quantized
 
 MAX_MANIFEST = 64 << 20
 MAPPED = 1 << 20          # files at least this large are memory-mapped, not read
@@ -60,7 +60,7 @@ class Artifact:
             self.version = raw["format_version"]
             self.manifest = parse_manifest(load_json_obj(migrate_manifest(raw), fmt.MANIFEST))
             self._check_members()
-            from aotc.runtime.signing import check_signature
+            from aotc.artifact.signing import check_signature
             self.signer = check_signature(self, trusted_keys) if signature_policy else None
             if self.signer is not None and not verify_hashes:
                 raise UsageError("a required signature means nothing without the hash checks",
@@ -113,7 +113,7 @@ class Artifact:
     def mapping(self, rel: str) -> tuple[object, Checker]:
         """(private mapping, checker) of a listed file whose size was checked, not yet hashed:
         for a reader that checks every chunk before anything computed from it is used
-        (runtime/shards.py)."""
+        (artifact/shards.py)."""
         fd, base = self._open_sized(rel)
         try:
             size = self.manifest.files[rel].size
@@ -147,13 +147,10 @@ class Artifact:
             else tp.shards()
 
     def plans(self) -> dict:
-        """Every entry's plan (entry -> Plan), the runner files checked against them: a
-        stored runner file that is not what its plan derives is refused, so the C++ front end
-        runs what was checked here (runtime/runner_file.py)."""
-        from aotc.runtime.runner_file import check_runner_files
-        plans = {name: self.plan(name) for name in self.manifest.entries}
-        check_runner_files(self, plans)
-        return plans
+        """Every entry's plan (entry -> Plan), each checked by the schema. The runtime loads
+        them through runtime/runner_file.py `checked_plans`, which also refuses a stored
+        runner file its plan does not derive."""
+        return {name: self.plan(name) for name in self.manifest.entries}
 
     def plan(self, entry: str):
         spec = self.manifest.entries[entry]
@@ -304,7 +301,7 @@ class Artifact:
 
 
 def _check_isa(isa):
-    from aotc.runtime.cpu import LEVELS
+    from aotc.artifact.isa import LEVELS
     if isa is not None and isa not in LEVELS:
         raise UsageError(f"unknown CPU level {isa!r}", where="aotc.load(isa=)",
                          expected=sorted(LEVELS), found=repr(isa)[:60],
@@ -342,5 +339,5 @@ def _read_at(fd: int, base: int, size: int) -> bytes:
 
 def load_json_obj(data, file: str):
     """A JSON document (bytes, or an already parsed object) as a schema cursor."""
-    from aotc.runtime.schema.fields import At
+    from aotc.artifact.schema.fields import At
     return load_json(data, file) if isinstance(data, (bytes, bytearray)) else At.root(file, data)

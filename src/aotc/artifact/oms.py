@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from aotc.errors import ArtifactError, UsageError
-from aotc.runtime import format as fmt
-from aotc.runtime.schema import rules
-from aotc.runtime.schema.rules import MAX_BUNDLE, MAX_OMS_RESOURCES, fill
-from aotc.runtime.trust import Anchor, crypto, key_id
+from aotc.artifact import format as fmt
+from aotc.artifact.schema import rules
+from aotc.artifact.schema.rules import MAX_BUNDLE, MAX_OMS_RESOURCES, fill
+from aotc.artifact.trust import Anchor, crypto, key_id
 
 GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")   # OMS never signs these
 IGNORED = (fmt.OMS_SIGNATURE, fmt.SIGNATURES) + GIT_PATHS

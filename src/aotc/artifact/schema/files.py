@@ -4,7 +4,7 @@ A file entry gives a file's size and its digests: one sha256 of the whole file (
 every file of artifacts before format 6), or digests of fixed-size chunks (weights shards):
 sha256 always, blake3 too when the exporting host had it. Chunks are checked independently, so
 loading hashes them over all cores and checks each as it streams to a GPU
-(runtime/hashing.py, runtime/transfer.py).
+(artifact/hashing.py, runtime/transfer.py).
 
 The weights index says which shard files hold the stored tensors (`map`: name -> shard, as a
 transformers checkpoint index does), which names are tied aliases of a stored tensor, which are
@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aotc.runtime.schema.fields import At
-from aotc.runtime.schema.types import HEX64, WEIGHT_NAME
+from aotc.artifact.schema.fields import At
+from aotc.artifact.schema.types import HEX64, WEIGHT_NAME
 
 MAX_FILE = 1 << 44
 MIN_CHUNK, MAX_CHUNK = 1 << 10, 1 << 30
