@@ -80,6 +80,8 @@ RUNTIME_USES = {
                                 "Triton interpreter get the runtime's interpreter settings"},
     "exporter/fft.py": {"aotc.runtime.fourier": "aotc's custom FFT op, which graphs call"},
     "exporter/hf_decoder.py": {"aotc.runtime.attention": "aotc's custom attention op"},
+    "exporter/train_attention.py": {"aotc.runtime.attention": "aotc::sdpa_backward traces "
+                                    "with the function the runtime runs it with"},
     "exporter/hf_folder.py": {"aotc.runtime.tokenizer": "a folder's tokenizer is read the way "
                               "the runtime reads the artifact's copy"},
 }

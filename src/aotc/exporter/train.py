@@ -24,6 +24,7 @@ from aotc.errors import ExportError
 from aotc.exporter.decomp import decomposition_table
 from aotc.exporter.outputs import FlatOutputs, follow, tree_spec
 from aotc.exporter.program import graph_to_json, node_source
+from aotc.exporter.train_attention import keep_attention
 from aotc.artifact.dtypes import dtype_name
 
 
@@ -56,10 +57,11 @@ def capture_training(model: torch.nn.Module, args: tuple, *, strict: bool, sourc
     inputs = [a.detach().requires_grad_(a.is_floating_point()) for a in args]  # input grads too
     flat = ([gparams.get(n, params[n]) for n in pnames]
             + [gbufs.get(n, buffers[n]).clone() for n in bnames] + inputs)
-    # attention as the math ops it computes: the backward is then derived from them, correct and
-    # device-neutral. The fused CPU kernel's decomposition returns the attention weights where the
-    # op returns its logsumexp, which the kept backward op then read as one (gradients up to 16x
-    # off, and a dtype error in bf16); its backward op runs on no other device either.
+    # attention kept whole, its backward aotc's own op (exporter/train_attention.py); calls it
+    # cannot take as the math ops they compute. Never the capturing machine's fused kernel: the
+    # CPU's decomposes into one that returns the attention weights where the op returns its
+    # logsumexp (gradients up to 16x off), and its backward op runs on no other device.
+    keep_attention(gm)
     with sdpa_kernel([SDPBackend.MATH]):
         graphs = _trace(step, flat, needs_grad, len(leaves))
     if graphs["num_fwd_outputs"] != len(leaves) + len(mutated):

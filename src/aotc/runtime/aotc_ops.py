@@ -9,6 +9,10 @@ it reads the position (no device to wait for) and attends the valid keys only; e
 masks the rest of the cache, so no value is read back from the device (CUDA artifacts launch
 a flash-decoding kernel instead, codegen/triton/decode_attention.py).
 
+`aotc::sdpa_backward.default(grad, query, key, value, is_causal, scale, enable_gqa[,
+attn_mask])`: (dq, dk, dv) of ATen's attention, its forward recomputed under autograd so the
+device's fused backward runs (training steps; runtime/attention.py).
+
 `aotc::fft.default(x, dims, mode[, size])`: torch.fft over the dims set in the bitmask `dims`
 (runtime/fourier.py).
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from aotc.runtime.attention import attention, window_mask
+from aotc.runtime.attention import attention, sdpa_backward, window_mask
 from aotc.runtime.fourier import fft
 from aotc.artifact.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
@@ -97,4 +101,5 @@ OPS = {"aotc::all_reduce.default": (all_reduce, "T", 1),
        "aotc::fft.default": (fft, "Tiii", 3),
        "aotc::all_gather.default": (all_gather, "Tii", 3),
        "aotc::decode_attention.default": (decode_attention, "TTTTfifT", 5),
-       "aotc::decode_attention_write.default": (decode_attention_write, "TTTTTTfifT", 7)}
+       "aotc::decode_attention_write.default": (decode_attention_write, "TTTTTTfifT", 7),
+       "aotc::sdpa_backward.default": (sdpa_backward, "TTTTifiT", 7)}

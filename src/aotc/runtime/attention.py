@@ -47,3 +47,20 @@ def attention(q, k, v, mask, scale: float, softcap: float = 0.0, causal: bool = 
         weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1,
                                 dtype=torch.float32)[..., :-1]
     return torch.matmul(weights.to(q.dtype), v)
+
+
+def sdpa_backward(grad, q, k, v, is_causal: int, scale: float, enable_gqa: int = 0, mask=None):
+    """(dq, dk, dv) of ATen's attention `out = sdpa(q, k, v, mask, is_causal, scale)` for the
+    gradient `grad` of `out`: the forward recomputed under autograd, whose backward is the
+    device's fused one (flash or memory-efficient on a GPU, flash on a CPU), so a training
+    step saves q, k and v rather than the [T, K] weights, and its backward never materializes
+    them. Contiguous results, as the op's fake implementation promises (exporter)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        own = lambda t: t.clone() if t.is_inference() else t.detach()   # noqa: E731
+        q, k, v = (own(t).requires_grad_() for t in (q, k, v))
+        grad = grad.clone() if grad.is_inference() else grad
+        mask = own(mask) if mask is not None else None
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(is_causal),
+                                             scale=scale, enable_gqa=bool(enable_gqa))
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous()

@@ -20,7 +20,7 @@ def extern_ops() -> frozenset[str]:
 AOTC_OPS = frozenset({"aotc::decode_attention.default",       # runtime/aotc_ops.py
                       "aotc::decode_attention_write.default",
                       "aotc::all_reduce.default", "aotc::all_gather.default",
-                      "aotc::fft.default"})
+                      "aotc::fft.default", "aotc::sdpa_backward.default"})
 
 
 def is_extern_op(name: str) -> bool:

@@ -1,6 +1,8 @@
 // aotc's own ops (`aotc::<name>.<overload>`), as runtime/aotc_ops.py implements them for the
 // Python runner: a fixed table, like the ATen op table the schema checks plans against.
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <limits>
@@ -150,6 +152,28 @@ void fft(torch::jit::Stack& st) {
   st.emplace_back(half ? out.to(x.scalar_type()) : out);
 }
 
+// sdpa_backward(grad, query, key, value, is_causal, scale, enable_gqa[, attn_mask]): (dq, dk,
+// dv) of ATen's attention, its forward recomputed under autograd so that the device's fused
+// backward runs (runtime/attention.py's sdpa_backward); contiguous, as the plan's slots are.
+void sdpa_backward(torch::jit::Stack& st) {
+  c10::InferenceMode off(false);
+  at::AutoGradMode grad_mode(true);
+  auto own = [](const at::Tensor& t) { return t.is_inference() ? t.clone() : t.detach(); };
+  at::Tensor grad = own(st[0].toTensor());
+  at::Tensor q = own(st[1].toTensor()).requires_grad_();
+  at::Tensor k = own(st[2].toTensor()).requires_grad_();
+  at::Tensor v = own(st[3].toTensor()).requires_grad_();
+  bool causal = st[4].toScalar().toLong() != 0;
+  double scale = st[5].toScalar().toDouble();
+  bool gqa = st[6].toScalar().toLong() != 0;
+  std::optional<at::Tensor> mask;
+  if (st.size() > 7 && !st[7].isNone()) mask = own(st[7].toTensor());
+  at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale, gqa);
+  auto grads = torch::autograd::grad({out}, {q, k, v}, {grad});
+  st.clear();
+  for (auto& g : grads) st.emplace_back(g.contiguous());
+}
+
 }  // namespace
 
 // The aotc op of that name, its arguments' kinds (as runtime/aotc_ops.py's OPS: 'T' a tensor
@@ -163,6 +187,10 @@ NativeOp native_op(const std::string& op, const std::string& overload, std::stri
   if (op == "aotc::fft" && overload == "default") {
     kinds = "Tiii", least = 3;
     return &fft;
+  }
+  if (op == "aotc::sdpa_backward" && overload == "default") {
+    kinds = "TTTTifiT", least = 7;
+    return &sdpa_backward;
   }
   if (op == "aotc::decode_attention_write" && overload == "default") {
     kinds = "TTTTTTfifT", least = 7;
