@@ -135,7 +135,11 @@ def meta(args) -> dict:
 def _baseline_version(args) -> str | None:
     if args.baseline is None:
         return None
-    version = args.baseline / "runtime" / "format.py"
+    # the package's format module: artifact/format.py since the contract package, before it
+    # runtime/format.py
+    version = next((p for p in (args.baseline / "artifact" / "format.py",
+                                args.baseline / "runtime" / "format.py") if p.exists()),
+                   args.baseline / "artifact" / "format.py")
     line = next((x for x in version.read_text().splitlines()
                  if x.startswith("FORMAT_VERSION")), "")
     return f"{args.baseline} ({line.strip()})"

@@ -28,6 +28,7 @@ import torch
 
 from aotc.runtime.attention import attention, sdpa_backward, window_mask
 from aotc.runtime.fourier import fft
+from aotc.artifact.schema.ops import AOTC_OPS
 from aotc.artifact.schema.flow import COLLECTIVES   # noqa: F401 - which of OPS are collectives
 
 
@@ -95,11 +96,11 @@ def all_gather(x, dim, world):
     return torch.cat(parts, dim)
 
 
-# name: (function, its arguments' kinds, how many are required). Kinds: "T" a tensor slot,
-# "i" an int, "f" a number; the ones after the required count may be left out.
-OPS = {"aotc::all_reduce.default": (all_reduce, "T", 1),
-       "aotc::fft.default": (fft, "Tiii", 3),
-       "aotc::all_gather.default": (all_gather, "Tii", 3),
-       "aotc::decode_attention.default": (decode_attention, "TTTTfifT", 5),
-       "aotc::decode_attention_write.default": (decode_attention_write, "TTTTTTfifT", 7),
-       "aotc::sdpa_backward.default": (sdpa_backward, "TTTTifiT", 7)}
+_FUNCTIONS = {"aotc::all_reduce.default": all_reduce, "aotc::fft.default": fft,
+              "aotc::all_gather.default": all_gather,
+              "aotc::decode_attention.default": decode_attention,
+              "aotc::decode_attention_write.default": decode_attention_write,
+              "aotc::sdpa_backward.default": sdpa_backward}
+# name: (function, its arguments' kinds, how many are required), the kinds from the schema's
+# table (artifact/schema/ops.py)
+OPS = {name: (_FUNCTIONS[name], *signature) for name, signature in AOTC_OPS.items()}

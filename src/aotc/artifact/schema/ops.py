@@ -17,10 +17,16 @@ def extern_ops() -> frozenset[str]:
     return frozenset(line.strip() for line in lines if line.strip() and line[0] != "#")
 
 
-AOTC_OPS = frozenset({"aotc::decode_attention.default",       # runtime/aotc_ops.py
-                      "aotc::decode_attention_write.default",
-                      "aotc::all_reduce.default", "aotc::all_gather.default",
-                      "aotc::fft.default", "aotc::sdpa_backward.default"})
+# aotc's own ops (runtime/aotc_ops.py implements them; the C++ runner those it can run):
+# name -> (its arguments' kinds, how many are required). Kinds: "T" a tensor slot, "i" an int,
+# "f" a number; the ones after the required count may be left out. Both runners check a plan's
+# calls against this one table (the C++ one through rules.h, scripts/gen_cpp_rules.py).
+AOTC_OPS = {"aotc::decode_attention.default": ("TTTTfifT", 5),
+            "aotc::decode_attention_write.default": ("TTTTTTfifT", 7),
+            "aotc::all_reduce.default": ("T", 1),
+            "aotc::all_gather.default": ("Tii", 3),
+            "aotc::fft.default": ("Tiii", 3),
+            "aotc::sdpa_backward.default": ("TTTTifiT", 7)}
 
 
 def is_extern_op(name: str) -> bool:

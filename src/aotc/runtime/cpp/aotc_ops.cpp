@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "frontend/rules.h"
 #include "include/aotc/errors.h"
 #include "instr.h"
 
@@ -176,25 +177,24 @@ void sdpa_backward(torch::jit::Stack& st) {
 
 }  // namespace
 
-// The aotc op of that name, its arguments' kinds (as runtime/aotc_ops.py's OPS: 'T' a tensor
-// slot, 'i' an int, 'f' a number) and how many of them are required; or nullptr.
+// The aotc op of that name that this runner implements, with its arguments' kinds ('T' a
+// tensor slot, 'i' an int, 'f' a number) and how many of them are required, both from the
+// schema's table (artifact/schema/ops.py, generated into rules.h); or nullptr.
 NativeOp native_op(const std::string& op, const std::string& overload, std::string& kinds,
                    size_t& least) {
-  if (op == "aotc::decode_attention" && overload == "default") {
-    kinds = "TTTTfifT", least = 5;
-    return &decode_attention;
-  }
-  if (op == "aotc::fft" && overload == "default") {
-    kinds = "Tiii", least = 3;
-    return &fft;
-  }
-  if (op == "aotc::sdpa_backward" && overload == "default") {
-    kinds = "TTTTifiT", least = 7;
-    return &sdpa_backward;
-  }
-  if (op == "aotc::decode_attention_write" && overload == "default") {
-    kinds = "TTTTTTfifT", least = 7;
-    return &decode_attention_write;
+  static const std::pair<const char*, NativeOp> kImplemented[] = {
+      {"aotc::decode_attention.default", &decode_attention},
+      {"aotc::decode_attention_write.default", &decode_attention_write},
+      {"aotc::fft.default", &fft},
+      {"aotc::sdpa_backward.default", &sdpa_backward}};
+  const std::string name = op + "." + overload;
+  for (const auto& [implemented, fn] : kImplemented) {
+    if (name != implemented) continue;
+    for (const auto& entry : fe::rules::kAotcOps)
+      if (name == entry.name) {
+        kinds = entry.kinds, least = entry.least;
+        return fn;
+      }
   }
   return nullptr;
 }

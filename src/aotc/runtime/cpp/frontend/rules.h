@@ -37,6 +37,17 @@ inline constexpr const char* kRunnerFields[] = {
     "guards",
 };
 
+// aotc's own ops: name, arguments' kinds, how many are required
+struct AotcOp { const char *name, *kinds; size_t least; };
+inline constexpr AotcOp kAotcOps[] = {
+    {"aotc::decode_attention.default", "TTTTfifT", 5},
+    {"aotc::decode_attention_write.default", "TTTTTTfifT", 7},
+    {"aotc::all_reduce.default", "T", 1},
+    {"aotc::all_gather.default", "Tii", 3},
+    {"aotc::fft.default", "Tiii", 3},
+    {"aotc::sdpa_backward.default", "TTTTifiT", 7},
+};
+
 struct Template { const char *what, *where, *expected, *found, *fix; };
 inline constexpr Template kNoUsableKey = {
     "the trust policy names no usable key, so nothing can be trusted",
