@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 MARKER = "<!-- format-changelog -->"
-FORMAT_PY = Path(__file__).resolve().parents[2] / "src" / "aotc" / "runtime" / "format.py"
+FORMAT_PY = Path(__file__).resolve().parents[2] / "src" / "aotc" / "artifact" / "format.py"
 
 
 def read_changelog(path: Path = FORMAT_PY) -> tuple[int, dict[int, tuple[str, str]]]:
