@@ -31,7 +31,7 @@ class Dumper:
                      for n, p in enumerate(passes, 1)]
 
     def skipped(self, number: int, p) -> None:
-        self.rows[number - 1] += "  (skipped: not needed for this target)"
+        self.rows[number - 1] += f"  (skipped: {p.when.__doc__ or 'not needed here'})"
         self._index()
 
     def write(self, number: int, p, value, seconds: float) -> None:

@@ -54,6 +54,7 @@ class Pass:
 
 
 def _gpu_inference(ctx: Context) -> bool:
+    """GPU inference only"""
     backend = ctx.backend
     return backend is not None and backend.device == "cuda" and ctx.inference
 
