@@ -71,7 +71,7 @@ def test_stages_import_along_the_pipeline(stage, forbidden):
 # The compiler writes through the contract (aotc.artifact) and reaches into the runtime only
 # where a rule names it, with the reason.
 RUNTIME_USES = {
-    "codegen/__init__.py": {"aotc.runtime.runner_file":
+    "codegen/assemble.py": {"aotc.runtime.runner_file":
                             "runner files are derived by the runtime's program builder, at "
                             "export as at load (one derivation)"},
     "codegen/triton/autotune.py": {"aotc.runtime.cuda": "autotune times candidate configs "

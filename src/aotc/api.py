@@ -61,7 +61,8 @@ def export_module(model, example_inputs, path, *, source: str | None = None,
         program = dataclasses.replace(program, options={**program.options, **recorded})
     return codegen.compile(program, target, path, codegen=opts.codegen, isa=opts.isa,
                            autotune=opts.autotune, prove=opts.prove, progress=step,
-                           shard_size=opts.shard_bytes(), attachments=attachments)
+                           shard_size=opts.shard_bytes(), attachments=attachments,
+                           dump_passes=opts.dump_passes)
 
 
 def export_folder(folder, path=None, *, task: str | None = None, batch: int | None = None,
@@ -147,4 +148,5 @@ def compile_function(fn, example_inputs, path, **options) -> Path:
     opts = ExportOptions.from_kwargs(**options)
     program = exporter.trace_function(fn, tuple(example_inputs))
     return codegen.compile(program, Target.parse(opts.target), path, codegen=opts.codegen,
-                           isa=opts.isa, autotune=opts.autotune, shard_size=opts.shard_bytes())
+                           isa=opts.isa, autotune=opts.autotune, shard_size=opts.shard_bytes(),
+                           dump_passes=opts.dump_passes)

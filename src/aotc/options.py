@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from aotc.errors import UsageError
 
 
-def _opt(default, help: str, kind: type | None = None):
+def _opt(default, help: str, kind: type | None = None, recorded: bool = True):
     """An option: its default, help text, and the type of its CLI flag's value (default: the
-    default's type; given for options whose default is None)."""
-    return field(default=default, metadata={"help": help, "kind": kind or type(default)})
+    default's type; given for options whose default is None). `recorded=False`: an option
+    that changes nothing in the artifact (a debugging aid) and is left out of the manifest."""
+    return field(default=default, metadata={"help": help, "kind": kind or type(default),
+                                            "recorded": recorded})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +88,11 @@ class ExportOptions:
                                                "quantized model's outputs are further than "
                                                "this relative L2 error from the unquantized "
                                                "model's on the example inputs.", kind=float)
+    dump_passes: str | None = _opt(None, "Write each codegen pass's output, readable, into "
+                                         "this folder (DIR/passes.txt, DIR/<entry>/NN-<pass>"
+                                         ".txt: graph, loop IR, kernels, plan; "
+                                         "docs/development.md). The artifact is the same "
+                                         "with or without it.", kind=str, recorded=False)
 
     def __post_init__(self):
         if self.decode and self.train:
@@ -118,9 +125,19 @@ class ExportOptions:
                              fix="export the training step without --tensor-parallel")
         self.shard_bytes()
         self._check_quantize()
+        self._check_dump_passes()
         if self.codegen and self.target.strip().lower().partition(":")[0] == "cpu":
             from aotc.codegen.cpp.build import resolve_isa
             resolve_isa(self.isa)      # an unknown level or a missing cross compiler, now
+
+    def _check_dump_passes(self) -> None:
+        import os
+        if self.dump_passes is not None and (not str(self.dump_passes).strip() or (
+                os.path.exists(self.dump_passes) and not os.path.isdir(self.dump_passes))):
+            raise UsageError(f"--dump-passes {self.dump_passes!r} is not a folder",
+                             where="--dump-passes", expected="a folder (created if missing)",
+                             found=repr(self.dump_passes),
+                             fix="name a folder for the pass dumps, e.g. --dump-passes passes")
 
     def _check_quantize(self) -> None:
         from aotc.artifact.quant import SCHEMES
@@ -209,7 +226,9 @@ class ExportOptions:
         return value
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """The options the manifest records (every option but debugging aids)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.metadata["recorded"]}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -80,7 +80,10 @@ def main(ctx, debug):
         log = logging.getLogger("aotc")
         level = log.level
         log.setLevel(logging.DEBUG)
-        ctx.call_on_close(lambda: log.setLevel(level))
+        handler = logging.StreamHandler()   # aotc's own debug lines: codegen's pass times
+        handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+        log.addHandler(handler)
+        ctx.call_on_close(lambda: (log.setLevel(level), log.removeHandler(handler)))
 
 
 @main.command()

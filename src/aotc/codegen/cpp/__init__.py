@@ -1,8 +1,12 @@
-"""The C++/OpenMP backend: Kernels in, one C++ source file and one shared library out."""
+"""The C++/OpenMP backend: Kernels in, one C++ source file and one shared library per CPU level
+out (`CppBackend`, codegen/backend.py's protocol)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
+from aotc.artifact import format as fmt
+from aotc.codegen.backend import GeneratedKernels, KernelGroup, Lowering, Signature
 from aotc.codegen.cpp.build import build_libraries, compiler, compiler_version, resolve_isa
 from aotc.codegen.cpp.kernel import kernel_source
 from aotc.codegen.cpp.room import ROOM_MARKER
@@ -19,33 +23,62 @@ extern "C" void aotc_set_num_threads(int n) { omp_set_num_threads(n); }
 extern "C" int aotc_max_threads() { return omp_get_max_threads(); }
 """
 
-__all__ = ["generate", "resolve_isa", "compiler_description"]
+__all__ = ["CppBackend", "resolve_isa", "compiler_description"]
 
 
-def generate(groups: list, levels: tuple):
-    """Kernels of one or more graphs, given as (kernels, buffers, stored) groups, into one
-    source and one library per CPU level: (source text, {level: library bytes},
-    {kernel name: (buffers read, written, sizes)}). Kernels of one shape (the same source but
-    for names, codegen/shapes.py) are one function, under each of their names in the table."""
-    bodies, signatures, entries, shapes = [], {}, [], {}
-    for kernels, buffers, stored in groups:
-        for k in kernels:
-            src, ins, outs, sizes = kernel_source(k, buffers, stored)
-            signatures[k.name] = (ins, outs, sizes)
-            dtypes = ",".join(dtype_name(buffers[n].dtype) for n in (*ins, *outs)) + ROOM_MARKER
-            # a kernel of a shape compiled before (codegen/shapes.py) is that one's function
-            first = shapes.setdefault(numbered(src, [k.name, *ins, *outs], "//"), k.name)
-            if first == k.name:
-                bodies.append(src)
-            entries.append((k.name, _prototype(src, k.name) if first == k.name else None,
-                            len(ins) + len(outs), len(sizes), dtypes, first))
-    table = THREADS_UNIT + kernel_table(entries)
-    header = (f"// aotc generated kernels: {len(entries)} kernels, {len(bodies)} functions "
-              f"(kernels of one shape share one), built for -march={', '.join(levels)}\n")
-    source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
-    units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
-             for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [table]
-    return source, build_libraries(units, levels), signatures
+class CppBackend:
+    """The C++/OpenMP backend (codegen/backend.py's `Backend`): every entry's kernels in one
+    source, compiled into one shared library per CPU level of `isa` (build.resolve_isa)."""
+    name = "cpp"
+    device = "cpu"
+
+    def __init__(self, isa: str = "auto"):
+        self.isa = isa
+
+    def lowering(self, inference: bool) -> Lowering:
+        # channels-last convolutions (oneDNN's fast layout); SDPA outputs where the export
+        # machine's CPU attention puts them; hand-written attention as one SDPA call
+        return Lowering(channels_last=inference, sdpa_layout=True, fuse_attention=inference)
+
+    def generate(self, groups: Sequence[KernelGroup]) -> GeneratedKernels:
+        """One source and its translation units for the kernels of `groups`. Kernels of one
+        shape (the same source but for names, codegen/shapes.py) are one function, under each
+        of their names in the table."""
+        levels = resolve_isa(self.isa)
+        bodies, signatures, entries, shapes, texts = [], {}, [], {}, {}
+        for group in groups:
+            buffers = group.buffers
+            for k in group.kernels:
+                src, ins, outs, sizes = kernel_source(k, buffers, group.stored)
+                signatures[k.name] = Signature(ins, outs, sizes)
+                texts[k.name] = src
+                dtypes = ",".join(dtype_name(buffers[n].dtype) for n in (*ins, *outs)) \
+                    + ROOM_MARKER
+                # a kernel of a shape compiled before (codegen/shapes.py) is that one's function
+                first = shapes.setdefault(numbered(src, [k.name, *ins, *outs], "//"), k.name)
+                if first == k.name:
+                    bodies.append(src)
+                entries.append((k.name, _prototype(src, k.name) if first == k.name else None,
+                                len(ins) + len(outs), len(sizes), dtypes, first))
+        table = THREADS_UNIT + kernel_table(entries)
+        header = (f"// aotc generated kernels: {len(entries)} kernels, {len(bodies)} functions "
+                  f"(kernels of one shape share one), built for -march={', '.join(levels)}\n")
+        source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
+        units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
+                 for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [table]
+        return GeneratedKernels(sources={fmt.KERNEL_SOURCE: source.encode()}, texts=texts,
+                                signatures=signatures, work=(tuple(units), levels))
+
+    def build(self, generated: GeneratedKernels) -> dict[str, bytes]:
+        units, levels = generated.work
+        return {fmt.kernel_library(level): lib
+                for level, lib in build_libraries(list(units), levels).items()}
+
+    def native(self, generated: GeneratedKernels) -> dict:
+        _, levels = generated.work
+        return {"compiler": compiler_description(levels), "source": fmt.KERNEL_SOURCE,
+                "libraries": {level: fmt.kernel_library(level) for level in levels},
+                "table": True}
 
 
 def _prototype(src: str, name: str) -> str:
