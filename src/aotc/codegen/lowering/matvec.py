@@ -28,6 +28,7 @@ import torch
 
 from aotc.codegen.ir import NullHandler, Op, ReductionType as R, sym
 from aotc.codegen.lowering import out_dtype, out_shape, register
+from aotc.codegen.lowering.quantized import quant_product
 from aotc.codegen.lowering.reductions import acc_dtype
 
 aten = torch.ops.aten
@@ -125,7 +126,15 @@ def _skinny(g, x, w, bias, dtype):
     g.out.steps.append(skinny_mm_kernel(xb, wb, bb, out, tiles))
     if one:
         return g.realized(out.slot)
-    lp, lb, splits = out.loader(), (bias.loader if bias is not None else None), tiles.splits
+    return split_sums(g, out, bias.loader if bias is not None else None, tiles.splits, m, n,
+                      dtype)
+
+
+def split_sums(g, out, lb, splits: int, m: int, n: int, dtype):
+    """The product whose float32 partial sums [splits, m, n] a kernel stored in `out`: a lazy
+    value adding them (and the bias, loader `lb`) in order, which its readers compute as they
+    load it (the few-rows and the quantized-weight kernels)."""
+    lp = out.loader()
 
     def fn(h, i):
         acc = lp(h, (0, *i))
@@ -168,6 +177,9 @@ def _matvec(g, x, w, dtype):
 @register(aten.mm.default)
 def mm(g, metas, x, w):
     dtype = out_dtype(metas)
+    quantized = quant_product(g, x, w, None, dtype)
+    if quantized is not None:
+        return quantized
     if not _one_row(g, x, w, dtype):
         return _skinny(g, x, w, None, dtype) if _few_rows(g, x, w, dtype) else None
     red = _matvec(g, x, w, dtype)
@@ -180,6 +192,9 @@ def addmm_few_rows(g, metas, bias, x, w):
     """bias + x @ w for one row of x, or for 2 to 16 with a bias [N] (addmm's lowering asks
     this first), else None."""
     dtype = out_dtype(metas)
+    quantized = quant_product(g, x, w, bias, dtype) if len(bias.shape) == 1 else None
+    if quantized is not None:
+        return quantized
     if len(bias.shape) == 1 and bias.dtype == dtype and _few_rows(g, x, w, dtype):
         return _skinny(g, x, w, bias, dtype)
     if not _one_row(g, x, w, dtype) or len(bias.shape) not in (1, 2):
