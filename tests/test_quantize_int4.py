@@ -155,7 +155,8 @@ def _stack():
 
 @pytest.mark.parametrize("scheme, rows", [
     pytest.param("int4", 1, marks=pytest.mark.slow), ("int4", 3),
-    pytest.param("int8", 2, marks=pytest.mark.slow)])   # each about 35 s on 2 cores
+    pytest.param("int8", 2, marks=pytest.mark.slow),
+    pytest.param("fp8", 1, marks=pytest.mark.slow)])   # each about 35 s on 2 cores
 def test_decode_kernel_streams_the_stored_bytes_through_the_interpreter(tmp_path, scheme,
                                                                         rows):
     """1 to 8 rows on CUDA: aotc's quantized-weight kernel (codegen/triton/quant_mv.py) reads
@@ -210,3 +211,74 @@ def test_the_kernel_takes_only_what_computes_a_quantized_weight():
 def h_op(name):
     from aotc.codegen.ir import Op
     return getattr(Op, name)
+
+
+def test_generator_int4_extern_only_records_its_accuracy(tmp_path):
+    """samples/llama.py for decoding with int4, ATen calls only (fast): the layers chosen, the
+    accuracy recorded and shown, generation runs."""
+    from conftest import llama_sample
+    model = llama_sample()
+    ids = torch.randint(0, 500, (1, 6), generator=torch.Generator().manual_seed(2))
+    path = aotc.export(model, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=16,
+                       quantize="int4", codegen=False)
+    art = aotc.load(path)
+    layers = art.manifest.quantization.layers
+    assert layers and all(layer.scheme == "int4" for layer in layers.values())
+    assert not [k for k in layers if k.startswith("output")]      # the LM head stays
+    a = art.manifest.quantization.accuracy
+    assert a["tokens"] == 9 and 0 < a["rel_l2"] < 0.5
+    assert art.generate(ids, 4).shape == (1, 10)
+
+
+@pytest.mark.slow   # about 80 s on 2 cores
+def test_tiny_llama_generator_int4_on_cpu(tmp_path):
+    """A transformers LLaMA exported for decoding with int4 (groups of 32): every projection
+    quantized, the LM head kept, the accuracy recorded, and the artifact's greedy tokens are
+    the eager quantized model's."""
+    transformers = pytest.importorskip("transformers")
+    from aotc.exporter.generate import Generator, adapt, eager_generate
+    from aotc.exporter.quantize import quantized, select
+    from aotc.options import ExportOptions
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(1))
+    path = aotc.export(model, (ids,), tmp_path / "llama.aotc", decode=True, max_cache_len=32,
+                       quantize="int4", group_size=32)
+    art = aotc.load(path)
+    q = art.manifest.quantization
+    assert len(q.layers) == 14 and "lm_head.weight" not in q.layers
+    assert {layer.group_size for layer in q.layers.values()} == {32}
+    assert q.accuracy["tokens"] > 0 and 0 < q.accuracy["rel_l2"] < 0.5
+    opts = ExportOptions(decode=True, max_cache_len=32, quantize="int4", group_size=32)
+    with quantized(model, select(model, opts), "int4", 32):
+        want = eager_generate(Generator(adapt(model, 1, 32), 32), ids, 8)
+    assert float((art.generate(ids, 8) == want).float().mean()) >= 0.9
+
+
+# ------------------------------------------------------------------------------------- fp8
+def test_fp8_per_channel_numerics():
+    torch.manual_seed(2)
+    w = torch.randn(16, 64) * torch.logspace(-2, 1, 16)[:, None]
+    w[4] = 0.0
+    q, s = quantize(w, "fp8")
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (16,) and s[4] == 1
+    amax = w.abs().amax(dim=1)
+    assert torch.allclose(s, torch.where(amax > 0, amax / 448, torch.ones(16)))
+    assert float(q.float().abs().amax()) == 448.0                # the row's max hits e4m3's
+    back = dequantize(q, s, torch.float64)
+    rel = (back - w.double()).abs() / w.double().abs().clamp_min(1e-30)
+    assert float(rel[w.abs() > s[:, None] * 2 ** -6].max()) <= 2 ** -4   # 3 mantissa bits
+
+
+def test_fp8_is_refused_for_cpus_and_older_gpus(tmp_path):
+    from aotc.errors import TargetError
+    model, x = _mlp(), torch.randn(2, 128)
+    with pytest.raises(TargetError, match="sm_89 or later; cpu") as info:
+        aotc.export(model, (x,), tmp_path / "a.aotc", quantize="fp8")
+    assert "int8 or int4" in info.value.fix
+    with pytest.raises(TargetError, match="sm_80 has no e4m3") as info:
+        aotc.export(model, (x,), tmp_path / "a.aotc", quantize="fp8", target="cuda:sm_90,sm_80")
+    assert "sm_80" in info.value.found and not (tmp_path / "a.aotc").exists()

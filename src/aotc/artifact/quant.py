@@ -17,6 +17,11 @@ models served (LLaMA-shaped projections) are centred on zero group by group, whe
 buys little; the nibble 0 (q = -8) is never written. Dequantized, W ~ (nibble - 8) * s, exact in
 every float dtype, with the product rounded once to the model's dtype.
 
+fp8 (CUDA targets of sm_89 and later, whose tensor cores and converts have e4m3): as int8, per
+output channel, with s = max(|W[n, :]|) / 448 (e4m3's largest finite value) and q = W / s
+rounded to float8_e4m3fn [N, K] (round to nearest even, 3 mantissa bits: a relative step of
+2^-4 rather than int8's uniform one); the model computes with q converted to its dtype.
+
 The exporter rewrites layers with `quantize` (exporter/quantize.py); `load_state_dict` and
 `aotc swap-weights` quantize a full-precision state dict with the same function
 (`quantize_state`), so an artifact's weights are the same bytes whichever way they arrived.
@@ -25,14 +30,15 @@ from __future__ import annotations
 
 import torch
 
-SCHEMES = ("int8", "int4")
-QMAX = {"int8": 127, "int4": 7}
+SCHEMES = ("int8", "int4", "fp8")
+QMAX = {"int8": 127, "int4": 7, "fp8": 448.0}
+FP8_MIN_ARCH = 89          # sm_89 (Ada) and later convert e4m3 in hardware
 GROUP_SIZES = (32, 64, 128)
 DEFAULT_GROUP_SIZE = 64
 NIBBLE_ZERO = 8
-WEIGHT_SUFFIX = {"int8": "_int8", "int4": "_int4"}
+WEIGHT_SUFFIX = {"int8": "_int8", "int4": "_int4", "fp8": "_fp8"}
 SCALE_SUFFIX = "_scale"
-STORED_DTYPE = {"int8": torch.int8, "int4": torch.uint8}
+STORED_DTYPE = {"int8": torch.int8, "int4": torch.uint8, "fp8": torch.float8_e4m3fn}
 
 
 def stored_shapes(scheme: str, shape, group_size: int | None) -> tuple[tuple, tuple]:
@@ -54,9 +60,9 @@ def check_group(k: int, group_size: int) -> str | None:
 
 def quantize(w: torch.Tensor, scheme: str = "int8",
              group_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, scales) of a 2-d floating weight (see above): int8 [N, K] and float32 [N], or
-    for int4 packed uint8 [N, K/2] and float32 [N, K/G]. Computed in float32 whatever w's
-    dtype, so a bf16 and an fp32 copy of the same values give the same bytes."""
+    """(values, scales) of a 2-d floating weight (see above): int8 or float8_e4m3fn [N, K] and
+    float32 [N], or for int4 packed uint8 [N, K/2] and float32 [N, K/G]. Computed in float32
+    whatever w's dtype, so a bf16 and an fp32 copy of the same values give the same bytes."""
     if scheme not in QMAX:
         raise ValueError(f"unknown quantization scheme {scheme!r}")
     w32 = w.detach().to(torch.float32)
@@ -67,6 +73,9 @@ def quantize(w: torch.Tensor, scheme: str = "int8",
         w32 = w32.reshape(w32.shape[0], -1, group_size or DEFAULT_GROUP_SIZE)
     amax = w32.abs().amax(dim=-1)
     scale = torch.where(amax > 0, amax / QMAX[scheme], torch.ones_like(amax))
+    if scheme == "fp8":
+        q = (w32 / scale[:, None]).clamp_(-QMAX[scheme], QMAX[scheme])
+        return q.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
     q = torch.round(w32 / scale[..., None]).clamp_(-QMAX[scheme], QMAX[scheme])
     if scheme == "int4":
         return pack_int4((q + NIBBLE_ZERO).to(torch.uint8).flatten(1)), scale.contiguous()

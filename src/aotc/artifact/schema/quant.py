@@ -14,9 +14,11 @@ the stored int8 values [N, K] and `scale` the float32 scales [N], one per output
 row of an embedding table), both stored tensors of the weights index; `dtype` is the dtype the
 model computes in. An int4 layer (format 26) also says its "group_size" G (32, 64 or 128,
 dividing K); its `weight` (`fc1.weight_int4`) names packed uint8 [N, K/2], two values a byte,
-and `scale` float32 [N, K/G] (the layout: artifact/quant.py). Parsing checks every field; `check_plan` then checks each plan that reads
-them against it (the int8 slot has the layer's shape, the scales float32 [N]) before the plan
-is bound to any weight. An artifact without the field has no quantized weights.
+and `scale` float32 [N, K/G] (the layout: artifact/quant.py). An fp8 layer (format 26) is
+stored as int8's is, its values float8_e4m3fn [N, K] under `fc1.weight_fp8`. Parsing checks
+every field; `check_plan` then checks each plan that reads them against it (the values' slot
+has their stored dtype and shape, the scales' float32 [N] or [N, K/G]) before the plan is bound
+to any weight. An artifact without the field has no quantized weights.
 """
 from __future__ import annotations
 
@@ -28,10 +30,10 @@ from aotc.artifact.schema.types import WEIGHT_NAME
 
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 KINDS = frozenset({"linear", "embedding"})
-STORED_DTYPE = {"int8": "int8", "int4": "uint8"}
+STORED_DTYPE = {"int8": "int8", "int4": "uint8", "fp8": "float8_e4m3fn"}
 SCALE_DTYPE = "float32"
 MAX_DIM = 1 << 40
-SINCE = {"int8": 24, "int4": 26}
+SINCE = {"int8": 24, "int4": 26, "fp8": 26}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

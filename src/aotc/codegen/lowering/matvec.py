@@ -34,6 +34,7 @@ from aotc.codegen.lowering.reductions import acc_dtype
 aten = torch.ops.aten
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 HALVES = (torch.float16, torch.bfloat16)   # tensor-core products (fp32 would round to tf32)
+WIDENED = (torch.int8, torch.float8_e4m3fn)   # stored values a quantized layer converts
 INLINE_VECTOR_OPS = 2      # a vector operand costing more ops than this is stored once
 
 
@@ -80,8 +81,8 @@ class _Probe(NullHandler):
 
 
 def int8_source(g, w):
-    """The int8 weight slot that `w` [K, N] converts element for element (a quantized linear
-    layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as a Buffer
+    """The int8 (or fp8) weight slot that `w` [K, N] converts element for element (a quantized
+    linear layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as a Buffer
     with w's shape and the strides that read it; None for any other w. The few-rows kernel then
     streams the int8 bytes and converts them in registers instead of a float copy."""
     if w.buffer is not None or len(w.shape) != 2:
@@ -99,7 +100,7 @@ def int8_source(g, w):
     if sid is None or g.out.slots[sid].get("kind") != "weight":
         return None
     buf = g._buffer(sid)
-    if buf.dtype != torch.int8 or len(buf.shape) != 2:
+    if buf.dtype not in WIDENED or len(buf.shape) != 2:
         return None
     stride = (index.coeff(k), index.coeff(n))
     if sympy.expand(index - stride[0] * k - stride[1] * n) != 0 or \

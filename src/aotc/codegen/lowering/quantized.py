@@ -191,7 +191,7 @@ def quant_weight(g, w) -> QuantWeight | None:
         base = g._buffer(q8.slot)
         if _row_major(base) and [int(d) for d in base.shape] == [n, k] and \
                 [int(d) for d in q8.stride] == [1, k]:          # w[k, n] is q[n, k]
-            return QuantWeight("int8", base)
+            return QuantWeight("int8" if base.dtype == torch.int8 else "fp8", base)
         return None
     return int4_source(g, w)
 

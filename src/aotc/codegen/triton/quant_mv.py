@@ -4,8 +4,9 @@ weights once and dequantizes them in registers.
 
     int4: packed uint8 [N, K/2] (two weights a byte, the even one low, value = nibble - 8) and
           float32 scales [N, K/G], one per group of G weights of a row (artifact/quant.py)
-    int8: int8 [N, K]; its per-channel scales multiply the product's columns where the product
-          is read (exporter/quantize.py computes (x @ q^T) * s), so the kernel reads no scale
+    int8: int8 [N, K] (fp8: float8_e4m3fn [N, K], sm_89+); its per-channel scales multiply
+          the product's columns where the product is read (exporter/quantize.py computes
+          (x @ q^T) * s), so the kernel reads no scale
 
 A decode step at a small batch reads each weight once and is bound by the bytes it reads: half
 of bf16's for int8, a quarter (plus a float32 scale per group) for int4. Each program owns
@@ -89,10 +90,9 @@ _INT4 = '''        js = kb // 2 + tl.arange(0, {bkh})
         acc += tl.reduce(d * s[None, :, :], 2, aotc_add)
 '''
 _INT8 = '''        ks = kb + tl.arange(0, {bk})
-        q = tl.load({w} + cols[:, None] * {k} + ks[None, :]{wmask})
-        xt = tl.load({x} + rows[:, None] * {k} + ks[None, :]{xmask})
-        acc += tl.reduce(q.to(tl.float32)[None, :, :] * xt.to(tl.float32)[:, None, :], 2,
-                         aotc_add)
+        q = tl.load({w} + cols[:, None] * {k} + ks[None, :]{wmask}).to(tl.float32)
+{wzero}        xt = tl.load({x} + rows[:, None] * {k} + ks[None, :]{xmask})
+        acc += tl.reduce(q[None, :, :] * xt.to(tl.float32)[:, None, :], 2, aotc_add)
 '''
 _BIAS = "    acc += tl.load({b} + cols{cmask}).to(tl.float32)[None, :]\n"
 _STORE = "    tl.store({o} + {base}rows[:, None] * {n} + cols[None, :], {value}, mask={omask})\n"
@@ -125,10 +125,12 @@ def quant_source(name: str, x: str, w: str, s: str | None, bias: str | None, o: 
                             bn=t.block_n, g=group, gh=group // 2, ngt=ngt, ng=k // group,
                             wmask=_mask(136, cm, km), xmask=_mask(0.0, rm, km),
                             smask=_mask(0.0, cm, gm))
-    else:
+    else:     # int8 and fp8: one value a byte, converted as loaded
         km = "" if kfull else f"(ks < {k})[None, :]"
-        body = _INT8.format(w=w, x=x, k=k, bk=t.block_k, wmask=_mask(0, cm, km),
-                            xmask=_mask(0.0, rm, km))
+        wm = _and(cm, km)    # (no `other`: Triton casts none to fp8; zeroed once loaded)
+        body = _INT8.format(w=w, x=x, k=k, bk=t.block_k, xmask=_mask(0.0, rm, km),
+                            wmask=f", mask={wm}" if wm != "None" else "",
+                            wzero=f"        q = tl.where({wm}, q, 0.0)\n" if wm != "None" else "")
     omask = _and(rm, f"(cols < {n})[None, :]" if cm else "")
     if t.splits == 1:
         tail = _BIAS.format(b=bias, cmask=f", mask=cols < {n}, other=0.0" if cm else "") \
