@@ -1,20 +1,25 @@
-"""`--quantize int8`: weight-only quantization, as a rewrite of the model before capture.
+"""`--quantize int8|int4|fp8`: weight-only quantization, as a rewrite of the model before capture.
 
     model -> select layers (every nn.Linear; --quantize-skip patterns kept; embeddings and the
-             LM head on request) -> swap each for a quantized module -> capture as usual
+             LM head on request; int4: rows the group size divides) -> swap each for a
+             quantized module -> capture as usual
 
-A quantized linear layer holds its weight as int8 values [N, K] and float32 scales [N]
+A quantized linear layer holds its weight as int8 (or fp8) values [N, K] and float32 scales [N]
 (artifact/quant.py, per output channel) and computes y = (x @ q^T) * s + b, with q converted to
-x's dtype. Captured, that is ATen's own ops over an int8 weight (convert, mm, mul), so codegen
-needs no new op: on a GPU a one-row product (a decode step at batch 1) is a Triton reduction
-whose loads read the int8 weight and convert it in registers (codegen/lowering/matvec.py), and
-the scales multiply the product's columns in the kernels that read it; larger products and
-every product on a CPU run the vendor GEMM over the converted weight, which a C++ or Triton
-kernel writes from the int8 values. The artifact stores int8 values and scales under the layer's
-names (`fc1.weight_int8`, `fc1.weight_scale`), and its manifest lists each layer
-(artifact/schema/quant.py) with the accuracy measured here: the quantized model against the
-unquantized one on the example inputs (relative L2 of the outputs; for generators, the greedy
-tokens that agree over the recorded prompt and the tokens generated after it).
+x's dtype; an int4 layer holds packed uint8 [N, K/2] and float32 scales [N, K/G] and computes
+x @ W^T + b with W unpacked and scaled per group in x's dtype (artifact/quant.py's
+dequantize_int4: masks and a float scaling, ops codegen lowers). Captured, that is ATen's own
+ops over the stored values, so codegen needs no new op: on a GPU, products of 1 to 8 rows (decode)
+run aotc's quantized-weight kernel, which reads the stored bytes and dequantizes them in
+registers (codegen/lowering/quantized.py), and int8's scales multiply the product's columns in
+the kernels that read it; larger products and every product on a CPU (but int8's one-row
+product, a C++ reduction over the int8 rows) run the vendor GEMM over the converted weight,
+which a C++ or Triton kernel writes from the stored values. The artifact stores values and
+scales under the layer's names (`fc1.weight_int8` / `_int4` / `_fp8`, `fc1.weight_scale`), and
+its manifest lists each layer (artifact/schema/quant.py) with the accuracy measured here: the
+quantized model against the unquantized one on the example inputs (relative L2 of the outputs;
+for generators, the greedy tokens that agree over the recorded prompt and the tokens generated
+after it).
 
 The swap is undone when export is done, so the caller's model is left as it was.
 """

@@ -17,7 +17,9 @@ converted to the compute dtype and transposed; `int8_source` recognizes that wei
 kernels read the int8 bytes and convert them in registers: the one-row reduction on GPUs and
 on CPUs too (a C++ reduction over int8 rows, where a vendor GEMM would need a float copy of
 the weight first: 2.4x MKL's fp32 product on a 1024 x 2816 MLP, one thread), and the
-few-rows kernel.
+few-rows kernel. On GPUs, products of 1 to 8 rows over an int8, int4 or fp8 layer go first to
+aotc's quantized-weight kernel (codegen/lowering/quantized.py), which `mm` and `addmm` ask
+before anything here.
 """
 from __future__ import annotations
 
@@ -82,9 +84,9 @@ class _Probe(NullHandler):
 
 def int8_source(g, w):
     """The int8 (or fp8) weight slot that `w` [K, N] converts element for element (a quantized
-    linear layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as a Buffer
-    with w's shape and the strides that read it; None for any other w. The few-rows kernel then
-    streams the int8 bytes and converts them in registers instead of a float copy."""
+    linear layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as
+    a Buffer with w's shape and the strides that read it; None for any other w. The few-rows
+    kernel then streams the int8 bytes and converts them in registers instead of a float copy."""
     if w.buffer is not None or len(w.shape) != 2:
         return None
     probe, k, n = _Probe(), sym("k_probe"), sym("n_probe")
