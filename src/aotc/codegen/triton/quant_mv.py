@@ -47,12 +47,14 @@ class QuantTiles:
     num_warps: int = 4
 
 
-def plan_quant_tiles(m: int, k: int, n: int, scheme: str, group: int | None) -> QuantTiles:
-    """Tiles of one contiguous run of bytes per weight row (128 for m <= 2, else 64), a
+def plan_quant_tiles(m: int, k: int, n: int, scheme: str, group: int | None, *,
+                     run: int | None = None, target: int = TARGET_PROGRAMS) -> QuantTiles:
+    """Tiles of one contiguous run of bytes per weight row (`run`: 128 for m <= 2, else 64), a
     multiple of the group; rows per program so a tile's products fit in registers
-    (rows * block_n * bytes <= 8192); K split so the programs reach TARGET_PROGRAMS."""
+    (rows * block_n * bytes <= 8192); K split so the programs reach `target`. (The overrides
+    are for scripts/gpu_quant_mv.py, which times the alternatives on a GPU.)"""
     rows = pow2(m)
-    run = 128 if rows <= 2 else 64
+    run = run or (128 if rows <= 2 else 64)
     block_k = run * 2 if scheme == "int4" else run
     if group is not None:
         block_k = max(block_k, group)
@@ -60,7 +62,7 @@ def plan_quant_tiles(m: int, k: int, n: int, scheme: str, group: int | None) -> 
     block_n = max(8, min(64, 8192 // (rows * (block_k // 2 if scheme == "int4" else block_k))))
     columns = math.ceil(n / block_n)
     most = max(1, k // (MIN_TILES_PER_SPLIT * block_k))
-    splits = max(1, min(most, math.ceil(TARGET_PROGRAMS / columns)))
+    splits = max(1, min(most, math.ceil(target / columns)))
     chunk = math.ceil(k / splits / block_k) * block_k
     return QuantTiles(rows, block_n, block_k, math.ceil(k / chunk), chunk)
 
