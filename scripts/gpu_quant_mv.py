@@ -18,30 +18,13 @@ from aotc.artifact.quant import quantize
 from aotc.codegen.triton.build import load_module
 from aotc.codegen.triton import PRELUDE
 from aotc.codegen.triton.quant_mv import plan_quant_tiles, quant_source
+from gpu_skinny_mm import _graph_time    # (scripts/ is the path of a script run by name)
 
 SHAPES = {"1b q/o": (2048, 2048), "1b k/v": (2048, 512), "1b gate/up": (2048, 8192),
           "1b down": (8192, 2048), "7b q/o": (4096, 4096), "7b gate/up": (4096, 11008),
           "7b down": (11008, 4096)}
 ROTATE_BYTES = 512 << 20
 GROUP = 64
-
-
-def _graph_time(fns: list) -> float:
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for fn in fns:
-            fn()
-    times = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        graph.replay()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) / len(fns))
-    return sorted(times)[2]
 
 
 def time_shape(label, k, n, rows, scheme, deadline) -> list[str]:
