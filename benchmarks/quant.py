@@ -1,21 +1,25 @@
-"""Quantized generators: bf16 (or fp32) against int8 weight-only aotc artifacts, with torchao's
-int8_weight_only under torch.compile as the baseline where torchao is installed.
+"""Quantized generators: bf16 (or fp32) against int8, int4 and fp8 weight-only aotc artifacts,
+with torchao's int8_weight_only / int4_weight_only under torch.compile as the baseline where
+torchao imports (skipped with the reason recorded otherwise).
 
     python -m benchmarks.quant --device cuda --dtype bf16 --models llama-1b,llama-7b \\
-        --batches 1,8 --prompts 128,1024 --out benchmarks/results/h100-quant
+        --batches 1,8 --prompts 128,1024 --schemes int8,int4,fp8 --out benchmarks/results/h100-quant
     python -m benchmarks.quant --device cpu --models llama-small --batches 1 --prompts 16 \\
-        --steps 8 --repeats 1                     # the CPU path, a quick check
+        --steps 8 --repeats 1 --schemes int8,int4     # the CPU path, a quick check
 
 Per model and batch, in one process, the same seeded decoder: aotc exported as is and with
-`--quantize int8`, and (torchao installed) a copy quantized by torchao's `int8_weight_only`
-run under torch.compile(mode="reduce-overhead") with the same static-cache steps as
+`--quantize S` for each scheme S (int4 with `--group-size`, default 64; fp8 only on GPUs of
+compute capability 8.9 or later, else a recorded note), and (torchao installed) copies quantized
+by torchao's int8_weight_only and int4_weight_only(group_size) run under
+torch.compile(mode="reduce-overhead") with the same static-cache steps as
 benchmarks/generate.py. Decode tokens/s at each batch (greedy, `--steps` steps after a prefill
 of the first prompt length), prefill latency at each prompt length, load time (to the first
 token), the device memory the loaded artifact holds, and each system's fraction of the roofline
-of the bytes it must read a step: its own weights (int8 values and scales for the quantized
-ones) plus the live part of the KV cache, over the copy rate measured in the same run. Greedy
-tokens of each quantized system are compared with the unquantized aotc's (the number of steps
-that agree, and the first that does not), and the manifest's export-time accuracy is copied.
+of the bytes it must read a step: its own weights (values and scales for the quantized ones;
+torchao's taken as aotc's of the same scheme) plus the live part of the KV cache, over the copy
+rate measured in the same run. Greedy tokens of each quantized system are compared with the
+unquantized aotc's (the number of steps that agree, and the first that does not), and each
+manifest's export-time accuracy is copied.
 """
 from __future__ import annotations
 
@@ -34,15 +38,27 @@ from benchmarks.generate_models import build_model
 from benchmarks.generate_systems import Aotc, Compiled
 
 
-def torchao_system(model, batch: int, cache: int):
-    """torchao's int8 weight-only copy of `model` under torch.compile, or (None, why not)."""
+TORCHAO = {"int8": "int8_weight_only", "int4": "int4_weight_only"}
+
+
+def torchao_system(model, batch: int, cache: int, scheme: str, group: int):
+    """torchao's weight-only copy of `model` under torch.compile, or (None, why not)."""
     try:
-        from torchao.quantization import int8_weight_only, quantize_
-    except ImportError as e:
-        return None, f"torchao not importable: {e}"
-    q = copy.deepcopy(model)
-    quantize_(q, int8_weight_only())
-    return Compiled(q, batch, cache), None
+        import torchao.quantization as tq
+        make = getattr(tq, TORCHAO[scheme])
+        q = copy.deepcopy(model)
+        tq.quantize_(q, make(group_size=group) if scheme == "int4" else make())
+        return Compiled(q, batch, cache), None
+    except Exception as e:       # not installed, or no kernel for this device and dtype
+        return None, f"torchao {TORCHAO[scheme]}: {type(e).__name__}: {str(e)[:200]}"
+
+
+def fp8_note(device: torch.device) -> str | None:
+    """Why fp8 is not measured on `device`, or None."""
+    if device.type != "cuda":
+        return "fp8 needs a CUDA GPU of compute capability 8.9 or later"
+    major, minor = torch.cuda.get_device_capability(device)
+    return None if (major, minor) >= (8, 9) else f"fp8 needs sm_89+, this GPU is sm_{major}{minor}"
 
 
 def device_bytes(device: torch.device, fn):
@@ -63,15 +79,23 @@ def stored_bytes(system) -> int:
 
 def systems_for(model, batch, cache, prompt, tmp: Path, args, device):
     systems, memory, notes = {}, {}, {}
-    for name, options in (("aotc", {}), ("aotc-int8", {"quantize": "int8"})):
+    wanted = {"aotc": {}}
+    for scheme in args.schemes:
+        note = fp8_note(device) if scheme == "fp8" else None
+        if note:
+            notes[f"aotc-{scheme}"] = note
+            continue
+        wanted[f"aotc-{scheme}"] = {"quantize": scheme, **(
+            {"group_size": args.group_size} if scheme == "int4" else {})}
+    for name, options in wanted.items():
         systems[name], memory[name] = device_bytes(device, lambda o=options, n=name: Aotc(
             model, batch, cache, prompt, tmp / f"{n}.aotc", args.target, **o))
-    if not args.no_torchao:
-        ao, why = torchao_system(model, batch, cache)
+    for scheme in ([] if args.no_torchao else [s for s in args.schemes if s in TORCHAO]):
+        ao, why = torchao_system(model, batch, cache, scheme, args.group_size)
         if ao is not None:
-            systems["torchao-int8"] = ao
+            systems[f"torchao-{scheme}"] = ao
         else:
-            notes["torchao-int8"] = why
+            notes[f"torchao-{scheme}"] = why
     return systems, memory, notes
 
 
@@ -95,13 +119,15 @@ def bench_point(name: str, batch: int, args, device, dtype, rate: float) -> dict
         pre = {t: interleaved(systems, lambda s: prefill_time(s, p), args.repeats)
                for t, p in prompts.items()}
         weights = {n: stored_bytes(s) for n, s in systems.items() if hasattr(s, "m")}
-        weights.setdefault("torchao-int8", weights.get("aotc-int8"))   # the same int8 bytes
-        accuracy = systems["aotc-int8"].m.manifest.quantization.accuracy
+        for n in systems:      # torchao's: taken as aotc's bytes of the same scheme
+            weights.setdefault(n, weights.get(n.replace("torchao-", "aotc-")))
+        accuracy = {n: s.m.manifest.quantization.accuracy for n, s in systems.items()
+                    if hasattr(s, "m") and s.m.manifest.quantization is not None}
         cold = {n: s.cold for n, s in systems.items() if hasattr(s, "cold")}
     step = {n: statistics.median(t for t, _ in r) / args.steps for n, r in dec.items()}
     tokens = {n: r[0][1] for n, r in dec.items()}
     live = meta["kv_bytes_per_token"] * batch * (first + args.steps / 2)
-    roof = {n: (weights[n] + live) / rate for n in step}
+    roof = {n: ((weights[n] or 0) + live) / rate for n in step}
     return {"model": name, "batch": batch, "params": meta["params"], "cache": cache,
             "decode_tokens_per_s": {n: batch / v for n, v in step.items()},
             "speedup_vs_aotc": {n: step["aotc"] / v for n, v in step.items()},
@@ -138,7 +164,12 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> None:
     def flags(p):
         p.add_argument("--no-torchao", action="store_true", help="leave torchao's baseline out")
-    run_points(parse(argv, flags, batches="1,8"), bench_point,
+        p.add_argument("--schemes", default="int8,int4",
+                       help="quantization schemes measured (int8, int4, fp8)")
+        p.add_argument("--group-size", type=int, default=64, help="int4's group size")
+    args = parse(argv, flags, batches="1,8")
+    args.schemes = [x for x in args.schemes.split(",") if x]
+    run_points(args, bench_point,
                partial(write, benchmark="quantized generation", module="benchmarks.quant",
                        table=table))
 

@@ -11,7 +11,11 @@
 # a stale .git).
 # Settings: TESTS (pytest files, run with -m gpu; "" skips), TEST_S, TRAIN_S, QUANT_S, SERVE_S
 # (seconds for each part; 0 skips it), QUANT_ARGS, SERVE_ARGS (more arguments). Run from the
-# repository root; every part writes under OUT and prints its last lines.
+# repository root; every part writes under OUT and prints its last lines. QUANT_ARGS defaults
+# to llama-1b in bf16, batches 1 and 8, prefill 128 and 1024, int8/int4/fp8 against bf16 and
+# torchao; the 7B shape alone, in a call of its own:
+#   TRAIN_S=0 SERVE_S=0 QUANT_S=560 QUANT_ARGS="--dtype bf16 --models llama-7b --batches 1,8 \
+#     --prompts 128,1024 --schemes int8,int4,fp8" scripts/gpu_checks.sh OUT
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_checks.sh OUT}
 mkdir -p "$OUT"
@@ -36,7 +40,8 @@ part() {   # part NAME SECONDS COMMAND...: one bounded step, its log under OUT
 part training "${TRAIN_S:-300}" python3 -m benchmarks.training --device cuda --dtype bf16 \
     --size full --models vit_s16 --out "$OUT/training"
 [[ -f benchmarks/quant.py ]] && part quant "${QUANT_S:-200}" python3 -m benchmarks.quant \
-    --device cuda --out "$OUT/quant" ${QUANT_ARGS:-}
+    --device cuda --out "$OUT/quant" ${QUANT_ARGS:---dtype bf16 --models llama-1b --batches 1,8 \
+    --prompts 128,1024 --schemes int8,int4,fp8}
 [[ -f scripts/gpu_serve.py ]] && part serve "${SERVE_S:-240}" python3 scripts/gpu_serve.py \
     "$OUT/serve" ${SERVE_ARGS:-}
 exit 0

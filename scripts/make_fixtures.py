@@ -9,6 +9,7 @@
     python scripts/make_fixtures.py kernels_select  # format_v<N>_kernels_select.aotc only
     python scripts/make_fixtures.py signed     # format_v<N>_signed.aotc and its .pub only
     python scripts/make_fixtures.py kernels_int8   # format_v<N>_kernels_int8.aotc only
+    python scripts/make_fixtures.py kernels_int4   # format_v<N>_kernels_int4.aotc only
 
 `tiny` is extern-only (it loads on any host); `kernels` holds C++ kernels built for every CPU
 level from the x86-64-v2 baseline up to the writing host's (`--isa auto`, format >= 9; the
@@ -31,6 +32,9 @@ with a fresh EC P-256 key as an OpenSSF Model Signing bundle (model.sig); the pu
 beside it (format_v<N>_signed.pub), the private key is thrown away. `kernels_int8` (format >= 24) is the
 SwiGLU MLP of `tp` exported with `--quantize int8` (the manifest's quantization: int8 weights
 and float32 scales, the accuracy measured at export) and C++ kernels like `kernels`.
+`kernels_int4` (format >= 26) is a two-layer MLP exported with `--quantize int4 --group-size 32`:
+its second layer (32 inputs) stored as packed int4 with a float32 scale per group of 32, its
+first (4 inputs, which groups of 32 do not divide) kept in full precision; C++ kernels.
 Fixtures of earlier versions are never rewritten: tests/test_format_fixtures.py loads every one
 of them with the current reader.
 """
@@ -68,6 +72,17 @@ class TinyMLP(torch.nn.Module):
 
     def forward(self, x):
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class Int4MLP(torch.nn.Module):
+    """4 -> 32 -> 4: only the second layer's rows are long enough for groups of 32."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 32), torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
 
 
 class Fourier(torch.nn.Module):
@@ -119,7 +134,8 @@ KINDS = {"tiny": (Tiny, {"codegen": False}), "kernels": (Tiny, {"isa": "auto"}),
          "kernels_fft": (Fourier, {"isa": "auto"}),
          "kernels_select": (Select, {"isa": "auto"}),
          "signed": (Tiny, {"codegen": False}),
-         "kernels_int8": (TinyMLP, {"isa": "auto", "quantize": "int8"})}
+         "kernels_int8": (TinyMLP, {"isa": "auto", "quantize": "int8"}),
+         "kernels_int4": (Int4MLP, {"isa": "auto", "quantize": "int4", "group_size": 32})}
 
 
 def sign_fixture(dest: Path) -> None:

@@ -98,7 +98,7 @@ def test_cuda_graphs_insisted_on_a_cpu_artifact(aotc_run, exported):
 @pytest.mark.parametrize("version,kind", [(10, "tiny"), (13, "tiny"), (13, "kernels"),
                                           (16, "kernels_select"), (17, "kernels"),
                                           (20, "kernels"),    # 20: entries name their parameters
-                                          (24, "kernels_int8")])
+                                          (24, "kernels_int8"), (26, "kernels_int4")])
 def test_format_fixtures_run(aotc_run, tmp_path, version, kind):
     """Tied weights over three shards, a non-persistent buffer; extern-only and with kernels."""
     art = FIXTURES / f"format_v{version}_{kind}.aotc"

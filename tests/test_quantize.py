@@ -102,8 +102,9 @@ def test_mlp_int8_for_cuda_runs_through_the_interpreter(tmp_path):
 
 
 def test_few_rows_in_bf16_stream_the_int8_weights_for_cuda(tmp_path):
-    """Decode at a small batch: the few-rows kernel loads the int8 weight and converts it in
-    registers (codegen/lowering/matvec.py int8_source); no float copy of a weight is made."""
+    """Decode at a small batch: the quantized-weight kernel (codegen/triton/quant_mv.py) loads
+    the int8 weight and converts it in registers (codegen/lowering/quantized.py); no float
+    copy of a weight is made."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.GELU(),
                                 torch.nn.Linear(384, 128)).eval().to(torch.bfloat16)
@@ -115,9 +116,8 @@ def test_few_rows_in_bf16_stream_the_int8_weights_for_cuda(tmp_path):
     assert not [s for s in plan["slots"] if s.get("producer") and len(s["shape"]) == 2
                 and s["shape"][0] * s["shape"][1] >= 128 * 384]
     sources = [p.read_text() for p in (path / "kernels").glob("*.py")]
-    casts = [line for text in sources for line in text.splitlines()
-             if "wt = tl.load(buf" in line and ".to(" in line]
-    assert {int(line.split("tl.load(buf")[1].split(" ")[0]) for line in casts} == weights
+    loads = [line for text in sources for line in text.splitlines() if "q = tl.load(buf" in line]
+    assert {int(line.split("tl.load(buf")[1].split(" ")[0]) for line in loads} == weights
     m = aotc.load(path, device="cpu", interpret=True)
     with torch.no_grad():
         assert _rel(m(x).float(), model.float()(x.float())) < 0.02

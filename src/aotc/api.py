@@ -99,17 +99,17 @@ def export_quantized(model, example_inputs, opts, capture_one, step):
     refused above --max-quant-error before any slow codegen."""
     import dataclasses
     from aotc.exporter import quant_accuracy
-    from aotc.exporter.quantize import check_error, layers_json, quantized, select
+    from aotc.exporter.quantize import check_error, group_size, layers_json, quantized, select
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    chosen = select(model, opts)
+    chosen, group = select(model, opts), group_size(opts)
     step(f"quantizing {len(chosen)} layers to {opts.quantize}")
     full = quant_accuracy.run(model, args, opts)
-    with quantized(model, chosen, opts.quantize):
+    with quantized(model, chosen, opts.quantize, group):
         accuracy = quant_accuracy.compare(full, quant_accuracy.run(model, args, opts))
         check_error(accuracy, opts.max_quant_error)
         program = capture_one(model)
     return dataclasses.replace(program, quantization={
-        "scheme": opts.quantize, "layers": layers_json(chosen, opts.quantize),
+        "scheme": opts.quantize, "layers": layers_json(chosen, opts.quantize, group),
         "accuracy": accuracy})
 
 

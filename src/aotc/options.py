@@ -72,10 +72,15 @@ class ExportOptions:
                                    "torch.distributed (exporter/parallel.py).")
     shard_size: str = _opt("2GB", "Largest weights file: weights above this are split into "
                                   "several safetensors shards (2GB, 500MB, 1GiB, or bytes).")
-    quantize: str | None = _opt(None, "Weight-only quantization: int8 (symmetric, one scale "
-                                      "per output channel) for every nn.Linear weight; the "
-                                      "artifact stores int8 weights and float32 scales "
-                                      "(docs/quantization.md).", kind=str)
+    quantize: str | None = _opt(None, "Weight-only quantization of every nn.Linear weight: "
+                                      "int8 (symmetric, one float32 scale per output "
+                                      "channel) or int4 (symmetric, one float32 scale per "
+                                      "group of --group-size weights of a row, two values a "
+                                      "byte) or fp8 (e4m3, one scale per output channel; "
+                                      "CUDA sm_89+) (docs/quantization.md).", kind=str)
+    group_size: int | None = _opt(None, "With --quantize int4: weights of a row sharing one "
+                                        "scale, 32, 64 or 128 (default 64); layers whose rows "
+                                        "it does not divide stay in full precision.", kind=int)
     quantize_skip: str | None = _opt(None, "With --quantize: comma-separated fnmatch patterns "
                                            "of weight names kept in full precision, e.g. "
                                            "'*.down_proj.weight,model.layers.0.*'.", kind=str)
@@ -142,7 +147,7 @@ class ExportOptions:
     def _check_quantize(self) -> None:
         from aotc.artifact.quant import SCHEMES
         if self.quantize is None:
-            unset = {"quantize_skip": None, "max_quant_error": None,
+            unset = {"quantize_skip": None, "max_quant_error": None, "group_size": None,
                      "quantize_embeddings": False, "quantize_lm_head": False}
             given = [f for f, off in unset.items() if getattr(self, f) is not off]
             if given:
@@ -154,7 +159,10 @@ class ExportOptions:
         if self.quantize not in SCHEMES:
             raise UsageError(f"unknown quantization {self.quantize!r}", where="--quantize",
                              expected=" or ".join(SCHEMES), found=self.quantize,
-                             fix="use --quantize int8")
+                             fix="use --quantize int8, int4 or fp8")
+        self._check_group_size()
+        if self.quantize == "fp8":
+            self._check_fp8()
         for flag, bad in (("--train", self.train), ("--tensor-parallel", self.tensor_parallel > 1)):
             if bad:
                 raise UsageError(f"--quantize does not combine with {flag} yet", where=flag,
@@ -165,6 +173,39 @@ class ExportOptions:
             raise UsageError(f"--max-quant-error {self.max_quant_error} is negative",
                              where="--max-quant-error", expected="a relative error >= 0",
                              found=self.max_quant_error, fix="pass e.g. --max-quant-error 0.05")
+
+    def _check_fp8(self) -> None:
+        """fp8 needs CUDA archs that convert e4m3 in hardware (sm_89+): a TargetError naming
+        the target or the first older arch (an unnamed arch is this machine's GPU's)."""
+        import torch
+        from aotc.artifact.quant import FP8_MIN_ARCH
+        from aotc.codegen.target import Target
+        from aotc.errors import TargetError
+        target = Target.parse(self.target)
+        archs = list(target.archs)
+        if target.device == "cuda" and not archs and torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            archs = [f"sm_{major}{minor}"]
+        old = [a for a in archs if int("".join(c for c in a if c.isdigit())) < FP8_MIN_ARCH]
+        if target.device == "cpu" or old:
+            found = f"--target {self.target}" + (f" ({old[0]})" if old else "")
+            raise TargetError(f"--quantize fp8 needs a CUDA GPU of sm_{FP8_MIN_ARCH} or later; "
+                              f"{old[0] if old else 'cpu'} has no e4m3 conversions",
+                              where="--quantize fp8",
+                              expected=f"--target cuda:sm_{FP8_MIN_ARCH} or later (H100: sm_90)",
+                              found=found, fix="use --quantize int8 or int4 for this target, "
+                                               "or export for --target cuda:sm_90")
+
+    def _check_group_size(self) -> None:
+        from aotc.artifact.quant import GROUP_SIZES
+        if self.group_size is not None and self.quantize != "int4":
+            raise UsageError("--group-size applies to --quantize int4", where="--group-size",
+                             expected="--quantize int4", found=f"--quantize {self.quantize}",
+                             fix="drop --group-size (int8 has one scale per output channel)")
+        if self.group_size is not None and self.group_size not in GROUP_SIZES:
+            raise UsageError(f"--group-size {self.group_size} is not supported",
+                             where="--group-size", expected=" or ".join(map(str, GROUP_SIZES)),
+                             found=self.group_size, fix="pass --group-size 64")
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "ExportOptions":

@@ -40,7 +40,7 @@ from aotc.errors import ArtifactError
 from aotc.artifact import publish
 from aotc.artifact.schema.manifest import FileEntry
 
-FORMAT_VERSION = 24
+FORMAT_VERSION = 26
 # Dated changelog: one line per version. Artifacts of every version listed here must load or be
 # refused with a clear error; tests/fixtures keeps a small artifact of each. This aotc writes
 # FORMAT_VERSION and reads every earlier version listed (their plans are valid plans of it).
@@ -203,6 +203,13 @@ CHANGELOG = {
                        "every plan slot that reads them (artifact/schema/quant.py). A reader of "
                        "version 23 refuses the field; versions 1-23 load as they are (no "
                        "quantized weights)"),
+    26: ("2026-12-07", "int4 weight-only layers in the manifest's 'quantization': a layer "
+                       "with scheme 'int4' says its 'group_size' (32, 64 or 128, dividing K) "
+                       "and stores packed uint8 values [N, K/2] (two a byte, the even weight in "
+                       "the low nibble, value = nibble - 8) under '<key>_int4' and float32 "
+                       "scales [N, K/G], one per group (artifact/quant.py); 'group_size' on "
+                       "any other scheme is refused. A reader of version 24 or 25 refuses "
+                       "int4 layers; versions 1-25 load as they are"),
 }
 # Optional additions within a version (readers of that version ignore them; no new version):
 #   2026-11-30  target.native.autotune (a summary of --autotune, or why it was skipped) and

@@ -260,9 +260,11 @@ def _quant_lines(q) -> list[str]:
     out = [f"quantized: {q.scheme} weight-only, {len(q.layers)} layers, {_bytes(saved)} saved; "
            + quant_accuracy_text(q)]
     for key, layer in q.layers.items():
-        out.append(f"  {key:<40} {layer.kind:<9} {layer.scheme} per channel, "
-                   f"{layer.dtype}{list(layer.shape)} -> int8 + float32[{layer.shape[0]}], "
-                   f"{_bytes(layer.bytes_saved)} saved")
+        values, scales = layer.stored_shapes
+        stored = "uint8 (packed int4)" if layer.scheme == "int4" else layer.scheme
+        out.append(f"  {key:<40} {layer.kind:<9} {layer.describe()}, "
+                   f"{layer.dtype}{list(layer.shape)} -> {stored}{list(values)} + "
+                   f"float32{list(scales)}, {_bytes(layer.bytes_saved)} saved")
     return out
 
 

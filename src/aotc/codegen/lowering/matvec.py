@@ -17,7 +17,9 @@ converted to the compute dtype and transposed; `int8_source` recognizes that wei
 kernels read the int8 bytes and convert them in registers: the one-row reduction on GPUs and
 on CPUs too (a C++ reduction over int8 rows, where a vendor GEMM would need a float copy of
 the weight first: 2.4x MKL's fp32 product on a 1024 x 2816 MLP, one thread), and the
-few-rows kernel.
+few-rows kernel. On GPUs, products of 1 to 8 rows over an int8, int4 or fp8 layer go first to
+aotc's quantized-weight kernel (codegen/lowering/quantized.py), which `mm` and `addmm` ask
+before anything here.
 """
 from __future__ import annotations
 
@@ -28,11 +30,13 @@ import torch
 
 from aotc.codegen.ir import NullHandler, Op, ReductionType as R, sym
 from aotc.codegen.lowering import out_dtype, out_shape, register
+from aotc.codegen.lowering.quantized import quant_product
 from aotc.codegen.lowering.reductions import acc_dtype
 
 aten = torch.ops.aten
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 HALVES = (torch.float16, torch.bfloat16)   # tensor-core products (fp32 would round to tf32)
+WIDENED = (torch.int8, torch.float8_e4m3fn)   # stored values a quantized layer converts
 INLINE_VECTOR_OPS = 2      # a vector operand costing more ops than this is stored once
 
 
@@ -79,10 +83,10 @@ class _Probe(NullHandler):
 
 
 def int8_source(g, w):
-    """The int8 weight slot that `w` [K, N] converts element for element (a quantized linear
-    layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as a Buffer
-    with w's shape and the strides that read it; None for any other w. The few-rows kernel then
-    streams the int8 bytes and converts them in registers instead of a float copy."""
+    """The int8 (or fp8) weight slot that `w` [K, N] converts element for element (a quantized
+    linear layer's weight, `q.to(dtype)` seen through its transpose: exporter/quantize.py), as
+    a Buffer with w's shape and the strides that read it; None for any other w. The few-rows
+    kernel then streams the int8 bytes and converts them in registers instead of a float copy."""
     if w.buffer is not None or len(w.shape) != 2:
         return None
     probe, k, n = _Probe(), sym("k_probe"), sym("n_probe")
@@ -98,7 +102,7 @@ def int8_source(g, w):
     if sid is None or g.out.slots[sid].get("kind") != "weight":
         return None
     buf = g._buffer(sid)
-    if buf.dtype != torch.int8 or len(buf.shape) != 2:
+    if buf.dtype not in WIDENED or len(buf.shape) != 2:
         return None
     stride = (index.coeff(k), index.coeff(n))
     if sympy.expand(index - stride[0] * k - stride[1] * n) != 0 or \
@@ -125,7 +129,15 @@ def _skinny(g, x, w, bias, dtype):
     g.out.steps.append(skinny_mm_kernel(xb, wb, bb, out, tiles))
     if one:
         return g.realized(out.slot)
-    lp, lb, splits = out.loader(), (bias.loader if bias is not None else None), tiles.splits
+    return split_sums(g, out, bias.loader if bias is not None else None, tiles.splits, m, n,
+                      dtype)
+
+
+def split_sums(g, out, lb, splits: int, m: int, n: int, dtype):
+    """The product whose float32 partial sums [splits, m, n] a kernel stored in `out`: a lazy
+    value adding them (and the bias, loader `lb`) in order, which its readers compute as they
+    load it (the few-rows and the quantized-weight kernels)."""
+    lp = out.loader()
 
     def fn(h, i):
         acc = lp(h, (0, *i))
@@ -168,6 +180,9 @@ def _matvec(g, x, w, dtype):
 @register(aten.mm.default)
 def mm(g, metas, x, w):
     dtype = out_dtype(metas)
+    quantized = quant_product(g, x, w, None, dtype)
+    if quantized is not None:
+        return quantized
     if not _one_row(g, x, w, dtype):
         return _skinny(g, x, w, None, dtype) if _few_rows(g, x, w, dtype) else None
     red = _matvec(g, x, w, dtype)
@@ -180,6 +195,9 @@ def addmm_few_rows(g, metas, bias, x, w):
     """bias + x @ w for one row of x, or for 2 to 16 with a bias [N] (addmm's lowering asks
     this first), else None."""
     dtype = out_dtype(metas)
+    quantized = quant_product(g, x, w, bias, dtype) if len(bias.shape) == 1 else None
+    if quantized is not None:
+        return quantized
     if len(bias.shape) == 1 and bias.dtype == dtype and _few_rows(g, x, w, dtype):
         return _skinny(g, x, w, bias, dtype)
     if not _one_row(g, x, w, dtype) or len(bias.shape) not in (1, 2):

@@ -21,11 +21,12 @@ HALF = (torch.float16, torch.bfloat16)
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
       torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32",
       torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8",
-      torch.bool: "tl.int1"}
+      torch.bool: "tl.int1", torch.float8_e4m3fn: "tl.float8e4nv"}
 # Kernel signature types of buffer pointers, as `triton.compile` spells them.
 POINTER = {torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16",
            torch.bfloat16: "*bf16", torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16",
-           torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1"}
+           torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1",
+           torch.float8_e4m3fn: "*fp8e4nv"}
 
 
 def value_dtype(dtype: torch.dtype) -> torch.dtype:

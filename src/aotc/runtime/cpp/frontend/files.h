@@ -27,7 +27,7 @@ namespace aotc::fe {
 
 class Package;
 
-constexpr int kFormatVersion = 24;   // artifact/format.py FORMAT_VERSION this front end reads
+constexpr int kFormatVersion = 26;   // artifact/format.py FORMAT_VERSION this front end reads
 constexpr int kRunnerFormat = 10;    // the first with runner files (11, 12: CUDA, decode args;
                                      // 13: kernel arguments' shapes, required for kernel steps)
 constexpr int kCudaRunnerFormat = 14;   // the first whose CUDA artifacts have runner files
