@@ -34,12 +34,32 @@ def _materialize(make, device, dtype) -> torch.nn.Module:
     return model
 
 
+# Decoder shapes beyond samples/llama.py's sizes: (size, overrides of its config).
+SHAPES = {
+    # Qwen2-0.5B's shape: thin and deep, GQA 14/2, a large tied vocabulary (no QKV bias here)
+    "qwen-0.5b": ("1b", dict(vocab=151936, dim=896, layers=24, heads=14, kv_heads=2,
+                             hidden=4864, tied=True)),
+    # LLaMA-3.2-1B's shape: width 2048, 16 layers, GQA 32/8, vocabulary 128256 (untied here)
+    "llama3-1b": ("1b", dict(vocab=128256, dim=2048, layers=16, heads=32, kv_heads=8,
+                             hidden=8192)),
+    # CPU-sized stand-ins with the same structure, for checking the scripts without a GPU
+    "qwen-tiny": ("small", dict(vocab=1024, dim=128, layers=2, heads=4, kv_heads=2,
+                                hidden=256, tied=True)),
+    "llama3-tiny": ("small", dict(vocab=1024, dim=128, layers=2, heads=4, kv_heads=2,
+                                  hidden=256)),
+}
+
+
 def build_model(name: str, device: torch.device, dtype: torch.dtype):
     """(model in eval mode on `device`, meta: vocab, params, weight bytes, KV bytes a token)."""
-    if name.startswith("llama-"):
+    if name.startswith("llama-") or name in SHAPES:
         net = _sample_module()
-        size = name.removeprefix("llama-")
-        model = _materialize(lambda: net.Net(size=size), device, dtype)
+        size, overrides = SHAPES.get(name, (name.removeprefix("llama-"), {}))
+        overrides = dict(overrides)
+        tied = overrides.pop("tied", False)
+        model = _materialize(lambda: net.Net(size=size, **overrides), device, dtype)
+        if tied:   # the output projection is the token embedding (Qwen2's tie_word_embeddings)
+            model.output.weight = model.embed.weight
         cos, sin = net.rotary_tables(model.config["dim"] // model.config["heads"], 4096)
         model.cos, model.sin = cos.to(device), sin.to(device)   # buffers, not random
         cfg = model.config
@@ -54,7 +74,8 @@ def build_model(name: str, device: torch.device, dtype: torch.dtype):
             config.vocab_size
         model.generation_config.eos_token_id = None
     else:
-        raise SystemExit(f"unknown model {name!r}: llama-small, llama-1b, llama-7b, gpt2")
+        raise SystemExit(f"unknown model {name!r}: llama-small, llama-1b, llama-7b, gpt2, "
+                         f"{', '.join(SHAPES)}")
     model.eval()
     stored = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
     item = torch.empty((), dtype=dtype).element_size()

@@ -50,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="output folder (default: benchmarks/results/DEVICE-DTYPE-SUITE)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="start no point after this many seconds (the rest are skipped)")
+    p.add_argument("--prebuilt", type=Path, default=None,
+                   help="load aotc's artifacts from this folder, which benchmarks/prebuild.py "
+                        "fills (at the same time), instead of exporting them here")
     add_timing_args(p)
     return p.parse_args(argv)
 
@@ -207,6 +210,9 @@ def run(args) -> dict:
     size, specs = models.select(args.suite, args.models)
     specs = models.split(specs, *args.part)
     chosen, skipped = systems.select(args.systems, device)
+    if args.prebuilt is not None:
+        chosen = [systems.Aotc(prebuilt=args.prebuilt) if s.name == "aotc" else s
+                  for s in chosen]
     out = args.out or Path(__file__).parent / "results" / f"{args.device}-{args.dtype}-{args.suite}"
     meta = environment(args, cfg, chosen, skipped)
     print(f"{len(specs)} models x {len(args.points)} points on {args.device} {args.dtype}: "

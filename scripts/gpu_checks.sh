@@ -29,13 +29,7 @@ chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
 ( time python3 setup.py -q build_ext --inplace ) > "$OUT/build.txt" 2>&1
 echo "build rc=$? $(python3 -c 'from aotc.runtime.cpp_runner import runner_status as s; print("runner:", s()[1] or "cpp")')"
 
-part() {   # part NAME SECONDS COMMAND...: one bounded step, its log under OUT
-    local name=$1 secs=$2
-    shift 2
-    [[ $secs == 0 ]] && return 0
-    timeout -k 10 "$secs" "$@" > "$OUT/$name.log" 2>&1
-    echo "== $name rc=$?"; tail -n "${TAIL:-12}" "$OUT/$name.log"
-}
+source "$(dirname "$0")/gpu_part.sh"   # part NAME SECONDS COMMAND...
 [[ -n ${TESTS-} ]] && part tests "${TEST_S:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider $TESTS
 part training "${TRAIN_S:-300}" python3 -m benchmarks.training --device cuda --dtype bf16 \
     --size full --models vit_s16 --out "$OUT/training"

@@ -1,14 +1,15 @@
 """Where a benchmark point's GPU time goes, and what `--autotune` buys, on a CUDA machine.
 
     python scripts/gpu_profile.py vit:throughput distilbert:throughput [--dtype bf16]
-                                  [--autotune] [--dynamic] [--top 12]
+                                  [--autotune] [--dynamic] [--compiled] [--top 12]
 
 For each MODEL:POINT of the benchmark registry (full size): the model is exported with aotc
 and loaded without a CUDA graph (so every kernel's time is attributed), then eager and aotc
 run under torch.profiler and the top CUDA kernels of each are printed with the total kernel
 time per call. With --autotune the model is also exported with autotune=True and both
 artifacts are timed with their CUDA graphs (median of interleaved rounds after warm-up), with
-the autotune summary from the manifest. With --dynamic the model is also exported with the
+the autotune summary from the manifest. With --compiled, torch.compile's kernels too (default
+mode: the kernels reduce-overhead replays in its CUDA graph). With --dynamic the model is also exported with the
 dynamic dims of `benchmarks.dynamic` (batch, and seq for sequence models), and its kernel table
 (labelled by what each kernel computes, as the static one) and both artifacts' times with CUDA
 graphs are printed: where a dynamic artifact loses time against a static one. Run from the
@@ -100,6 +101,8 @@ def main(argv=None) -> int:
     p.add_argument("--autotune", action="store_true")
     p.add_argument("--dynamic", action="store_true",
                    help="also profile an artifact with dynamic dims against the static one")
+    p.add_argument("--compiled", action="store_true",
+                   help="also torch.compile's kernels (the ones reduce-overhead replays)")
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--iters", type=int, default=10)
     args = p.parse_args(argv)
@@ -130,6 +133,10 @@ def profile_point(item: str, args, device, dtype) -> None:
         labels = aotc_labels(path)
         print("aotc (no graph):\n" + kernel_table(lambda: plain(*inputs), args.iters, args.top,
                                                   lambda k: labels.get(k, k)), flush=True)
+        if args.compiled:
+            compiled = torch.compile(model)
+            print("torch.compile:\n" + kernel_table(lambda: compiled(*inputs), args.iters,
+                                                     args.top), flush=True)
         if args.dynamic:
             compare_dynamic(spec, model, inputs, path, Path(tmp), args)
         if args.autotune:

@@ -142,3 +142,41 @@ def test_views_of_a_kernel_output_stored_otherwise_than_eager(tmp_path, codegen)
     model, x = PermutedKernelOutput(), torch.randn(2, 4, 8, 8)
     path = aotc.export(model, (x,), tmp_path / "m.aotc", codegen=codegen)
     torch.testing.assert_close(aotc.load(path)(x), model(x))
+
+
+class ConvNeXtBlocks(nn.Module):
+    """torchvision's ConvNeXt stem and two CNBlocks: depthwise 7x7 convolution, the channels
+    MLP over [N, H, W, C], permuted back to [N, C, H, W], layer scale, residual add."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, 2, 2)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "dw": nn.Conv2d(dim, dim, 7, padding=3, groups=dim), "norm": nn.LayerNorm(dim),
+            "up": nn.Linear(dim, 4 * dim), "down": nn.Linear(4 * dim, dim)}) for _ in range(2))
+        self.scale = nn.Parameter(torch.full((dim, 1, 1), 0.5))
+
+    def forward(self, x):
+        x = self.stem(x).permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, x.shape[-1:]).permute(0, 3, 1, 2)   # LayerNorm2d
+        for b in self.blocks:
+            y = b["norm"](b["dw"](x).permute(0, 2, 3, 1))
+            x = x + self.scale * b["down"](nn.functional.gelu(b["up"](y))).permute(0, 3, 1, 2)
+        return x.mean((2, 3))
+
+
+def test_convnext_blocks_stay_channels_last_between_convolutions(tmp_path):
+    """[N, H, W, C] data permuted to [N, C, H, W] is channels-last data: the residual add is
+    stored channels-last, so every depthwise convolution reads channels-last input (it read
+    an NCHW tensor the add had stored transposed, and converted it)."""
+    torch.manual_seed(0)
+    model, x = ConvNeXtBlocks(), torch.randn(2, 3, 16, 16)
+    m, plan = _export(model, x, tmp_path / "cnx.aotc")
+    convs = [s for s in plan["steps"] if s.get("op") == "aten::convolution.default"]
+    assert len(convs) == 3
+    for step in convs:
+        n, c, h, w = plan["slots"][step["args"][0]["slot"]]["shape"]
+        layout = plan["slots"][step["args"][0]["slot"]]["stride"]
+        assert step is convs[0] or layout == [h * w * c, 1, w * c, c], layout
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)

@@ -177,6 +177,48 @@ def _matvec(g, x, w, dtype):
     return red
 
 
+ALIGN_BYTES = 16   # cuBLAS's tensor-core kernels want every leading dimension this aligned
+
+
+def _misaligned_rows(g, x, w, dtype) -> bool:
+    """A vendor product on a GPU whose output rows would start at addresses that are not
+    ALIGN_BYTES-aligned (N * itemsize: GPT-2's LM head over its 50257-token vocabulary, in
+    bf16), while its transpose's rows would be (M * itemsize)."""
+    if not g.split_reductions or not g.codegen or dtype not in HALVES or \
+            not _static_2d(x, w) or x.dtype != dtype or w.dtype != dtype:
+        return False
+    m, n, item = int(x.shape[0]), int(w.shape[1]), torch.empty((), dtype=dtype).element_size()
+    return (n * item) % ALIGN_BYTES != 0 and (m * item) % ALIGN_BYTES == 0
+
+
+def _transposed_product(g, x, w, dtype):
+    """x [M, K] @ w [K, N] computed as (w^T @ x^T)^T: with N * itemsize not 16-byte aligned,
+    the [M, N] output's leading dimension rules out cuBLAS's tensor-core kernels (its
+    heuristics fall back to slow ones: GPT-2's tied LM head at 16 x 128 tokens made aotc 0.53x
+    of reduce-overhead, whose Inductor pads the product instead). The [N, M] product's rows
+    are aligned and its operands are views (w^T is nn.Linear's own [N, K] weight, x^T a view
+    of x): no copy. The result is its transposed view, strides [1, M], as a channels-last
+    convolution's output keeps its own strides; kernels reading it index it as it is."""
+    wt = _transposed_view(g, g.materialize(w))
+    xt = _transposed_view(g, g.materialize(x))
+    out = g.extern_call("aten::mm.default", [wt, xt], (w.shape[1], x.shape[0]), dtype)
+    load = out.loader
+    return g.pointwise((x.shape[0], w.shape[1]), dtype, lambda h, i: load(h, (i[1], i[0])),
+                       "mm")
+
+
+def _transposed_view(g, sid: int):
+    """A view step transposing the 2-d tensor in slot `sid`; the view, realized."""
+    from aotc.codegen.plan import StepKind
+    buf = g._buffer(sid)
+    out = g.new_slot(buf.shape[::-1], buf.dtype, stride=buf.stride[::-1])
+    g.out.slots[out]["producer"] = StepKind.VIEW.value
+    g.out.steps.append({"kind": StepKind.VIEW.value, "op": "aten::permute.default",
+                        "args": [{"slot": sid}, [1, 0]], "kwargs": {}, "out": [out],
+                        "single": True})
+    return g.realized(out)
+
+
 @register(aten.mm.default)
 def mm(g, metas, x, w):
     dtype = out_dtype(metas)
@@ -184,7 +226,10 @@ def mm(g, metas, x, w):
     if quantized is not None:
         return quantized
     if not _one_row(g, x, w, dtype):
-        return _skinny(g, x, w, None, dtype) if _few_rows(g, x, w, dtype) else None
+        if _few_rows(g, x, w, dtype):
+            return _skinny(g, x, w, None, dtype)
+        return _transposed_product(g, x, w, dtype) if _misaligned_rows(g, x, w, dtype) \
+            else None
     red = _matvec(g, x, w, dtype)
     load = red.loader
     return g.pointwise(out_shape(metas), dtype, lambda h, i: h.to_dtype(load(h, i), dtype),

@@ -71,12 +71,23 @@ def simplified(remap, shape):
                              for e in template)
 
 
+NHWC_TO_NCHW = [0, 3, 1, 2]
+
+
 @register(aten.permute.default)
 def permute(g, metas, x, dims):
     dims = [d % len(x.shape) for d in dims]
     inverse = [dims.index(i) for i in range(len(dims))]
-    return _view(g, x, out_shape(metas), lambda idx: tuple(idx[inverse[i]]
-                                                           for i in range(len(dims))))
+    out = _view(g, x, out_shape(metas), lambda idx: tuple(idx[inverse[i]]
+                                                          for i in range(len(dims))))
+    # [N, H, W, C] data seen as [N, C, H, W] is channels-last data, as a channels-last
+    # convolution's output is (ConvNeXt's blocks: the MLP over channels, permuted back, then
+    # the layer scale and the residual add): what is computed from it is stored channels-last
+    # too, so the next depthwise convolution gets its layout and the add reads and writes
+    # along the channels, instead of a transposing NCHW store and a convolution that
+    # converts its input
+    out.channels_last = g.channels_last and dims == NHWC_TO_NCHW
+    return out
 
 
 @register(aten.t.default, aten.transpose.int)

@@ -72,6 +72,10 @@ OUTER_MIN_XBLOCK = 32         # XBLOCK never halves below this to make programs
 # split reductions (two stages), for long reductions onto few outputs
 SPLIT_PROGRAMS = 264          # programs the first stage aims for: 2 per SM of a 132-SM H100/H200
 SPLIT_MIN_WORK = 8192         # elements a first-stage program reduces, at least
+# transposing copies (a pointwise kernel whose loads walk memory along its rows while it stores
+# along its inner elements): 2-d tiles, so that loads and stores both touch whole sectors
+TRANSPOSE_XBLOCK = 64
+TRANSPOSE_RBLOCK = 32
 SPLITTABLE = frozenset({ReductionType.SUM, ReductionType.PROD, ReductionType.MAX,
                         ReductionType.MIN, ReductionType.ANY, ReductionType.ALL})
 
@@ -423,6 +427,8 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
     chunk = config.rblock or MAX_POINTWISE   # a split node's block, at most
     split = not reduction and _independent(kernel) and all(
         _static(n) is not None and -(-_static(n) // chunk) <= MAX_GRID_Y for n in inner)
+    if split and config == BlockConfig() and _transposing(kernel):
+        config = BlockConfig(xblock=TRANSPOSE_XBLOCK, rblock=TRANSPOSE_RBLOCK)
     rows = product(kernel.prefix)
     r = _static(rows)
     few = r is not None and r <= FEW_ROWS and not split and config.rblock is None
@@ -446,6 +452,22 @@ def plan_blocks(kernel: Kernel, buffers: dict, config: BlockConfig | None = None
                         split=split,
                         num_warps=config.num_warps or _warps(xblock, nodes, few),
                         nodes=nodes)
+
+
+def _transposing(kernel: Kernel) -> bool:
+    """Whether a pointwise kernel's loads walk memory along its rows rather than along the
+    inner elements it stores contiguously (`order_votes`): a transposed copy, such as a
+    product computed transposed (codegen/lowering/matvec.py) read back in the layout eager
+    gives, or NCHW data stored channels-last. Planned as rows x elements it would read each
+    sector once per element of a block (XBLOCK 1 of 1024 elements: 16 rows of bf16 share a
+    32-byte sector, read by 16 programs); as TRANSPOSE_XBLOCK x TRANSPOSE_RBLOCK tiles both
+    its loads and its stores cover whole sectors (Triton converts the layout in between)."""
+    k = len(kernel.prefix)
+    votes = 0
+    for node in kernel.nodes:
+        loads, pvars, inner = node_loads(node, k)
+        votes += order_votes(loads, dict(zip(pvars, kernel.prefix)), inner)
+    return votes > 0
 
 
 def _warps(xblock: int, nodes: list, few: bool) -> int:
