@@ -22,12 +22,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-mkdir -p /tmp/aotc-root/bin && ln -sfn "$PWD/src/aotc" /tmp/aotc-root/aotc
-export PYTHONPATH=/tmp/aotc-root:$PWD${PYTHONPATH:+:$PYTHONPATH}
-printf '#!/bin/sh\nexec %s -m aotc.cli.main "$@"\n' "$(command -v python3)" > /tmp/aotc-root/bin/aotc
-chmod +x /tmp/aotc-root/bin/aotc && export PATH=/tmp/aotc-root/bin:$PATH
-( time python3 setup.py -q build_ext --inplace ) > "$OUT/build.txt" 2>&1
-echo "build rc=$? $(python3 -c 'from aotc.runtime.cpp_runner import runner_status as s; print("runner:", s()[1] or "cpp")')"
+source "$(dirname "$0")/gpu_build.sh"   # PYTHONPATH, PATH, the C++ runner
 
 source "$(dirname "$0")/gpu_part.sh"   # part NAME SECONDS COMMAND...
 [[ -n ${TESTS-} ]] && part tests "${TEST_S:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider $TESTS

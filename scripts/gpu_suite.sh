@@ -33,6 +33,7 @@ if [[ ${2:-} == --tiny ]]; then
     GEN_ARGS="--steps 8 --repeats 2 --prompts 16 --threads 2"
 else
     nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv | tail -n 1
+    source "$(dirname "$0")/gpu_build.sh"   # the C++ runner, as aotc's users run it
     DEVICE=cuda DTYPE=bf16 SUITE=gpu-set SIZE=full
     TARGET=cuda:sm_$(python3 -c "import torch; print(''.join(map(str, torch.cuda.get_device_capability())))")
     SYSTEMS=eager,torch.compile:reduce-overhead,aotc JOBS=${JOBS:-4}
