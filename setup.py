@@ -27,7 +27,8 @@ RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "
           "room.cpp"]
 FRONTEND = ["json.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp", "spec.cpp",
             "guard_errors.cpp", "module.cpp", "tensors.cpp", "keys.cpp", "signing.cpp", "oms.cpp",
-            "cuda_kernels.cpp", "graphs.cpp"]
+            "cuda_kernels.cpp", "graphs.cpp", "plan_check.cpp", "expr_check.cpp",
+            "runner_match.cpp", "manifest_check.cpp"]
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -117,11 +116,6 @@ def assert_same_verdict(path: Path, marker: Path, error: AotcError | None) -> No
     want = "accepted" if error is None else type(error).__name__
     got = cpp_verdict(path)
     assert not marker.exists(), "a payload ran in the C++ front end"
-    from test_hostile_parity import known_divergence   # the cases the C++ side cannot match yet
-    why = known_divergence(os.environ.get("PYTEST_CURRENT_TEST", ""), want, got)
-    if why:
-        import pytest
-        pytest.xfail(why)
     assert got == want, f"Python: {want}, C++: {got}"
 
 

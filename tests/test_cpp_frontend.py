@@ -307,13 +307,18 @@ def test_python_checks_the_runner_file(artifact_copy):
 @pytest.mark.parametrize("arg,value,message", [
     (7, ["f", 4.0], "argument 7: an int"), (9, ["f", 1.0], "argument 9: a tensor slot")])
 def test_decode_attention_arguments_checked(aotc_run, tmp_path, arg, value, message):
-    """The runner file's call of aotc's own op: each argument of the kind the op takes."""
+    """The runner file's call of aotc's own op: each argument of the kind the op takes (the
+    plan edited alike: a runner file that contradicts its plan is refused before)."""
     art = tmp_path / "g.aotc"
     shutil.copytree(FIXTURES / "format_v12_generator.aotc", art)
-    rel = fmt.runner_file("decode")
+    rel, plan = fmt.runner_file("decode"), fmt.plan_file("decode")
     doc = json.loads((art / rel).read_bytes())
-    next(s for s in doc["steps"] if s[0] == "call" and s[2].startswith("aotc::"))[4][arg] = value
+    step = next(s for s in doc["steps"] if s[0] == "call" and s[2].startswith("aotc::"))
+    step[4][arg] = value
     replace_file(art, rel, fmt.dumps(doc))
+    doc = json.loads((art / plan).read_bytes())
+    doc["steps"][step[1]]["args"][arg] = value[1]
+    replace_file(art, plan, fmt.dumps(doc))
     done, _ = run_cpp(aotc_run, art)
     assert done.returncode == 5 and message in done.stderr, done.stderr
 
@@ -332,7 +337,37 @@ def test_an_aten_result_smaller_than_its_slot_never_reaches_a_kernel(aotc_run, a
 
     def edit(d):
         next(s for s in d["steps"] if s[0] == "call" and s[1] == view[1])[4][0][1] = small
+    edit_json(artifact_copy, fmt.plan_file("forward"),   # the plan too (runner_match.cpp)
+              lambda p: p["steps"][view[1]]["args"][0].update(slot=small))
     edit_json(artifact_copy, rel, edit)
     done, _ = run_cpp(aotc_run, artifact_copy)
     assert done.returncode == 5, done.stderr
     assert "a kernel's argument is not what the plan declares" in done.stderr
+
+
+def test_a_runner_file_reading_another_weight_than_its_plan_is_refused(aotc_run, artifact_copy):
+    """Issue 45's runner file that reads fc2.weight where its plan reads fc1.weight: the C++
+    front end holds the runner file against its plan (runner_match.cpp), as Python does."""
+    def edit(doc):
+        first, other = doc["weights"][0], next(w for w in doc["weights"][1:]
+                                               if w[2] == doc["weights"][0][2])
+        first[1] = other[1]
+    _edit_runner(artifact_copy, edit)
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert "runner/forward.json does not match its plan" in done.stderr
+    assert "weights[0]" in done.stderr
+    with pytest.raises(aotc.ArtifactError, match="does not match its plan"):
+        aotc.load(artifact_copy)
+
+
+def test_the_cpp_front_end_checks_the_plan(aotc_run, artifact_copy):
+    """A plan Python refuses (an op outside the table) is refused by the C++ front end too,
+    though its runner file is the one export wrote (plan_check.cpp)."""
+    from hostile import edit_json
+    edit_json(artifact_copy, fmt.plan_file("forward"), lambda p: next(
+        s for s in p["steps"] if s["kind"] == "extern").update(op="aten::from_file.default"))
+    done, _ = run_cpp(aotc_run, artifact_copy)
+    assert done.returncode == 5, done.stderr
+    assert done.stderr.startswith("ArtifactError: plans/forward.json is malformed at steps[")
+    assert ".op" in done.stderr

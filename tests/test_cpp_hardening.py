@@ -53,20 +53,37 @@ def fixture(tmp_path: Path, name: str) -> Path:
 
 
 # ------------------------------------------------------------------ sizes before allocation
-def _state(shape, runner_only=False):
+def _state(shape, runner_only=False, plans=True):
+    """The second state's shape edited in the manifest (unless `runner_only`), the runner files
+    and, where `plans`, the plans' state slots too (a runner file that contradicts its plan is
+    refused before its state is looked at: runner_match.cpp)."""
     def edit(art: Path):
         if not runner_only:
             edit_json(art, fmt.MANIFEST, lambda m: m["state"][1].update(shape=shape))
         for entry in ("prefill", "decode"):
+            slot = json.loads((art / fmt.runner_file(entry)).read_bytes())["state"][1][0]
+            if plans:
+                edit_json(art, fmt.plan_file(entry), lambda p: p["slots"][slot].update(
+                    shape=shape, stride=_dense(shape)))
             edit_json(art, fmt.runner_file(entry), lambda r: r["state"][1].__setitem__(3, shape))
     return edit
+
+
+def _dense(shape):
+    out, step = [], 1
+    for d in reversed(shape):
+        out.insert(0, step)
+        step *= max(d, 1)
+    return out
 
 
 STATES = {
     "1 PiB": (_state([1 << 25, 1 << 25, 1]), "state of at most"),
     "1 PiB in the runner file only": (_state([1 << 25, 1 << 25, 1], True), "is not the manifest's"),
-    "negative dims": (_state([-1, 2, 4, 8], True), "is malformed"),
+    "negative dims": (_state([-1, 2, 4, 8], True, plans=False), "is malformed"),
     "another shape": (_state([1, 2, 4, 9], True), "is not the manifest's"),
+    "the runner file against its plan": (_state([1, 2, 4, 9], True, plans=False),
+                                         "does not match its plan"),
 }
 
 
@@ -101,6 +118,16 @@ def test_python_checks_the_plans_before_allocating_state(tmp_path, monkeypatch):
     with pytest.raises(ArtifactError, match="state 'unused' is used by no plan"):
         aotc.load(art)
     assert sizes == []
+
+
+def test_a_state_no_plan_uses_is_refused_by_both_front_ends(aotc_run, tmp_path):
+    """1 GiB of state that no plan reads: Python refuses it before allocating (above), and the
+    C++ front end, which allocates only what its runner files name, refuses it too."""
+    art = fixture(tmp_path, "v18_generator")
+    edit_json(art, fmt.MANIFEST, lambda m: m["state"].append(
+        {"name": "unused", "dtype": "float32", "shape": [1 << 28]}))
+    assert py_verdict(art, "prefill") == cpp_verdict(aotc_run, art) == "ArtifactError"
+    assert "state 'unused' is used by no plan" in run_cpp(aotc_run, art)[0].stderr
 
 
 # -------------------------------------------------------------------------------- CPU levels
@@ -151,9 +178,11 @@ def test_a_plan_failing_while_it_runs_is_an_artifact_error(aotc_run, tmp_path):
     mat2): an ArtifactError naming the entry, not ATen's own message as exit code 1."""
     art = fixture(tmp_path, "v13_tiny")
 
-    def edit(r):
-        r["steps"][6][4][2] = ["slot", 2]   # addmm(b.bias, x, b.bias): mat2 is no matrix
-    edit_json(art, fmt.runner_file("forward"), edit)
+    def edit(p):   # the plan, and so the runner file it derives (tests/hostile.py rederive)
+        p["steps"][6]["args"][2] = {"slot": 2}   # addmm(b.bias, x, b.bias): mat2 is no matrix
+    edit_json(art, fmt.plan_file("forward"), edit)
+    assert json.loads((art / fmt.runner_file("forward")).read_bytes())["steps"][6][4][2] == \
+        ["slot", 2]
     done, _ = run_cpp(aotc_run, art)
     assert done.returncode == 5, done.stderr
     assert done.stderr.startswith("ArtifactError: entry forward failed inside its plan")

@@ -36,3 +36,24 @@ def test_the_runner_file_fields_are_what_export_writes(mlp_artifact):
     from aotc.artifact.schema.rules import RUNNER_FIELDS
     doc = json.loads((mlp_artifact / fmt.runner_file("forward")).read_bytes())
     assert sorted(doc) == sorted(RUNNER_FIELDS)   # written with sorted keys
+
+
+def test_the_plan_rules_are_the_schemas():
+    """What the C++ front end checks plans and the manifest by (frontend/plan_check.cpp,
+    manifest_check.cpp, expr_check.cpp) is rendered from the Python schema's own definitions."""
+    sys.path.insert(0, str(AOTC_ROOT / "scripts"))
+    try:
+        import gen_cpp_rules
+    finally:
+        sys.path.pop(0)
+    text = gen_cpp_rules.render()
+    from aotc.artifact.schema import expr, fields, manifest, plan
+    from aotc.artifact.schema.ops import AOTC_OPS
+    from aotc.artifact.schema.types import DTYPE_SET
+    for keys in (plan.PLAN_KEYS, plan.KERNEL_KEYS, plan.CALL_KEYS, manifest.ENTRY_KEYS,
+                 manifest.MANIFEST_KEYS):
+        assert all(f'    "{k}",' in text for k in keys[0] + keys[1])
+    assert all(f'"{x}"' in text for x in (*AOTC_OPS, *DTYPE_SET, *expr.KEYWORDS))
+    assert f"kExprMaxNodes = {expr.MAX_NODES};" in text and \
+        f"kMaxJsonBytes = {fields.MAX_JSON_BYTES};" in text
+    assert plan.KERNEL_NAME.pattern[:-2] in text.replace("\\\\", "\\")

@@ -55,6 +55,7 @@ from aotc.runtime.guards import Guards
 from aotc.runtime.kernels import launch_specs
 from aotc.artifact.schema import load_json
 from aotc.artifact.schema.plan import with_ranges
+from aotc.artifact.schema.rules import RUNNER_MISMATCH, fill
 from aotc.artifact.schema.types import SlotKind
 
 
@@ -226,9 +227,8 @@ def check_runner_files(art, plans: dict) -> None:
                 found = found if _difference(_plain(unfolded[rel]), got) else None
             if found is None:
                 continue
-        raise ArtifactError(f"{rel} does not match its plan", where=rel,
-                            expected=f"the program derived from {entries.get(rel, 'plans/')}",
-                            found=found, fix="re-export; the runner file does not match its plan")
+        raise ArtifactError(**fill(RUNNER_MISMATCH, file=rel, plan=entries.get(rel, "plans/"),
+                                   found=found))
 
 
 def _compact(doc) -> str:

@@ -30,8 +30,12 @@ MAX_NODES = 512          # nodes in one expression
 MAX_DEPTH = 48           # nesting depth
 MAX_INT = 2**63 - 1      # largest integer literal
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|==|!=|<=|>=|[-+*%<>(),]))")
-_KEYWORDS = frozenset({"and", "or", "not", "min", "max"})
+# ASCII only: digits 0-9 and blanks " \t\n\r\f\v" (the C++ front end's grammar, expr_check.cpp,
+# reads the same tokens)
+BLANKS = " \t\n\r\f\v"
+_TOKEN = re.compile(r"[ \t\n\r\f\v]*"
+                    r"(?:([0-9]+)|([A-Za-z_][A-Za-z0-9_]*)|(//|==|!=|<=|>=|[-+*%<>(),]))")
+KEYWORDS = frozenset({"and", "or", "not", "min", "max"})
 ARITH = ("+", "-", "*", "//", "%")
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 
@@ -152,7 +156,7 @@ class _Parser:
             if len(args) < 2:
                 raise ExprError(f"{tok}() needs at least two arguments")
             return self.node(Call(tok, tuple(args)), d)
-        if isinstance(tok, str) and NAME_RE.match(tok) and tok not in _KEYWORDS:
+        if isinstance(tok, str) and NAME_RE.match(tok) and tok not in KEYWORDS:
             if self.symbols is not None and tok not in self.symbols:
                 raise ExprError(f"{tok!r} is not a declared size symbol "
                                 f"(declared: {sorted(self.symbols)})")
@@ -162,7 +166,7 @@ class _Parser:
 
 def _tokens(text: str) -> list:
     out, pos = [], 0
-    text = text.rstrip()
+    text = text.rstrip(BLANKS)
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:

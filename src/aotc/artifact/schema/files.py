@@ -115,9 +115,11 @@ class Weights:
         return out
 
 
+WEIGHTS_KEYS = (("count", "bytes", "aliases", "shards"), ("transposed", "map", "state_dict"))
+
+
 def parse_weights(a: At) -> Weights:
-    a.obj(required=("count", "bytes", "aliases", "shards"),
-          optional=("transposed", "map", "state_dict"))
+    a.obj(*WEIGHTS_KEYS)
     name = lambda x: x.str(pattern=WEIGHT_NAME, max_len=1024)   # noqa: E731
     aliases = {k: name(v) for k, v in a.get("aliases").items(MAX_WEIGHTS)}
     shards = tuple(s.str(pattern=SHARD) for s in a.get("shards").list(100000))

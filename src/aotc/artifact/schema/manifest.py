@@ -27,6 +27,24 @@ from aotc.artifact.schema.types import DTYPE_SET, ITEMSIZE, WEIGHT_NAME, Device,
 PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 ENTRY = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 ARCH = re.compile(r"sm_[0-9]{2,3}a?\Z")
+# an entry's fields (required, then the others allowed; "parameters" from format 20), a
+# symbol's and an input's (scripts/gen_cpp_rules.py writes them for the C++ front end)
+MANIFEST_KEYS = (("format_version", "producer", "model", "target", "options", "entries",
+                  "weights", "files", "manifest_sha256"),
+                 ("training", "state", "generation", "export_check", "tensor_parallel",
+                  "quantization"))
+PRODUCER_KEYS = (("aotc", "torch", "python", "platform"), ("triton", "compiler"))
+MODEL_KEYS = (("name", "source"), ())
+TARGET_KEYS = (("device", "archs", "portable", "native"), ())
+TRITON_NATIVE_KEYS = (("kind", "triton", "archs", "kernels"), ("autotune",))
+CPP_NATIVE_KEYS = (("libraries", "compiler", "source"), ("table",))
+CPP_SOURCE = "kernels/kernels.cpp"
+MAX_ENTRIES = 16
+ENTRY_KEYS = (("plan", "inputs", "symbols", "relations", "outputs", "output_tree"), ("stats",))
+PARAMETERS_SINCE = 20
+SYMBOL_KEYS = (("min", "max"), ("example",))
+INPUT_KEYS = (("name", "dtype", "shape"), ("values",))
+META_KEYS = (("dtype", "shape", "stride"), ())
 ISAS = frozenset(ISA_ORDER)
 LIBRARY = re.compile(r"kernels/kernels(?:-[a-z0-9-]+)?\.so\Z")
 __all__ = ["FileEntry", "Weights", "Manifest", "parse_manifest"]
@@ -221,16 +239,12 @@ class Manifest:
 def parse_manifest(doc: At, *, complete: bool = True) -> Manifest:
     """`complete`: the file table is filled in, and must list every file the artifact needs
     (False while codegen builds the manifest, before the files are written)."""
-    doc.obj(required=("format_version", "producer", "model", "target", "options", "entries",
-                      "weights", "files", "manifest_sha256"),
-            optional=("training", "state", "generation", "export_check", "tensor_parallel",
-                      "quantization"))
+    doc.obj(*MANIFEST_KEYS)
     version = doc.get("format_version").int(1, 1 << 16)
-    entries = {name: _entry(a, name, version) for name, a in doc.get("entries").items(16)}
+    entries = {name: _entry(a, name, version) for name, a in doc.get("entries").items(MAX_ENTRIES)}
     doc.get("entries").check(bool(entries), "at least one entry point", "is empty")
     training = _training(doc.get("training")) if doc.has("training") else None
-    doc.get("producer").obj(required=("aotc", "torch", "python", "platform"),
-                            optional=("triton", "compiler"))
+    doc.get("producer").obj(*PRODUCER_KEYS)
     m = Manifest(format_version=version,
                  producer=_strings(doc.get("producer")), model=_model(doc.get("model")),
                  target=_target(doc.get("target")), options=_scalars(doc.get("options")),
@@ -296,20 +310,20 @@ def _scalars(a: At) -> dict:
 
 
 def _model(a: At) -> dict:
-    a.obj(required=("name", "source"))
+    a.obj(*MODEL_KEYS)
     return {k: None if a.get(k).is_null() else a.get(k).str(pattern=WEIGHT_NAME, max_len=4096)
             for k in ("name", "source")}
 
 
 def _target(a: At) -> Target:
-    a.obj(required=("device", "archs", "portable", "native"))
+    a.obj(*TARGET_KEYS)
     device = a.get("device").enum(Device)
     archs = tuple(x.str(pattern=ARCH) for x in a.get("archs").list(16))
     n = a.get("native")
     native = None
     if not n.is_null():
         if n.has("kind"):
-            n.obj(required=("kind", "triton", "archs", "kernels"), optional=("autotune",))
+            n.obj(*TRITON_NATIVE_KEYS)
             n.get("kind").str(choices={"triton"})
             at = n.get("autotune", None)
             native = TritonNative(triton=n.get("triton").text(64),
@@ -317,10 +331,10 @@ def _target(a: At) -> Target:
                                   kernels=tuple(k.ident() for k in n.get("kernels").list(1 << 16)),
                                   autotune=None if at.is_null() else display(at))
         else:
-            n.obj(required=("libraries", "compiler", "source"), optional=("table",))
+            n.obj(*CPP_NATIVE_KEYS)
             native = CppNative(libraries=_libraries(n.get("libraries")),
                                compiler=n.get("compiler").text(512),
-                               source=n.get("source").str(choices={"kernels/kernels.cpp"}),
+                               source=n.get("source").str(choices={CPP_SOURCE}),
                                table=n.get("table", False).bool())
     return Target(device=device, archs=archs, portable=a.get("portable").bool(), native=native)
 
@@ -390,8 +404,7 @@ def _check_training(m: Manifest, doc: At) -> None:
 
 def _entry(a: At, name: str, version: int) -> EntrySpec:
     a.check(bool(ENTRY.match(name)), "an entry name (lowercase identifier)", "is not a name")
-    a.obj(required=("plan", "inputs", "symbols", "relations", "outputs", "output_tree"),
-          optional=("stats", "parameters") if version >= 20 else ("stats",))
+    a.obj(ENTRY_KEYS[0], ENTRY_KEYS[1] + (("parameters",) if version >= PARAMETERS_SINCE else ()))
     a.get("plan").str(choices={f"plans/{name}.json"})
     symbols = {n: _symbol(s, n) for n, s in a.get("symbols").items(256)}
     inputs = tuple(_input(i, symbols) for i in a.get("inputs").list(4096))
@@ -407,9 +420,9 @@ def _entry(a: At, name: str, version: int) -> EntrySpec:
 
 
 def _symbol(a: At, name: str) -> Symbol:
-    a.check(bool(ex.NAME_RE.match(name)) and name not in ("min", "max", "and", "or", "not"),
+    a.check(bool(ex.NAME_RE.match(name)) and name not in ex.KEYWORDS,
             "a symbol name (an ASCII identifier)", "is not a name")
-    a.obj(required=("min", "max"), optional=("example",))
+    a.obj(*SYMBOL_KEYS)
     lo, hi = a.get("min").int(0, MAX_DIM), a.get("max").int(0, MAX_DIM)
     a.check(lo <= hi, "min <= max", f"has min {lo} > max {hi}")
     example = a.get("example", lo).int(lo, hi)
@@ -417,7 +430,7 @@ def _symbol(a: At, name: str) -> Symbol:
 
 
 def _input(a: At, symbols: dict) -> Input:
-    a.obj(required=("name", "dtype", "shape"), optional=("values",))
+    a.obj(*INPUT_KEYS)
     values = a.get("values", None)
     if not values.is_null():
         lo, hi = (v.int(-ex.MAX_INT - 1, ex.MAX_INT) for v in values.list(2, 2))
@@ -432,7 +445,7 @@ def _input(a: At, symbols: dict) -> Input:
 
 
 def _meta(a: At, symbols: dict) -> TensorMeta:
-    a.obj(required=("dtype", "shape", "stride"))
+    a.obj(*META_KEYS)
     shape = tuple(d.size(symbols, MAX_DIM) for d in a.get("shape").list(16))
     stride = tuple(d.size(symbols, MAX_DIM) for d in a.get("stride").list(16))
     a.check(len(stride) == len(shape), "one stride per dim")

@@ -24,6 +24,18 @@ MAX_SLOTS = 1 << 20
 KERNEL_NAME = re.compile(r"(?:forward_|backward_|prefill_|decode_(?:[0-9]{1,4}_)?)?"
                          r"kernel[0-9]{1,7}\Z")
 OP_NAME = re.compile(r"(?:aten|aotc)::[a-z_][a-z0-9_]{0,80}\.[A-Za-z_][A-Za-z0-9_]{0,40}\Z")
+# the fields of each record (required, then the others allowed); scripts/gen_cpp_rules.py
+# writes them into the C++ front end's rules.h, which checks plans by them too
+PLAN_KEYS = (("entry", "slots", "inputs", "steps", "outputs"), ("stats",))
+KERNEL_KEYS = (("kind", "name", "args", "out"),
+               ("sizes", "reuse", "launch", "checks", "fused", "reasons"))
+CALL_KEYS = (("kind", "op", "args", "kwargs", "out"), ("single", "source", "binds"))
+FREE_KEYS = (("kind", "slots"), ("donate",))
+LAUNCH_KEYS = (("grid", "spec"), ("error_code",))
+CHECK_KEYS = (("arg", "size", "wraps", "op"), ())
+OUTPUT_KEYS = ((), ("slot", "const"))
+SLOT_LAYOUTS = frozenset({"transposed"})            # a weight slot's layout
+SLOT_MEMORY_FORMATS = frozenset({"channels_last"})  # a weight slot's memory_format
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +91,7 @@ class Tagged:
 
 TAGS = {"dtype": DTYPE_SET, "layout": LAYOUT_SET, "memory_format": MEMORY_FORMAT_SET,
         "device": frozenset({"cpu", "cuda"}), "float": frozenset({"inf", "-inf", "nan"})}
+ARG_KEYS = ("slot", "sym", *TAGS)   # a tagged argument's one key
 
 
 def arg_json(a):
@@ -267,7 +280,7 @@ class Plan:
 def parse_plan(doc: At, entry: str, symbols, spec=None) -> Plan:
     """A plan from its JSON, checked field by field and as a program (see the module doc),
     and, given the manifest's EntrySpec, against the inputs and outputs it declares."""
-    doc.obj(required=("entry", "slots", "inputs", "steps", "outputs"), optional=("stats",))
+    doc.obj(*PLAN_KEYS)
     doc.get("entry").check(doc.get("entry").value == entry, f"the entry name {entry!r}",
                            "names another entry")
     slots = tuple(_slot(a, i, symbols) for i, a in enumerate(doc.get("slots").list(MAX_SLOTS)))
@@ -320,9 +333,9 @@ def _slot(a: At, i: int, symbols) -> Slot:
     if kind is SlotKind.WEIGHT:
         fields["weight"] = a.get("weight").str(pattern=WEIGHT_NAME, max_len=1024)
         if "layout" in v:
-            fields["layout"] = a.str_of("layout", {"transposed"})
+            fields["layout"] = a.str_of("layout", SLOT_LAYOUTS)
         if "memory_format" in v:
-            fields["memory_format"] = a.str_of("memory_format", {"channels_last"})
+            fields["memory_format"] = a.str_of("memory_format", SLOT_MEMORY_FORMATS)
     elif kind is SlotKind.INPUT:
         fields["name"] = a.get("name").str(pattern=WEIGHT_NAME, max_len=256)
     elif kind is SlotKind.STATE:
@@ -346,7 +359,7 @@ def _arg(a: At, n: int, symbols, depth: int = 0):
         a.check(depth < 4, "arguments nested at most 4 lists deep", "is nested too deeply")
         return tuple(_arg(x, n, symbols, depth + 1) for x in a.list(1 << 16))
     if isinstance(v, dict):
-        a.obj(optional=("slot", "sym", *TAGS))
+        a.obj(optional=ARG_KEYS)
         a.check(len(v) == 1, "one tag: slot, sym, dtype, layout, memory_format, device, float")
         (tag, _), = v.items()
         if tag == "slot":
@@ -364,8 +377,8 @@ def _arg(a: At, n: int, symbols, depth: int = 0):
     a.fail("an argument: a number, a string, a list or a tagged value")
 
 
-_CALL_KEYS = frozenset(("kind", "op", "args", "kwargs", "out", "single", "source", "binds"))
-_FREE_KEYS = frozenset(("kind", "slots", "donate"))
+_CALL_KEYS = frozenset(CALL_KEYS[0] + CALL_KEYS[1])
+_FREE_KEYS = frozenset(FREE_KEYS[0] + FREE_KEYS[1])
 
 
 def _step(a: At, n: int, symbols) -> Step:
@@ -374,11 +387,11 @@ def _step(a: At, n: int, symbols) -> Step:
     if kind is None:
         kind = a.get("kind").enum(StepKind)
     if kind is StepKind.FREE:
-        a.keys_within(("kind", "slots"), _FREE_KEYS)
+        a.keys_within(FREE_KEYS[0], _FREE_KEYS)
         return FreeStep(slots=a.ints_of("slots", n - 1), donate=a.ints_of("donate", n - 1, []))
     if kind is StepKind.KERNEL:
         return _kernel_step(a, n, symbols)
-    a.keys_within(("kind", "op", "args", "kwargs", "out"), _CALL_KEYS)
+    a.keys_within(CALL_KEYS[0], _CALL_KEYS)
     op = v["op"]
     if not (type(op) is str and is_extern_op(op)):
         a.get("op").str(pattern=OP_NAME, max_len=128)
@@ -422,8 +435,7 @@ def with_ranges(step, symbols: dict):
 
 
 def _kernel_step(a: At, n: int, symbols) -> KernelStep:
-    a.obj(required=("kind", "name", "args", "out"),
-          optional=("sizes", "reuse", "launch", "checks", "fused", "reasons"))
+    a.obj(*KERNEL_KEYS)
     sizes = tuple(s.ident() for s in a.get("sizes", []).list(64))
     for s in a.get("sizes", []).list(64):
         s.check(symbols is None or s.value in symbols, f"a declared symbol {sorted(symbols)}",
@@ -432,7 +444,7 @@ def _kernel_step(a: At, n: int, symbols) -> KernelStep:
                   for k, d in a.get("reuse", {}).items(1 << 12))
     launch = None
     if a.has("launch"):
-        la = a.get("launch").obj(required=("grid", "spec"), optional=("error_code",))
+        la = a.get("launch").obj(*LAUNCH_KEYS)
         grid = la.get("grid").list(3, 3)
         code = la.get("error_code", None)
         launch = Launch(grid=tuple(g.expr(symbols) for g in grid),
@@ -457,7 +469,7 @@ def _slot_key(at: At, key: str, n: int) -> int:
 
 
 def _check(c: At, symbols) -> IndexCheck:
-    c.obj(required=("arg", "size", "wraps", "op"))
+    c.obj(*CHECK_KEYS)
     arg = c.get("arg")
     return IndexCheck(arg=None if arg.is_null() else arg.int(0, 4096),
                       size=c.get("size").size(symbols),
@@ -465,7 +477,7 @@ def _check(c: At, symbols) -> IndexCheck:
 
 
 def _output(a: At, n: int) -> Output:
-    a.obj(optional=("slot", "const"))
+    a.obj(*OUTPUT_KEYS)
     a.check(a.has("slot") != a.has("const"), "either a slot or a constant")
     if a.has("slot"):
         return Output(slot=a.get("slot").int(0, n - 1))

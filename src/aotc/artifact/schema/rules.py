@@ -50,6 +50,13 @@ PLAN_FAILED = dict(
     fix="re-export the model with this aotc (the plan may be damaged or not aotc's); if a fresh "
         "export fails too, report it")
 
+# A runner file that does not compute what its plan says (runtime/runner_file.py derives and
+# compares the whole document; the C++ front end, frontend/runner_match.cpp, the program).
+RUNNER_MISMATCH = dict(
+    what="{file} does not match its plan", where="{file}",
+    expected="the program derived from {plan}", found="{found}",
+    fix="re-export; the runner file does not match its plan")
+
 # OMS bundles (model.sig, artifact/oms.py; the C++ front end's oms.cpp): each refusal once.
 _OMS_FIX = "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer"
 OMS_MALFORMED = dict(
@@ -79,7 +86,8 @@ OMS_NOT_EXACT = dict(
     fix=_OMS_FIX)
 
 TEMPLATES = {"NO_USABLE_KEY": NO_USABLE_KEY, "PRIVATE_KEY": PRIVATE_KEY,
-             "PLAN_FAILED": PLAN_FAILED, "OMS_MALFORMED": OMS_MALFORMED,
+             "PLAN_FAILED": PLAN_FAILED, "RUNNER_MISMATCH": RUNNER_MISMATCH,
+             "OMS_MALFORMED": OMS_MALFORMED,
              "OMS_KEYLESS": OMS_KEYLESS, "OMS_UNTRUSTED": OMS_UNTRUSTED,
              "OMS_HASHING": OMS_HASHING, "OMS_NOT_SHA256": OMS_NOT_SHA256,
              "OMS_TOO_MANY": OMS_TOO_MANY, "OMS_NOT_EXACT": OMS_NOT_EXACT}

@@ -17,6 +17,7 @@
 #include "graphs.h"
 #include "native.h"
 #include "signing.h"
+#include "plan_check.h"
 #include "spec.h"
 #include "templates.h"
 
@@ -137,6 +138,7 @@ struct Module::Impl {
   at::Tensor weight(const std::string& name);   // on the module's device
   at::Tensor state_tensor(const fe::ConstantRef& s, const std::string& where);
   void check_state(const fe::ConstantRef& s, const std::string& where) const;
+  void check_states_used() const;   // every state of the manifest is one a plan uses
   std::vector<at::Tensor> call(const Entry& e, const std::vector<at::Tensor>& inputs) const;   // run
   void read_entry(const std::string& name);    // its runner file, checked
   void build_entry(Entry& e, const std::string& name);   // its constants bound, its program
@@ -215,7 +217,23 @@ void Module::Impl::check_state(const fe::ConstantRef& s, const std::string& wher
                         dtype_name(s.dtype) + c10::str(c10::IntArrayRef(s.shape)), "re-export the model");
 }
 
+// As runtime/module.py allocate_state: a state no plan uses is refused (so that nothing is
+// sized from the manifest that the plans do not bound).
+void Module::Impl::check_states_used() const {
+  json::Field root = art->field();
+  if (!root.has("state")) return;
+  std::set<std::string> used;
+  for (const auto& [name, e] : entries)
+    for (const auto& s : e.spec.state) used.insert(s.name);
+  json::Field list = root["state"];
+  for (size_t i = 0, n = list.size(1 << 16); i < n; ++i)
+    if (!used.count(list[i]["name"].string(1024)))
+      throw ArtifactError("state '" + list[i]["name"].string(1024) + "' is used by no plan", "manifest.json, state",
+                          "only states that the plans' slots use", list[i]["name"].string(1024), "re-export the model");
+}
+
 void Module::Impl::read_entry(const std::string& name) {
+  json::Value plan = fe::check_entry_and_plan(*art, name, art->field()["entries"][name.c_str()]);
   std::string rel = "runner/" + name + ".json";
   if (!art->listed(rel))
     throw ArtifactError("entry " + name + " has no runner file, which the C++ front end runs",
@@ -226,6 +244,8 @@ void Module::Impl::read_entry(const std::string& name) {
                                 rel, 64u << 20);
   Entry e;
   e.spec = fe::read_runner_file(doc, rel, name, lib.get(), c10::DeviceTypeName(device.type(), true));
+  // its own checks first (every index, tag, op and kernel), then: what its plan says
+  fe::check_runner_matches(plan, doc, rel, art->field()["weights"]["aliases"].value());
   e.spec.program.device = device;
   entries.emplace(name, std::move(e));
 }
@@ -299,6 +319,7 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
                         "which the C++ front end runs", art.where("manifest.json"),
                         "format version " + std::to_string(fe::kRunnerFormat) + " or newer",
                         std::to_string(art.version()), kReexport);
+  fe::check_manifest(art);   // as Python's schema reads it
   std::string type = target_device(art);
   impl_->device = run_device(options.device, type);
   json::Field native = art.field()["target"]["native"];
@@ -313,6 +334,7 @@ Module::Module(const std::string& path, const LoadOptions& options) : impl_(std:
   }
   json::Field entries = art.field()["entries"];
   for (const auto& [name, v] : entries.members(64)) impl_->read_entry(name);
+  impl_->check_states_used();
   if (auto* cuda = dynamic_cast<fe::CudaKernels*>(impl_->lib.get())) {   // the GPU, at last
     cuda->load(art, impl_->device.index());
     impl_->level = cuda->arch();

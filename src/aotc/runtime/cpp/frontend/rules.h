@@ -2,8 +2,10 @@
 // The rules both front ends enforce, defined once in Python.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace aotc::fe::rules {
 
@@ -70,6 +72,13 @@ inline constexpr Template kPlanFailed = {
     "{found}",
     "re-export the model with this aotc (the plan may be damaged or not aotc's); if a fresh export fails too, report it",
 };
+inline constexpr Template kRunnerMismatch = {
+    "{file} does not match its plan",
+    "{file}",
+    "the program derived from {plan}",
+    "{found}",
+    "re-export; the runner file does not match its plan",
+};
 inline constexpr Template kOmsMalformed = {
     "model.sig is not an OMS signature bundle aotc reads",
     "{where}",
@@ -119,5 +128,306 @@ inline constexpr Template kOmsNotExact = {
     "{found}",
     "re-sign the artifact (`aotc sign ART --key KEY`) or re-copy it from its producer",
 };
+
+// plans and entries (artifact/schema/plan.py, manifest.py, expr.py, fields.py)
+inline constexpr size_t kMaxJsonBytes = 268435456;
+inline constexpr size_t kMaxStr = 4096;
+inline constexpr size_t kMaxList = 1048576;
+inline constexpr size_t kMaxTreeDepth = 64;
+inline constexpr int64_t kMaxSlots = 1048576;
+inline constexpr size_t kExprMaxText = 4096;
+inline constexpr size_t kExprMaxNodes = 512;
+inline constexpr size_t kExprMaxDepth = 48;
+inline constexpr int kParametersSince = 20;
+inline constexpr const char* kNamePattern = "[A-Za-z_][A-Za-z0-9_]{0,63}";
+inline constexpr const char* kKernelNamePattern = "(?:forward_|backward_|prefill_|decode_(?:[0-9]{1,4}_)?)?kernel[0-9]{1,7}";
+inline constexpr const char* kOpNamePattern = "(?:aten|aotc)::[a-z_][a-z0-9_]{0,80}\\.[A-Za-z_][A-Za-z0-9_]{0,40}";
+inline constexpr const char* kEntryPattern = "[a-z][a-z0-9_]{0,31}";
+inline constexpr std::array<std::string_view, 5> kExprKeywords = {{
+    "and",
+    "max",
+    "min",
+    "not",
+    "or",
+}};
+inline constexpr std::array<std::string_view, 14> kDtypes = {{
+    "bfloat16",
+    "bool",
+    "complex128",
+    "complex64",
+    "float16",
+    "float32",
+    "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "uint8",
+}};
+inline constexpr std::array<std::string_view, 4> kSlotKinds = {{
+    "input",
+    "weight",
+    "state",
+    "value",
+}};
+inline constexpr std::array<std::string_view, 4> kStepKinds = {{
+    "kernel",
+    "extern",
+    "view",
+    "free",
+}};
+inline constexpr std::array<std::string_view, 1> kSlotLayouts = {{
+    "transposed",
+}};
+inline constexpr std::array<std::string_view, 1> kSlotMemoryFormats = {{
+    "channels_last",
+}};
+inline constexpr std::array<std::string_view, 5> kTreeKinds = {{
+    "tensor",
+    "tuple",
+    "list",
+    "dict",
+    "const",
+}};
+inline constexpr std::array<std::string_view, 6> kAotcOpNames = {{
+    "aotc::all_gather.default",
+    "aotc::all_reduce.default",
+    "aotc::decode_attention.default",
+    "aotc::decode_attention_write.default",
+    "aotc::fft.default",
+    "aotc::sdpa_backward.default",
+}};
+inline constexpr std::array<std::string_view, 7> kArgKeys = {{
+    "slot",
+    "sym",
+    "dtype",
+    "layout",
+    "memory_format",
+    "device",
+    "float",
+}};
+inline constexpr std::array<std::string_view, 14> kTagDtype = {{
+    "bfloat16",
+    "bool",
+    "complex128",
+    "complex64",
+    "float16",
+    "float32",
+    "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "uint8",
+}};
+inline constexpr std::array<std::string_view, 2> kTagLayout = {{
+    "sparse_coo",
+    "strided",
+}};
+inline constexpr std::array<std::string_view, 4> kTagMemoryFormat = {{
+    "channels_last",
+    "channels_last_3d",
+    "contiguous_format",
+    "preserve_format",
+}};
+inline constexpr std::array<std::string_view, 2> kTagDevice = {{
+    "cpu",
+    "cuda",
+}};
+inline constexpr std::array<std::string_view, 3> kTagFloat = {{
+    "-inf",
+    "inf",
+    "nan",
+}};
+inline constexpr std::array<std::string_view, 5> kPlanRequired = {{
+    "entry",
+    "slots",
+    "inputs",
+    "steps",
+    "outputs",
+}};
+inline constexpr std::array<std::string_view, 1> kPlanOptional = {{
+    "stats",
+}};
+inline constexpr std::array<std::string_view, 4> kKernelRequired = {{
+    "kind",
+    "name",
+    "args",
+    "out",
+}};
+inline constexpr std::array<std::string_view, 6> kKernelOptional = {{
+    "sizes",
+    "reuse",
+    "launch",
+    "checks",
+    "fused",
+    "reasons",
+}};
+inline constexpr std::array<std::string_view, 5> kCallRequired = {{
+    "kind",
+    "op",
+    "args",
+    "kwargs",
+    "out",
+}};
+inline constexpr std::array<std::string_view, 3> kCallOptional = {{
+    "single",
+    "source",
+    "binds",
+}};
+inline constexpr std::array<std::string_view, 2> kFreeRequired = {{
+    "kind",
+    "slots",
+}};
+inline constexpr std::array<std::string_view, 1> kFreeOptional = {{
+    "donate",
+}};
+inline constexpr std::array<std::string_view, 2> kLaunchRequired = {{
+    "grid",
+    "spec",
+}};
+inline constexpr std::array<std::string_view, 1> kLaunchOptional = {{
+    "error_code",
+}};
+inline constexpr std::array<std::string_view, 4> kCheckRequired = {{
+    "arg",
+    "size",
+    "wraps",
+    "op",
+}};
+inline constexpr std::array<std::string_view, 0> kCheckOptional = {{
+}};
+inline constexpr std::array<std::string_view, 0> kOutputRequired = {{
+}};
+inline constexpr std::array<std::string_view, 2> kOutputOptional = {{
+    "slot",
+    "const",
+}};
+inline constexpr std::array<std::string_view, 9> kManifestRequired = {{
+    "format_version",
+    "producer",
+    "model",
+    "target",
+    "options",
+    "entries",
+    "weights",
+    "files",
+    "manifest_sha256",
+}};
+inline constexpr std::array<std::string_view, 6> kManifestOptional = {{
+    "training",
+    "state",
+    "generation",
+    "export_check",
+    "tensor_parallel",
+    "quantization",
+}};
+inline constexpr std::array<std::string_view, 4> kProducerRequired = {{
+    "aotc",
+    "torch",
+    "python",
+    "platform",
+}};
+inline constexpr std::array<std::string_view, 2> kProducerOptional = {{
+    "triton",
+    "compiler",
+}};
+inline constexpr std::array<std::string_view, 2> kModelRequired = {{
+    "name",
+    "source",
+}};
+inline constexpr std::array<std::string_view, 0> kModelOptional = {{
+}};
+inline constexpr std::array<std::string_view, 4> kTargetRequired = {{
+    "device",
+    "archs",
+    "portable",
+    "native",
+}};
+inline constexpr std::array<std::string_view, 0> kTargetOptional = {{
+}};
+inline constexpr std::array<std::string_view, 4> kTritonNativeRequired = {{
+    "kind",
+    "triton",
+    "archs",
+    "kernels",
+}};
+inline constexpr std::array<std::string_view, 1> kTritonNativeOptional = {{
+    "autotune",
+}};
+inline constexpr std::array<std::string_view, 3> kCppNativeRequired = {{
+    "libraries",
+    "compiler",
+    "source",
+}};
+inline constexpr std::array<std::string_view, 1> kCppNativeOptional = {{
+    "table",
+}};
+inline constexpr std::array<std::string_view, 6> kEntryRequired = {{
+    "plan",
+    "inputs",
+    "symbols",
+    "relations",
+    "outputs",
+    "output_tree",
+}};
+inline constexpr std::array<std::string_view, 1> kEntryOptional = {{
+    "stats",
+}};
+inline constexpr std::array<std::string_view, 2> kSymbolRequired = {{
+    "min",
+    "max",
+}};
+inline constexpr std::array<std::string_view, 1> kSymbolOptional = {{
+    "example",
+}};
+inline constexpr std::array<std::string_view, 3> kInputRequired = {{
+    "name",
+    "dtype",
+    "shape",
+}};
+inline constexpr std::array<std::string_view, 1> kInputOptional = {{
+    "values",
+}};
+inline constexpr std::array<std::string_view, 3> kMetaRequired = {{
+    "dtype",
+    "shape",
+    "stride",
+}};
+inline constexpr std::array<std::string_view, 0> kMetaOptional = {{
+}};
+inline constexpr std::array<std::string_view, 4> kWeightsRequired = {{
+    "count",
+    "bytes",
+    "aliases",
+    "shards",
+}};
+inline constexpr std::array<std::string_view, 3> kWeightsOptional = {{
+    "transposed",
+    "map",
+    "state_dict",
+}};
+inline constexpr const char* kArchPattern = "sm_[0-9]{2,3}a?";
+inline constexpr const char* kCppSource = "kernels/kernels.cpp";
+inline constexpr size_t kMaxEntries = 16;
+inline constexpr std::array<std::string_view, 13> kSlotKeys = {{
+    "id",
+    "kind",
+    "dtype",
+    "shape",
+    "stride",
+    "contiguous",
+    "producer",
+    "base",
+    "weight",
+    "state",
+    "name",
+    "layout",
+    "memory_format",
+}};
 
 }  // namespace aotc::fe::rules
