@@ -50,6 +50,7 @@ def create_app(module, *, tokenizer=_DEFAULT, model_name: str | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        server.loop.post = asyncio.get_running_loop().call_soon_threadsafe
         server.loop.start()
         try:
             yield
@@ -79,12 +80,10 @@ class Server:
 
     async def tokens(self, job: api.Job, request: Request):
         """The request's (token, finish reason) events as they come; cancelled on exit."""
-        events: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()      # filled on this loop (EngineLoop.post)
         arrived = time.perf_counter()
         try:
-            r = self.loop.submit(job.prompt, job.params,
-                                 lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+            r = self.loop.submit(job.prompt, job.params, events.put_nowait)
         except QueueFull as e:
             raise api.BadRequest(f"the server is busy: {e.what}", None, 429,
                                  "rate_limit_exceeded") from None
