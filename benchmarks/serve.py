@@ -31,7 +31,10 @@ from pathlib import Path
 
 import torch
 
-SIZES = {"tiny": dict(size="small", dim=64, layers=2, heads=4, kv_heads=2, hidden=128, vocab=500)}
+SIZES = {"tiny": dict(size="small", dim=64, layers=2, heads=4, kv_heads=2, hidden=128, vocab=500),
+         # ~46M parameters: a CPU decode step bound by its weights' reads, not by overhead
+         "cpu-mid": dict(size="small", dim=512, layers=6, heads=8, kv_heads=2, hidden=1376,
+                         vocab=32000)}
 
 
 def build(args, folder: Path) -> Path:
@@ -52,7 +55,7 @@ def build(args, folder: Path) -> Path:
     target = "cuda" if device.type == "cuda" else "cpu"
     return Path(aotc.export(model, (ids,), folder / "llm.aotc", decode=True, target=target,
                             max_cache_len=args.max_cache_len, max_batch=args.max_batch,
-                            record_samples=False, prove=False))
+                            slot_buckets=args.slot_buckets, record_samples=False, prove=False))
 
 
 def requests(n: int, vocab: int, cache: int, seed: int = 0) -> list[tuple[list[int], int]]:
@@ -131,6 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--max-batch", type=int, default=16)
     p.add_argument("--max-cache-len", type=int, default=256)
+    p.add_argument("--slot-buckets", default="auto", help="decode buckets (aotc export's)")
     p.add_argument("--concurrency", default="1,4,8,16")
     p.add_argument("--requests-per-client", type=int, default=2)
     p.add_argument("--artifact", default=None, help="serve this artifact instead of exporting")

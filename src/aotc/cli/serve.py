@@ -27,8 +27,9 @@ import click
 @click.option("--name", default=None, help="Model name in /v1/models and answers (default: "
                                              "the artifact's).")
 @click.option("--device", default=None, help="Device to run on (default: the target's).")
-@click.option("--prefill-chunk", type=click.IntRange(1), default=256, show_default=True,
-              help="Prompt tokens prefilled per engine step (long prompts in chunks).")
+@click.option("--prefill-chunk", type=click.IntRange(1), default=64, show_default=True,
+              help="Prompt tokens prefilled per engine step, over all new requests (long "
+                   "prompts, and many at once, in chunks between decode steps).")
 @click.option("--drain-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds in-flight requests get to finish after SIGTERM.")
 @click.pass_context

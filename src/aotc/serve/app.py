@@ -38,7 +38,7 @@ _DEFAULT = object()
 
 def create_app(module, *, tokenizer=_DEFAULT, model_name: str | None = None,
                api_key: str | None = None, max_active: int | None = None,
-               max_queue: int = 64, prefill_chunk: int = 256) -> FastAPI:
+               max_queue: int = 64, prefill_chunk: int = 64) -> FastAPI:
     """The server's ASGI app over a loaded generator with slots. `tokenizer`: text in and out
     (default: the module's own, `module.tokenizer`, None where it has none); `max_active`:
     slots in use at most (default: all); `max_queue`: requests waiting at most."""

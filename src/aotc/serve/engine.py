@@ -121,7 +121,7 @@ class Event:
 
 
 class Engine:
-    def __init__(self, module, prefill_chunk: int = 256, max_waiting: int = 1024,
+    def __init__(self, module, prefill_chunk: int = 64, max_waiting: int = 1024,
                  max_active: int | None = None):
         if not getattr(module, "slots", 0):
             raise UsageError("the engine needs a generator with slots", where="Engine",
@@ -131,7 +131,7 @@ class Engine:
         if not (isinstance(prefill_chunk, int) and prefill_chunk >= 1):
             raise UsageError("prefill_chunk must be an int >= 1", where="prefill_chunk",
                              expected="an int >= 1", found=repr(prefill_chunk),
-                             fix="pass a chunk size such as 256")
+                             fix="pass a chunk size such as 64")
         if max_active is not None and not (isinstance(max_active, int)
                                            and 1 <= max_active <= module.slots):
             raise UsageError(f"max_active {max_active!r} is not a number of slots",
