@@ -67,3 +67,33 @@ def test_prefill_budget_interleaves_prompts_with_decode(slot_llm):
     for r in (*late, third):
         want = m.generate(torch.tensor([r.prompt]), len(r.tokens))[0, len(r.prompt):].tolist()
         assert r.tokens == want
+
+
+def test_incremental_detokenization_equals_decoding_the_whole_answer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from aotc.serve.text import TextStream
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = "héllo wörld, 中文字 and 🙂 emoji; naïve café 東京 " * 3
+    tok.train_from_iterator([text], trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+
+    widths = []
+
+    class Tok:
+        def decode(self, ids):
+            widths.append(len(ids))
+            return tok.decode(list(ids))
+    ids = tok.encode(text).ids
+    stream = TextStream(Tok())
+    sent = ""
+    for t in ids:
+        stream.add(t)
+        part = stream.take()
+        assert "\ufffd" not in part
+        sent += part
+    sent += stream.finish_delta()
+    assert sent == stream.finish() == tok.decode(ids) == text
+    assert len(ids) > 40 and max(widths) <= 8      # windows, not the whole answer each token

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -64,6 +65,13 @@ class CompletionRequest(_Common):
 class ChatRequest(_Common):
     messages: list[dict]
     max_completion_tokens: int | None = None
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
 
 
 @dataclass
