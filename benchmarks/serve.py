@@ -225,6 +225,8 @@ def main(argv=None) -> int:
     p.add_argument("--slot-buckets", default="auto", help="decode buckets (aotc export's)")
     p.add_argument("--concurrency", default="1,4,8,16")
     p.add_argument("--requests-per-client", type=int, default=2)
+    p.add_argument("--no-transformers", action="store_true", help="with an hf-* model, leave "
+                   "out transformers' static-batch baseline")
     p.add_argument("--artifact", default=None, help="serve this artifact instead of exporting")
     p.add_argument("--out", default="benchmarks/results/serve")
     args = p.parse_args(argv)
@@ -234,6 +236,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         path, hf = (Path(args.artifact), None) if args.artifact else build(args, Path(tmp))
         export_s = time.perf_counter() - t0
+        hf = None if args.no_transformers else hf
         m = aotc.load(path, device=args.device)
         levels = [int(c) for c in args.concurrency.split(",")]
         asks = requests(max(levels) * args.requests_per_client, m.generation.vocab,

@@ -212,10 +212,20 @@ async def _answer(server: Server, job: api.Job, request: Request):
         server.metrics.answered(request.url.path, 200)
         return StreamingResponse(_sse(server, job, first, events),
                                  media_type="text/event-stream")
+    waiter = _watch_disconnect(request)
+    try:
+        choices = await asyncio.gather(*(_collect(server, c, request) for c in job.choices()))
+    finally:
+        waiter.cancel()
+    server.metrics.answered(request.url.path, 200)
+    return api.response(job, server.name, choices)
+
+
+async def _collect(server: Server, job: api.Job, request: Request) -> tuple:
+    """One choice's (text, token ids, finish reason), once it is done."""
     text = TextStream(server.tokenizer, job.stops)
     ids, finish = [], None
     events = server.tokens(job, request)
-    waiter = _watch_disconnect(request)
     try:
         async for token, finish in events:
             if token is not None:
@@ -224,10 +234,8 @@ async def _answer(server: Server, job: api.Job, request: Request):
                     finish = "stop"
                     break
     finally:
-        waiter.cancel()
         await events.aclose()
-    server.metrics.answered(request.url.path, 200)
-    return api.response(job, server.name, text.finish(), ids, finish or "stop")
+    return text.finish(), ids, finish or "stop"
 
 
 def _watch_disconnect(request: Request) -> asyncio.Task:
