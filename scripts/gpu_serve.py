@@ -48,7 +48,7 @@ def check(out: Path, device: str) -> dict:
     alone = [m.generate(torch.tensor([p], device=device), 24)[0, len(p):].tolist()
              for p in prompts]
     engine = Engine(m, prefill_chunk=4)
-    asks = [([(7 * i + j) % 500 for j in range(3 + 9 * i)], 10 + 3 * i) for i in range(12)]
+    asks = [([(7 * i + j) % 500 for j in range(3 + 7 * i)], 10 + 3 * i) for i in range(12)]
     rs = [engine.add(p, SamplingParams(max_tokens=n, temperature=0)) for p, n in asks]
     drawn = [engine.add(p, SamplingParams(max_tokens=n, temperature=0.8, top_p=0.9, seed=i))
              for i, (p, n) in enumerate(asks[:4])]
