@@ -179,6 +179,10 @@ def _routes(app: FastAPI, server: Server) -> None:
         return await _answer(server, job, request)
 
 
+    _embedding_route(app, server)
+
+
+def _embedding_route(app: FastAPI, server: Server) -> None:
     @app.post("/v1/embeddings")
     async def embeddings(body: api.EmbeddingRequest, request: Request):
         if server.embedder is None:
