@@ -1,5 +1,6 @@
 """aotc.serve.sampler: the engine's batched choice of tokens follows transformers' warpers
 (runtime/sampling.Choice) row by row, and the engine's prefill budget."""
+import pytest
 import torch
 
 import aotc
@@ -97,3 +98,29 @@ def test_incremental_detokenization_equals_decoding_the_whole_answer():
     sent += stream.finish_delta()
     assert sent == stream.finish() == tok.decode(ids) == text
     assert len(ids) > 40 and max(widths) <= 8      # windows, not the whole answer each token
+
+
+def test_deferred_checks_fold_replay_flags_until_the_step_reads_them(slot_llm):
+    """GenerativeModule.deferred_checks (the engine's thread holds it): graph replays fold
+    their index flags, read by check() once a step; a flagged index still raises there."""
+    from types import SimpleNamespace
+    m = aotc.load(slot_llm)
+    seen = []
+
+    def check_flag(flag, inputs=None):
+        seen.append(int(flag.item()))
+        raise aotc.GuardError("index out of range", where="kernel", expected="in range",
+                              found=int(flag.item()), fix="-")
+    graphed = SimpleNamespace(folding=None, entry=SimpleNamespace(
+        function=SimpleNamespace(check_flag=check_flag)))
+    m.graphs = {m.generation.decode: graphed}
+    with m.deferred_checks() as check:
+        flag = graphed.folding
+        flag.fold(torch.tensor([0], dtype=torch.int32))
+        flag.replayed(graphed.entry.function, ())
+        check()                                   # nothing flagged: no error
+        flag.fold(torch.tensor([2], dtype=torch.int32))
+        flag.replayed(graphed.entry.function, ())
+        with pytest.raises(aotc.GuardError):
+            check()
+    assert seen == [2] and graphed.folding is None

@@ -106,20 +106,21 @@ class SlotMethods:
         at the end. No-op where nothing replays graphs."""
         names = [self.generation.prefill, self.generation.decode,
                  *(e for _, e in self.generation.buckets)]
-        held = {n: g for n in names if (g := self.graphs.get(n)) is not None
-                and g.folding is None}
-        for g in held.values():
-            g.folding = StickyFlag(self.device)
+        held = [(g, StickyFlag(self.device)) for n in names
+                if (g := self.graphs.get(n)) is not None and g.folding is None]
+        for g, flag in held:
+            g.folding = flag
 
         def check():
-            for g in held.values():
-                g.folding.check(g.entry.function)
+            for g, flag in held:
+                flag.check(g.entry.function)
         try:
             yield check
             check()
         finally:
-            for g in held.values():
-                g.folding = None
+            for g, flag in held:
+                if g.folding is flag:      # (a generation in between may have reset it)
+                    g.folding = None
 
     def _bucket(self, live) -> tuple[int, str]:
         """(K, entry): the smallest decode entry stepping every live slot, slots 0..K-1 (the
