@@ -1,4 +1,5 @@
-"""results.png: speedup over eager per model and system (left) and cold start (right).
+"""results.png: speedup over eager per model and system (left) and cold start (right); and
+throughput.png of the serving benchmark (plot_serving).
 
 One row per (model, point). Left: bars from 1x to eager median / system median on a log axis
 (right of the line: faster than eager); a hatched bar is a system that ran but did not pass (its
@@ -126,3 +127,31 @@ def _seconds(v: float) -> str:
     if v >= 1:
         return f"{v:.3g} s"
     return f"{v * 1e3:.3g} ms" if v >= 1e-3 else f"{v * 1e6:.3g} µs"
+
+
+def plot_serving(doc: dict, path: Path) -> None:
+    """throughput.png of benchmarks/serve.py: aggregate output tokens/s against concurrent
+    clients, for aotc serve's continuous batching, the same requests one at a time, and
+    transformers' generate over static batches where it ran."""
+    rows = doc["levels"]
+    xs = [r["clients"] for r in rows]
+    lines = {"aotc serve (continuous batching)": [r["tokens_per_s"] for r in rows],
+             "aotc serve, one request at a time": [r["baseline"]["tokens_per_s"] for r in rows]}
+    if all("transformers" in r for r in rows):
+        lines["transformers generate, static batches"] = [r["transformers"]["tokens_per_s"]
+                                                          for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for (name, ys), c in zip(lines.items(), (COLORS["aotc"], COLORS["eager"], "#1f77b4")):
+        ax.plot(xs, ys, marker="o", color=c, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("aggregate output tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{doc['model']} {doc['dtype']}, {doc['slots']} slots, {doc['device']}",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

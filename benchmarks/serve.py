@@ -31,15 +31,46 @@ from pathlib import Path
 
 import torch
 
-SIZES = {"tiny": dict(size="small", dim=64, layers=2, heads=4, kv_heads=2, hidden=128, vocab=500)}
+SIZES = {"tiny": dict(size="small", dim=64, layers=2, heads=4, kv_heads=2, hidden=128, vocab=500),
+         # ~46M parameters: a CPU decode step bound by its weights' reads, not by overhead
+         "cpu-mid": dict(size="small", dim=512, layers=6, heads=8, kv_heads=2, hidden=1376,
+                         vocab=32000)}
 
 
-def build(args, folder: Path) -> Path:
+# transformers' LlamaForCausalLM at the sizes above (seeded random weights): the same weights
+# served by aotc and run by transformers' generate (the static-batch baseline)
+HF_SIZES = {"hf-tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, intermediate_size=128, vocab_size=500),
+            "hf-cpu-mid": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
+                               num_key_value_heads=2, intermediate_size=1376,
+                               vocab_size=32000),
+            "hf-llama-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                                num_key_value_heads=8, intermediate_size=5632,
+                                vocab_size=32000)}
+
+
+def hf_model(name: str, device, dtype):
+    import transformers
+
+    from benchmarks.generate_models import _materialize
+    cfg = transformers.LlamaConfig(**HF_SIZES[name], max_position_embeddings=4096,
+                                   bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    model = _materialize(lambda: transformers.LlamaForCausalLM(cfg), device, dtype).eval()
+    model.model.rotary_emb = type(model.model.rotary_emb)(cfg).to(device)   # real buffers
+    return model
+
+
+def build(args, folder: Path):
+    """(artifact path, the transformers model where --model is one of HF_SIZES, else None)."""
     import aotc
     from benchmarks.generate_models import _materialize, _sample_module, build_model
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    if args.model in SIZES:
+    hf = None
+    if args.model in HF_SIZES:
+        model = hf = hf_model(args.model, device, dtype)
+        vocab = model.config.vocab_size
+    elif args.model in SIZES:
         net = _sample_module()
         model = _materialize(lambda: net.Net(**SIZES[args.model]), device, dtype).eval()
         cos, sin = net.rotary_tables(model.config["dim"] // model.config["heads"], 4096)
@@ -52,7 +83,33 @@ def build(args, folder: Path) -> Path:
     target = "cuda" if device.type == "cuda" else "cpu"
     return Path(aotc.export(model, (ids,), folder / "llm.aotc", decode=True, target=target,
                             max_cache_len=args.max_cache_len, max_batch=args.max_batch,
-                            record_samples=False, prove=False))
+                            slot_buckets=args.slot_buckets, record_samples=False,
+                            prove=False)), hf
+
+
+def static_batches(model, asks: list, batch: int, device: str) -> dict:
+    """transformers' generate over static batches: the requests in arrival order, `batch` at
+    a time, left-padded, greedy; a batch runs until its longest request has its tokens (the
+    others' extra tokens are not counted). Aggregate tokens/s and each request's tokens."""
+    tokens, total = [], 0
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    t0 = time.perf_counter()
+    for i in range(0, len(asks), batch):
+        group = asks[i:i + batch]
+        width = max(len(p) for p, _ in group)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p, _ in group], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in group],
+                            device=device)
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, do_sample=False, pad_token_id=0,
+                                 max_new_tokens=max(n for _, n in group), min_new_tokens=1)
+        sync()
+        for row, (_, n) in zip(out[:, width:].tolist(), group):
+            tokens.append(row[:n])
+            total += n
+    wall = time.perf_counter() - t0
+    return {"batch": batch, "output_tokens": total, "wall_s": wall,
+            "tokens_per_s": total / wall, "_tokens": tokens}
 
 
 def requests(n: int, vocab: int, cache: int, seed: int = 0) -> list[tuple[list[int], int]]:
@@ -124,6 +181,40 @@ def run_level(url: str, asks: list, clients: int) -> dict:
             "_tokens": [d["tokens"] for d in done]}
 
 
+def warm_up(url: str, asks: list, clients: int, cache: int, device: str) -> None:
+    """A request, and on a GPU a prompt whose chunks have every power-of-two length up to 64
+    twice (the engine's prefill graphs are captured on a length's second call) and the
+    clients at once (the decode buckets' graphs)."""
+    one(url, *asks[0])
+    if device.startswith("cuda"):
+        for _ in range(2):
+            one(url, [1] * min(127, cache - 2), 1)
+        run_level(url, [(p, 4) for p, _ in asks[:clients]], clients)
+
+
+def level(url: str, batch: list, c: int, hf, device: str) -> dict:
+    """One concurrency: the requests one at a time, then `c` clients at once, then (with a
+    transformers model) its generate over static batches of `c`."""
+    base = run_level(url, batch, 1)
+    got = run_level(url, batch, c)
+    got_tokens = got.pop("_tokens")
+    same = got_tokens == base.pop("_tokens")
+    row = {**got, "baseline": base, "tokens_equal_baseline": same,
+           "speedup": got["tokens_per_s"] / base["tokens_per_s"]}
+    print(f"{c:3d} clients: {got['tokens_per_s']:8.1f} tok/s ({row['speedup']:.2f}x one at a "
+          f"time), TTFT p50 {got['ttft_p50_s'] * 1e3:.1f} ms, ITL p50/p99 "
+          f"{got['itl_p50_s'] * 1e3:.1f}/{got['itl_p99_s'] * 1e3:.1f} ms (alone "
+          f"{base['itl_p50_s'] * 1e3:.1f}/{base['itl_p99_s'] * 1e3:.1f}), tokens equal: {same}",
+          flush=True)
+    if hf is not None:
+        ref = static_batches(hf, batch, c, device)
+        row["transformers"] = {**ref, "tokens_equal": ref.pop("_tokens") == got_tokens}
+        row["speedup_vs_transformers"] = got["tokens_per_s"] / ref["tokens_per_s"]
+        print(f"     transformers generate, static batches of {c}: {ref['tokens_per_s']:8.1f} "
+              f"tok/s (aotc {row['speedup_vs_transformers']:.2f}x)", flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
@@ -131,8 +222,11 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--max-batch", type=int, default=16)
     p.add_argument("--max-cache-len", type=int, default=256)
+    p.add_argument("--slot-buckets", default="auto", help="decode buckets (aotc export's)")
     p.add_argument("--concurrency", default="1,4,8,16")
     p.add_argument("--requests-per-client", type=int, default=2)
+    p.add_argument("--no-transformers", action="store_true", help="with an hf-* model, leave "
+                   "out transformers' static-batch baseline")
     p.add_argument("--artifact", default=None, help="serve this artifact instead of exporting")
     p.add_argument("--out", default="benchmarks/results/serve")
     args = p.parse_args(argv)
@@ -140,8 +234,9 @@ def main(argv=None) -> int:
     from benchmarks.run import commit
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        path = Path(args.artifact) if args.artifact else build(args, Path(tmp))
+        path, hf = (Path(args.artifact), None) if args.artifact else build(args, Path(tmp))
         export_s = time.perf_counter() - t0
+        hf = None if args.no_transformers else hf
         m = aotc.load(path, device=args.device)
         levels = [int(c) for c in args.concurrency.split(",")]
         asks = requests(max(levels) * args.requests_per_client, m.generation.vocab,
@@ -149,31 +244,23 @@ def main(argv=None) -> int:
         slots, cache = m.slots, m.max_cache_len
         del m
         with served(path, args.device) as url:
-            one(url, *asks[0])                                        # warm up
-            rows = []
-            for c in levels:
-                batch = asks[:c * args.requests_per_client]
-                base = run_level(url, batch, 1)
-                got = run_level(url, batch, c)
-                same = got.pop("_tokens") == base.pop("_tokens")
-                rows.append({**got, "baseline": base, "tokens_equal_baseline": same,
-                             "speedup": got["tokens_per_s"] / base["tokens_per_s"]})
-                print(f"{c:3d} clients: {got['tokens_per_s']:8.1f} tok/s "
-                      f"({rows[-1]['speedup']:.2f}x one at a time), TTFT p50 "
-                      f"{got['ttft_p50_s'] * 1e3:.1f} ms, ITL p50/p99 "
-                      f"{got['itl_p50_s'] * 1e3:.1f}/{got['itl_p99_s'] * 1e3:.1f} ms "
-                      f"(alone {base['itl_p50_s'] * 1e3:.1f}/{base['itl_p99_s'] * 1e3:.1f}), "
-                      f"tokens equal: {same}", flush=True)
+            warm_up(url, asks, max(levels), cache, args.device)
+            if hf is not None:
+                static_batches(hf, asks[:2], 2, args.device)
+            rows = [level(url, asks[:c * args.requests_per_client], c, hf, args.device)
+                    for c in levels]
         sha, dirty = commit()
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         result = {"commit": sha, "modified": dirty,
-              "command": " ".join(["python -m benchmarks.serve", *sys.argv[1:]]),
+                  "command": " ".join(["python -m benchmarks.serve", *sys.argv[1:]]),
                   "device": torch.cuda.get_device_name() if args.device.startswith("cuda")
                   else f"cpu ({torch.get_num_threads()} threads)",
                   "model": args.model, "dtype": args.dtype, "slots": slots,
                   "max_cache_len": cache, "export_s": export_s, "levels": rows}
         (out / "results.json").write_text(json.dumps(result, indent=1))
+        from benchmarks.plot import plot_serving
+        plot_serving(result, out / "throughput.png")
         print(out / "results.json")
     return 0 if all(r["tokens_equal_baseline"] for r in rows) else 1
 

@@ -115,10 +115,27 @@ def test_stop_strings_seed_and_models(client, live, alone):
     assert httpx.get(live.url + "/health").json() == {"status": "ok"}
 
 
+def test_n_choices(client, alone):
+    ids = TOK.encode("w3 w4")
+    greedy = client.completions.create(model="tiny", prompt="w3 w4", max_tokens=6, n=3,
+                                       temperature=0)
+    assert [c.index for c in greedy.choices] == [0, 1, 2]
+    assert {c.text for c in greedy.choices} == {TOK.decode(alone(ids, 6))}
+    draw = lambda: [c.text for c in client.completions.create(  # noqa: E731
+        model="tiny", prompt="w3 w4", max_tokens=8, n=4, temperature=1.5, seed=11,
+        extra_body={"ignore_eos": True}).choices]
+    first = draw()
+    assert first == draw() and len(set(first)) > 1      # seeded, and seed + i per choice
+    assert greedy.usage.completion_tokens == sum(len(TOK.encode(c.text, False))
+                                                 for c in greedy.choices)
+    with pytest.raises(openai.BadRequestError, match="streaming"):
+        client.completions.create(model="tiny", prompt="w1", n=2, stream=True)
+
+
 def test_malformed_requests_are_400_and_the_server_goes_on(client, live):
     bad = [dict(prompt="w1", temperature=-1), dict(prompt="w1", max_tokens=0),
            dict(prompt="w1 " * 60), dict(prompt="w1", max_tokens=500),
-           dict(prompt="w1", n=2), dict(prompt=[1, 2, 999]), dict(prompt="w1", top_p=2)]
+           dict(prompt="w1", n=17), dict(prompt=[1, 2, 999]), dict(prompt="w1", top_p=2)]
     for kw in bad:
         with pytest.raises(openai.BadRequestError) as info:
             client.completions.create(model="tiny", **{"max_tokens": 4, **kw})

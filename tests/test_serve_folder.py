@@ -60,3 +60,36 @@ def test_served_with_the_artifacts_tokenizer(folder_llm):
             messages=[{"role": "user", "content": "hello"}])
         assert chat.choices[0].message.content == \
             m.chat([{"role": "user", "content": "hello"}], max_new_tokens=8)
+
+
+def test_embeddings_from_a_feature_extraction_artifact(tmp_path):
+    """/v1/embeddings with the openai client: each vector is the mean of transformers'
+    last_hidden_state over the input's tokens, at unit length (floats and base64 alike)."""
+    import torch
+
+    from aotc.serve.app import create_app
+    from aotc.serve.background import BackgroundServer as LiveServer
+    from hf_folders import bert_folder
+    folder = bert_folder(tmp_path / "bert", "BertModel")
+    path = aotc.export(folder, path=tmp_path / "bert.aotc", task="feature-extraction",
+                       codegen=False)
+    m = aotc.load(path)
+    hf = transformers.BertModel.from_pretrained(folder).eval()
+    texts = ["hello world", "the quick brown fox jumps"]
+    with LiveServer(create_app(m, model_name="bert")) as live:
+        client = openai.OpenAI(base_url=live.url + "/v1", api_key="x", max_retries=0)
+        got = client.embeddings.create(model="bert", input=texts)        # base64 by default
+        floats = client.embeddings.create(model="bert", input=texts[1],
+                                          encoding_format="float")
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model="bert", input="")
+        with pytest.raises(openai.BadRequestError, match="embeddings"):
+            client.completions.create(model="bert", prompt="hi", max_tokens=2)
+    for text, item in zip(texts, got.data):
+        ids = torch.tensor([m.tokenizer.encode(text)])
+        with torch.no_grad():
+            want = hf(input_ids=ids).last_hidden_state.mean(1)[0]
+        want = torch.nn.functional.normalize(want, dim=-1)
+        torch.testing.assert_close(torch.tensor(item.embedding), want, rtol=1e-4, atol=1e-4)
+    assert floats.data[0].embedding == pytest.approx(got.data[1].embedding, abs=1e-6)
+    assert got.usage.prompt_tokens == sum(len(m.tokenizer.encode(t)) for t in texts)

@@ -27,15 +27,17 @@ import click
 @click.option("--name", default=None, help="Model name in /v1/models and answers (default: "
                                              "the artifact's).")
 @click.option("--device", default=None, help="Device to run on (default: the target's).")
-@click.option("--prefill-chunk", type=click.IntRange(1), default=256, show_default=True,
-              help="Prompt tokens prefilled per engine step (long prompts in chunks).")
+@click.option("--prefill-chunk", type=click.IntRange(1), default=64, show_default=True,
+              help="Prompt tokens prefilled per engine step, over all new requests (long "
+                   "prompts, and many at once, in chunks between decode steps).")
 @click.option("--drain-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds in-flight requests get to finish after SIGTERM.")
 @click.pass_context
 def serve(ctx, artifact, host, port, max_batch, max_queue, api_key, name, device,
           prefill_chunk, drain_timeout):
     """Serve a generator ARTIFACT (exported with --decode --max-batch N) over HTTP with
-    OpenAI's API: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics."""
+    OpenAI's API: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics; or
+    an encoder exported with --task feature-extraction: /v1/embeddings."""
     from aotc.cli.main import _run_guarded
 
     def body():
@@ -53,9 +55,10 @@ def serve(ctx, artifact, host, port, max_batch, max_queue, api_key, name, device
         m = aotc.load(artifact, device=device)
         app = create_app(m, model_name=name, api_key=api_key, max_active=max_batch,
                          max_queue=max_queue, prefill_chunk=prefill_chunk)
-        slots = max_batch or m.slots
-        click.echo(f"serving {app.state.server.name} on http://{host}:{port} ({slots} slots, "
-                   f"{m.max_cache_len} tokens each)", err=True)
+        what = "embeddings" if app.state.server.engine is None else \
+            f"{max_batch or m.slots} slots, {m.max_cache_len} tokens each"
+        click.echo(f"serving {app.state.server.name} on http://{host}:{port} ({what})",
+                   err=True)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 timeout_graceful_shutdown=drain_timeout)
         # uvicorn drains, then raises the signal again with the handler it found: a drained

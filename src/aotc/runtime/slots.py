@@ -18,9 +18,12 @@ rows' prompts may differ in length: left-padded, with transformers' `attention_m
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from aotc.errors import GuardError, UsageError
+from aotc.runtime.graphs import StickyFlag
 
 
 class SlotMethods:
@@ -55,9 +58,9 @@ class SlotMethods:
                              f"{self.max_cache_len}", found=f"start {start!r}, {t} tokens",
                              fix="start a prompt at 0 and continue it where the last chunk "
                                  "ended, or re-export with a larger --max-cache-len")
-        index = lambda v: torch.tensor([v], dtype=torch.int64, device=self.device)  # noqa: E731
         with self.lock:
-            out = self.run_flat(self.generation.prefill, (input_ids, index(slot), index(start)))
+            out = self.run_flat(self.generation.prefill, (input_ids, self._index(slot),
+                                                          self._index(start)))
             self.slot_positions[slot] = start + t
             return out
 
@@ -85,6 +88,39 @@ class SlotMethods:
             self.slot_positions = [p + 1 if s in live else min(p + 1, self.max_cache_len - 1)
                                    if s < rows else p for s, p in enumerate(self.slot_positions)]
             return out
+
+    def _index(self, value: int) -> torch.Tensor:
+        """The int64 tensor [value] on the device, made once (a copy to a GPU waits for the
+        work queued before it; a server's prefills reuse these)."""
+        cache = self.__dict__.setdefault("_indices", {})
+        if value not in cache:
+            cache[value] = torch.tensor([value], dtype=torch.int64, device=self.device)
+        return cache[value]
+
+    @contextlib.contextmanager
+    def deferred_checks(self):
+        """While held, CUDA graph replays of the slot entries fold their kernels' index flags
+        into one flag per entry instead of reading them after each replay (a read waits for
+        the device): yields `check()`, which reads them (call it where the host waits for the
+        device anyway, once a step); replays read them every CHECK_EVERY themselves too, and
+        at the end. No-op where nothing replays graphs."""
+        names = [self.generation.prefill, self.generation.decode,
+                 *(e for _, e in self.generation.buckets)]
+        held = [(g, StickyFlag(self.device)) for n in names
+                if (g := self.graphs.get(n)) is not None and g.folding is None]
+        for g, flag in held:
+            g.folding = flag
+
+        def check():
+            for g, flag in held:
+                flag.check(g.entry.function)
+        try:
+            yield check
+            check()
+        finally:
+            for g, flag in held:
+                if g.folding is flag:      # (a generation in between may have reset it)
+                    g.folding = None
 
     def _bucket(self, live) -> tuple[int, str]:
         """(K, entry): the smallest decode entry stepping every live slot, slots 0..K-1 (the

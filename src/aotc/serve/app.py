@@ -2,6 +2,7 @@
 
     app = create_app(aotc.load("llm.aotc"))          # FastAPI; uvicorn serves it
     POST /v1/completions, /v1/chat/completions      (stream: true -> server-sent events)
+    POST /v1/embeddings                              (a feature-extraction artifact)
     GET  /v1/models, /health, /metrics
 
 One engine (serve/engine.py) batches every request continuously over the artifact's cache
@@ -12,7 +13,9 @@ the server goes on. A client that goes away (a closed stream, or a dropped conne
 it waits) cancels its request, which frees its slot at the engine's next step. With
 `api_key`, /v1/ routes want `Authorization: Bearer KEY` (401 otherwise); /health and
 /metrics stay open. Shutting down (uvicorn's SIGTERM) lets in-flight requests finish, then
-stops the engine's thread.
+stops the engine's thread. An encoder exported with `--task feature-extraction` serves
+`/v1/embeddings` instead (serve/embeddings.py: mean-pooled, unit-length vectors; floats or
+base64); each route answers 400 on the other kind of artifact.
 """
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from aotc.errors import UsageError
+from aotc.errors import AotcError, UsageError
 from aotc.serve import protocol as api
+from aotc.serve.embeddings import Embedder, checked_inputs
+from aotc.serve.embeddings import response as embedding_response
 from aotc.serve.engine import Engine, QueueFull
 from aotc.serve.loop import EngineLoop
 from aotc.serve.metrics import CONTENT_TYPE, Metrics
@@ -38,18 +43,25 @@ _DEFAULT = object()
 
 def create_app(module, *, tokenizer=_DEFAULT, model_name: str | None = None,
                api_key: str | None = None, max_active: int | None = None,
-               max_queue: int = 64, prefill_chunk: int = 256) -> FastAPI:
+               max_queue: int = 64, prefill_chunk: int = 64) -> FastAPI:
     """The server's ASGI app over a loaded generator with slots. `tokenizer`: text in and out
     (default: the module's own, `module.tokenizer`, None where it has none); `max_active`:
     slots in use at most (default: all); `max_queue`: requests waiting at most."""
     tokenizer = getattr(module, "tokenizer", None) if tokenizer is _DEFAULT else tokenizer
     name = model_name or str(module.manifest.model.get("name") or "model")
-    engine = Engine(module, prefill_chunk=prefill_chunk, max_waiting=max_queue,
-                    max_active=max_active)
-    server = Server(engine, tokenizer, name, api_key)
+    if getattr(module, "generation", None) is None:
+        server = Server(None, tokenizer, name, api_key, Embedder(module, tokenizer))
+    else:
+        engine = Engine(module, prefill_chunk=prefill_chunk, max_waiting=max_queue,
+                        max_active=max_active)
+        server = Server(engine, tokenizer, name, api_key)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        if server.loop is None:
+            yield
+            return
+        server.loop.post = asyncio.get_running_loop().call_soon_threadsafe
         server.loop.start()
         try:
             yield
@@ -65,11 +77,17 @@ def create_app(module, *, tokenizer=_DEFAULT, model_name: str | None = None,
 class Server:
     """What the routes share: the engine's loop, the tokenizer, the metrics."""
 
-    def __init__(self, engine: Engine, tokenizer, name: str, api_key: str | None):
+    def __init__(self, engine: Engine | None, tokenizer, name: str, api_key: str | None,
+                 embedder: Embedder | None = None):
         self.engine, self.tokenizer, self.name, self.api_key = engine, tokenizer, name, api_key
+        self.embedder = embedder
         self.metrics = Metrics(name)
-        self.loop = EngineLoop(engine, self.metrics)
-        self.max_len = engine.module.max_cache_len
+        self.loop = EngineLoop(engine, self.metrics) if engine is not None else None
+        self.max_len = engine.module.max_cache_len if engine is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.loop.alive if self.loop is not None else True
 
     def authorized(self, request: Request) -> bool:
         if self.api_key is None:
@@ -79,12 +97,10 @@ class Server:
 
     async def tokens(self, job: api.Job, request: Request):
         """The request's (token, finish reason) events as they come; cancelled on exit."""
-        events: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()      # filled on this loop (EngineLoop.post)
         arrived = time.perf_counter()
         try:
-            r = self.loop.submit(job.prompt, job.params,
-                                 lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+            r = self.loop.submit(job.prompt, job.params, events.put_nowait)
         except QueueFull as e:
             raise api.BadRequest(f"the server is busy: {e.what}", None, 429,
                                  "rate_limit_exceeded") from None
@@ -136,7 +152,7 @@ def _routes(app: FastAPI, server: Server) -> None:
 
     @app.get("/health")
     async def health():
-        ok = server.loop.alive
+        ok = server.alive
         return JSONResponse({"status": "ok" if ok else "engine stopped"},
                             status_code=200 if ok else 503)
 
@@ -152,17 +168,47 @@ def _routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/v1/completions")
     async def completions(body: api.CompletionRequest, request: Request):
+        _generator(server)
         job = api.completion_job(body, server.tokenizer, server.max_len)
         return await _answer(server, job, request)
 
     @app.post("/v1/chat/completions")
     async def chat(body: api.ChatRequest, request: Request):
+        _generator(server)
         job = api.chat_job(body, server.tokenizer, server.max_len)
         return await _answer(server, job, request)
 
 
+    _embedding_route(app, server)
+
+
+def _embedding_route(app: FastAPI, server: Server) -> None:
+    @app.post("/v1/embeddings")
+    async def embeddings(body: api.EmbeddingRequest, request: Request):
+        if server.embedder is None:
+            raise api.BadRequest("this artifact generates text: use /v1/completions or "
+                                 "/v1/chat/completions (embeddings need a feature-extraction "
+                                 "artifact)", "model")
+        try:
+            inputs = checked_inputs(server.embedder, body.input)
+            vectors = await asyncio.to_thread(server.embedder.embed, inputs)
+        except AotcError as e:        # a bad input, or one longer than the model takes
+            raise api.BadRequest(f"{e.what}: expected {e.expected}, got {e.found}",
+                                 "input") from None
+        server.metrics.prompt_tokens.inc(sum(map(len, inputs)))
+        server.metrics.answered(request.url.path, 200)
+        return embedding_response(vectors, sum(map(len, inputs)), server.name,
+                                  body.encoding_format)
+
+
+def _generator(server: Server) -> None:
+    if server.engine is None:
+        raise api.BadRequest("this artifact serves embeddings (/v1/embeddings), not text "
+                             "generation", "model")
+
+
 async def _answer(server: Server, job: api.Job, request: Request):
-    if not server.loop.alive:
+    if not server.alive:
         raise api.BadRequest("the server is shutting down", None, 503, "server_error")
     if job.stream:
         events = server.tokens(job, request)
@@ -170,10 +216,20 @@ async def _answer(server: Server, job: api.Job, request: Request):
         server.metrics.answered(request.url.path, 200)
         return StreamingResponse(_sse(server, job, first, events),
                                  media_type="text/event-stream")
+    waiter = _watch_disconnect(request)
+    try:
+        choices = await asyncio.gather(*(_collect(server, c, request) for c in job.choices()))
+    finally:
+        waiter.cancel()
+    server.metrics.answered(request.url.path, 200)
+    return api.response(job, server.name, choices)
+
+
+async def _collect(server: Server, job: api.Job, request: Request) -> tuple:
+    """One choice's (text, token ids, finish reason), once it is done."""
     text = TextStream(server.tokenizer, job.stops)
     ids, finish = [], None
     events = server.tokens(job, request)
-    waiter = _watch_disconnect(request)
     try:
         async for token, finish in events:
             if token is not None:
@@ -182,10 +238,8 @@ async def _answer(server: Server, job: api.Job, request: Request):
                     finish = "stop"
                     break
     finally:
-        waiter.cancel()
         await events.aclose()
-    server.metrics.answered(request.url.path, 200)
-    return api.response(job, server.name, text.finish(), ids, finish or "stop")
+    return text.finish(), ids, finish or "stop"
 
 
 def _watch_disconnect(request: Request) -> asyncio.Task:

@@ -10,21 +10,28 @@ requests (prompt token ids and their sampling). Out: each request's tokens, step
             ...
     r.tokens, r.finish_reason                # "stop", "length" or "cancelled"
 
-A step decodes one token for every running request at once (one decode over all slots, each
-at its own position), then moves waiting requests into free slots: a prompt is written into
-its slot by prefill, in chunks of `prefill_chunk` tokens, one chunk a step, so a long prompt
-does not hold the other slots up (its first token comes from its last chunk). A request
-leaves when it produces a stop token ("stop": the stop token is not one of its tokens), has
-`max_tokens` tokens ("length"), or is cancelled; its slot is free for the next step. A
-request's tokens do not depend on the others running beside it: each slot's computation reads
-its own cache and position only, and each request samples from its own random generator
-(seeded by `seed`, or by the system's entropy).
+A step moves waiting requests into free slots, decodes one token for every running request
+at once (one decode over the slots, each at its own position), and prefills at most
+`prefill_chunk` prompt tokens, the next chunks of the prompts not in their slots yet, first
+come first: a long prompt, or many arriving at once, is prefilled over several steps between
+decodes instead of holding every running request up (a prompt's first token comes from its
+last chunk). Where the module replays CUDA graphs, chunks are powers of two, so a handful of
+prefill graphs serve every prompt length. The step's next tokens, for the decoded requests
+and the finished prompts together, are chosen on the device in one batch (serve/sampler.py:
+greedy, or temperature, top-k and top-p per request) and written into the next decode's
+input there; the host reads them back once a step. A request leaves when it produces a stop
+token ("stop": the stop token is not one of its tokens), has `max_tokens` tokens ("length"),
+or is cancelled; its slot is free for the next step. A request's tokens do not depend on the
+others running beside it: each slot's computation reads its own cache and position only, and
+a sampled request draws from its own random numbers (seeded by `seed`, or by the system's
+entropy).
 
 One thread steps the engine; `add` and `cancel` may be called from others (a lock guards the
 queue). The engine holds the module's lock while it steps.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -36,6 +43,7 @@ import torch
 from aotc.errors import AotcError, UsageError
 from aotc.runtime.greedy import greedy_token
 from aotc.runtime.sampling import Choice
+from aotc.serve.sampler import Draws, choose
 
 FINISH_REASONS = ("stop", "length", "cancelled")
 
@@ -97,7 +105,7 @@ class Request:
     slot: int | None = None
     prefilled: int = 0                  # prompt tokens in the slot's cache so far
     pending: int | None = None          # the last token, fed to the next decode
-    generator: torch.Generator | None = None
+    draws: Draws | None = None          # a sampled request's random numbers
 
     @property
     def finished(self) -> bool:
@@ -113,7 +121,7 @@ class Event:
 
 
 class Engine:
-    def __init__(self, module, prefill_chunk: int = 256, max_waiting: int = 1024,
+    def __init__(self, module, prefill_chunk: int = 64, max_waiting: int = 1024,
                  max_active: int | None = None):
         if not getattr(module, "slots", 0):
             raise UsageError("the engine needs a generator with slots", where="Engine",
@@ -123,7 +131,7 @@ class Engine:
         if not (isinstance(prefill_chunk, int) and prefill_chunk >= 1):
             raise UsageError("prefill_chunk must be an int >= 1", where="prefill_chunk",
                              expected="an int >= 1", found=repr(prefill_chunk),
-                             fix="pass a chunk size such as 256")
+                             fix="pass a chunk size such as 64")
         if max_active is not None and not (isinstance(max_active, int)
                                            and 1 <= max_active <= module.slots):
             raise UsageError(f"max_active {max_active!r} is not a number of slots",
@@ -135,6 +143,11 @@ class Engine:
         self.max_active = max_active or module.slots
         self.slots: list[Request | None] = [None] * module.slots
         self.waiting: deque[Request] = deque()
+        self.prefilling: deque[Request] = deque()     # in slots, prompts not all in the cache
+        self.feed = torch.zeros(module.slots, 1, dtype=torch.int64, device=module.device)
+        self._index_cache: dict[tuple, torch.Tensor] = {}
+        self.pow2 = bool(getattr(module, "graphs", None))
+        self.check = lambda: None      # reads deferred index flags (running())
         self.cancelled: set[str] = set()
         self.lock = threading.Lock()
         self._ids = itertools.count()
@@ -186,6 +199,17 @@ class Engine:
         return list(prompt)
 
     # ------------------------------------------------------------------------ engine thread
+    @contextlib.contextmanager
+    def running(self):
+        """While the engine's thread steps it: CUDA graph replays read their index flags once
+        a step, after the step's tokens are read back (GenerativeModule.deferred_checks)."""
+        with self.module.deferred_checks() as check:
+            self.check = check
+            try:
+                yield self
+            finally:
+                self.check = lambda: None
+
     def has_work(self) -> bool:
         with self.lock:
             return bool(self.waiting) or any(r is not None for r in self.slots)
@@ -200,15 +224,25 @@ class Engine:
         return len(self.waiting)
 
     def step(self) -> list[Event]:
-        """Cancel what was cancelled, decode every running request, and prefill the next chunk
-        of each request in a slot whose prompt is not in its cache yet, after moving waiting
-        requests into free slots. Returns what happened, in order."""
+        """Cancel what was cancelled, move waiting requests into free slots, decode every
+        running request, and prefill at most `prefill_chunk` prompt tokens (the next chunks of
+        the prompts not in their slots yet, first come first). The step's tokens are chosen
+        on the device at once and read back with one transfer. Returns what happened, in
+        order."""
         events = self._cancel()
         with self.module.lock:
-            events += self._decode()
             self._admit()
-            events += self._prefill()
-        return events
+            groups = self._decode() + self._prefill()
+            if not groups:
+                return events
+            reqs = [r for rs, _, _ in groups for r in rs]
+            logits, greedy = ((torch.cat(x) if len(x) > 1 else x[0]) for x in
+                              ([g[1] for g in groups], [g[2] for g in groups]))
+            tokens = choose(logits, greedy, [(r.params, r.draws) for r in reqs])
+            self.feed.index_copy_(0, self._indices(tuple(r.slot for r in reqs)), tokens)
+            ids = tokens.view(-1).tolist()          # the step's one wait for the device
+            self.check()
+        return events + [self._take(r, t) for r, t in zip(reqs, ids)]
 
     def _cancel(self) -> list[Event]:
         with self.lock:
@@ -225,46 +259,61 @@ class Engine:
                 if held is None and self.waiting and self.active < self.max_active:
                     r = self.waiting.popleft()
                     r.slot = s
-                    r.generator = self._generator(r.params)
+                    r.draws = None if r.params.greedy else Draws(
+                        r.params.seed if r.params.seed is not None
+                        else int.from_bytes(os.urandom(8), "little"))
                     self.slots[s] = r
+                    self.prefilling.append(r)
 
-    def _generator(self, params: SamplingParams) -> torch.Generator | None:
-        if params.greedy:
-            return None
-        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
-        return torch.Generator(self.module.device).manual_seed(seed)
-
-    def _prefill(self) -> list[Event]:
-        events = []
-        for r in [r for r in self.slots if r is not None and r.prefilled < len(r.prompt)]:
-            chunk = r.prompt[r.prefilled:r.prefilled + self.prefill_chunk]
-            ids = torch.tensor([chunk], dtype=torch.int64, device=self.module.device)
-            outs = self.module.prefill_slot(ids, r.slot, r.prefilled)
-            r.prefilled += len(chunk)
+    def _prefill(self) -> list[tuple]:
+        """The next prompt chunks, `prefill_chunk` tokens at most in all; ([request], logits
+        [1, vocab], greedy token [1, 1]) of each prompt whose last chunk this was."""
+        budget, done = self.prefill_chunk, []
+        while budget and self.prefilling:
+            r = self.prefilling[0]
+            if r.finished:
+                self.prefilling.popleft()
+                continue
+            n = self._chunk(len(r.prompt) - r.prefilled, budget)
+            chunk = torch.tensor([r.prompt[r.prefilled:r.prefilled + n]], dtype=torch.int64)
+            outs = self.module.prefill_slot(chunk.to(self.module.device, non_blocking=True),
+                                            r.slot, r.prefilled)
+            r.prefilled, budget = r.prefilled + n, budget - n
             if r.prefilled == len(r.prompt):
-                events.append(self._take(r, self._choose(r, outs, 0)))
-        return events
+                self.prefilling.popleft()
+                done.append(([r], outs[0], greedy_token(outs, self.module.generation.token)))
+        return done
 
-    def _decode(self) -> list[Event]:
+    def _chunk(self, remaining: int, budget: int) -> int:
+        """A prefill call's length: as much as the budget allows; where the module replays
+        CUDA graphs, a power of two (a graph per length: a handful, captured early)."""
+        n = min(remaining, budget)
+        return 1 << (n.bit_length() - 1) if self.pow2 else n
+
+    def _decode(self) -> list[tuple]:
+        """One decode step over the running requests: [(requests in slot order, their logits
+        [R, vocab], their greedy tokens [R, 1])], or [] where none runs."""
         live = [r for r in self.slots if r is not None and r.pending is not None]
         if not live:
             return []
-        feed = torch.zeros(len(self.slots), 1, dtype=torch.int64)
-        for r in live:
-            feed[r.slot, 0] = r.pending
-        outs = self.module.decode_slots(feed.to(self.module.device),
-                                        live=[r.slot for r in live])
-        greedy = greedy_token(outs, self.module.generation.token).view(-1).tolist() \
-            if any(r.params.greedy for r in live) else None
-        return [self._take(r, greedy[r.slot] if r.params.greedy else
-                           self._choose(r, outs, r.slot)) for r in live]
+        slots = tuple(r.slot for r in live)
+        outs = self.module.decode_slots(self.feed, live=slots)
+        greedy = greedy_token(outs, self.module.generation.token)
+        logits = outs[0]
+        if slots != tuple(range(logits.shape[0])):
+            rows = self._indices(slots)
+            logits, greedy = logits.index_select(0, rows), greedy.index_select(0, rows)
+        return [(live, logits, greedy)]
 
-    def _choose(self, r: Request, outs: list, row: int) -> int:
-        """Request r's next token from a step's flat outputs (its row of them)."""
-        if r.params.greedy:
-            return int(greedy_token(outs, self.module.generation.token).view(-1)[row])
-        logits = outs[0][row:row + 1]
-        return int(r.params.choice()(logits, r.generator))
+    def _indices(self, slots: tuple) -> torch.Tensor:
+        """The slots as an int64 tensor on the device (kept: a few sets recur)."""
+        t = self._index_cache.get(slots)
+        if t is None:
+            if len(self._index_cache) > 4096:
+                self._index_cache.clear()
+            t = self._index_cache[slots] = torch.tensor(slots, dtype=torch.int64,
+                                                        device=self.module.device)
+        return t
 
     def _take(self, r: Request, token: int) -> Event:
         """Request r's new token: kept, or its end."""

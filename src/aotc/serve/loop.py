@@ -3,8 +3,10 @@ that waits for it (serve stage).
 
 The HTTP handlers run on an asyncio loop; the engine (serve/engine.py) runs on this thread
 alone. `submit` registers a request's callback before the engine can step it, so no event is
-lost; the callback runs on the engine's thread and must only hand the event over (an asyncio
-handler passes `loop.call_soon_threadsafe`). Idle, the thread sleeps until a request arrives.
+lost. With `post` (the asyncio loop's `call_soon_threadsafe`), a step's events are handed to
+that loop in one call and the callbacks run there, so a step of many requests wakes the loop
+once, not once a token; without it the callbacks run on the engine's thread and must only
+hand the event over. Idle, the thread sleeps until a request arrives.
 `stop` ends the loop after the current step; requests still running are cancelled.
 """
 from __future__ import annotations
@@ -18,8 +20,8 @@ from aotc.serve.engine import Engine, Event, Request, SamplingParams
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, metrics=None):
-        self.engine, self.metrics = engine, metrics
+    def __init__(self, engine: Engine, metrics=None, post=None):
+        self.engine, self.metrics, self.post = engine, metrics, post
         self.watchers: dict[str, Callable[[Event], None]] = {}
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -60,24 +62,38 @@ class EngineLoop:
 
     def _run(self) -> None:
         try:
-            while not self.stopping.is_set():
-                if not self.engine.has_work():
-                    self._gauges()
-                    self.wake.wait(0.5)
-                    self.wake.clear()
-                    continue
-                t0 = time.perf_counter()
-                events = self.engine.step()
-                self._dispatch(events)
-                if self.metrics is not None:
-                    self.metrics.step(time.perf_counter() - t0, events)
-                self._gauges()
+            with self.engine.running():
+                self._steps()
         except BaseException as e:       # the engine failed: every waiting request must end
             self.error = e
         finally:
             self._abandon()
 
+    def _steps(self) -> None:
+        while not self.stopping.is_set():
+            if not self.engine.has_work():
+                self._gauges()
+                self.wake.wait(0.5)
+                self.wake.clear()
+                continue
+            t0 = time.perf_counter()
+            events = self.engine.step()
+            if events:
+                self._dispatch(events)
+            if self.metrics is not None:
+                self.metrics.step(time.perf_counter() - t0, events)
+            self._gauges()
+
     def _dispatch(self, events: list[Event]) -> None:
+        if self.post is not None:
+            try:
+                self.post(self._deliver, events)
+                return
+            except RuntimeError:         # the consumer's loop is closed: deliver here
+                pass
+        self._deliver(events)
+
+    def _deliver(self, events: list[Event]) -> None:
         for ev in events:
             watcher = self.watchers.get(ev.request.id)
             if ev.finish_reason is not None:
@@ -91,7 +107,8 @@ class EngineLoop:
 
     def _abandon(self) -> None:
         """The loop ends: every request still watched gets a final event."""
-        self._dispatch(self.engine.cancel_all())
-        for rid, watcher in list(self.watchers.items()):
-            self.watchers.pop(rid, None)
-            watcher(Event(Request(rid, [], SamplingParams()), None, "cancelled"))
+        events = self.engine.cancel_all()
+        ended = {e.request.id for e in events}
+        events += [Event(Request(rid, [], SamplingParams()), None, "cancelled")
+                   for rid in list(self.watchers) if rid not in ended]
+        self._dispatch(events)

@@ -5,21 +5,27 @@ sequences), and the JSON they answer. Errors are `BadRequest` (400, OpenAI's err
 Accepted: `prompt` as a string or a list of token ids (or a list holding one of them: one
 prompt per request); chat `messages` with string content (or a list of text parts);
 `max_tokens` (chat: or `max_completion_tokens`), `temperature` (0: greedy), `top_p`, `seed`,
-`stop` (strings), `stream`, `stream_options.include_usage`, `n` = 1; and vLLM's extensions
+`stop` (strings), `stream`, `stream_options.include_usage`, `n` (choices, 1..16; 1 when
+streaming); and vLLM's extensions
 `top_k`, `stop_token_ids`, `ignore_eos`. Text goes through the artifact's tokenizer; without
 one, completions take token ids and answer `text` "" with the ids in `token_ids` (which every
 choice carries).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from aotc.errors import UsageError
 from aotc.serve.engine import SamplingParams
+
+
+MAX_CHOICES = 16     # n, choices per request
 
 
 class BadRequest(Exception):
@@ -66,6 +72,13 @@ class ChatRequest(_Common):
     max_completion_tokens: int | None = None
 
 
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+
+
 @dataclass
 class Job:
     """A checked request: what the engine runs and how its answer is shaped."""
@@ -77,6 +90,16 @@ class Job:
     chat: bool = False
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
+    n: int = 1
+
+    def choices(self) -> list["Job"]:
+        """The request's n choices as jobs of one choice each (a seed s gives choice i the
+        seed s + i: distinct, reproducible draws)."""
+        if self.n == 1:
+            return [self]
+        seed = self.params.seed
+        return [dataclasses.replace(self, n=1, params=dataclasses.replace(
+            self.params, seed=None if seed is None else seed + i)) for i in range(self.n)]
 
 
 def completion_job(req: CompletionRequest, tokenizer, max_len: int) -> Job:
@@ -118,8 +141,8 @@ def chat_job(req: ChatRequest, tokenizer, max_len: int) -> Job:
 
 
 def _job(req: _Common, prompt: list[int], tokenizer, max_len: int, chat: bool) -> Job:
-    if req.n != 1:
-        raise BadRequest("n must be 1 (one choice per request)", "n")
+    if not 1 <= req.n <= MAX_CHOICES or (req.stream and req.n != 1):
+        raise BadRequest(f"n must be in 1..{MAX_CHOICES}, and 1 when streaming", "n")
     if req.logprobs not in (None, False, 0):
         raise BadRequest("logprobs are not supported", "logprobs")
     if not prompt:
@@ -147,7 +170,7 @@ def _job(req: _Common, prompt: list[int], tokenizer, max_len: int, chat: bool) -
     if not all(isinstance(s, str) and s for s in stops) or len(stops) > 8:
         raise BadRequest("stop must be up to 8 non-empty strings", "stop")
     include = bool(req.stream_options and req.stream_options.include_usage)
-    return Job(prompt, params, stops, req.stream, include, chat)
+    return Job(prompt, params, stops, req.stream, include, chat, n=req.n)
 
 
 def usage(job: Job, completion_tokens: int) -> dict:
@@ -155,17 +178,18 @@ def usage(job: Job, completion_tokens: int) -> dict:
             "total_tokens": len(job.prompt) + completion_tokens}
 
 
-def response(job: Job, model: str, text: str, token_ids: list[int], finish: str) -> dict:
-    """The whole answer of a request that does not stream."""
-    if job.chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish, "token_ids": token_ids}
-    else:
-        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None,
-                  "token_ids": token_ids}
+def response(job: Job, model: str, choices: list[tuple[str, list[int], str]]) -> dict:
+    """The whole answer of a request that does not stream: its choices' (text, token ids,
+    finish reason)."""
+    out = []
+    for i, (text, token_ids, finish) in enumerate(choices):
+        out.append({"index": i, "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish, "token_ids": token_ids} if job.chat else
+                   {"index": i, "text": text, "finish_reason": finish, "logprobs": None,
+                    "token_ids": token_ids})
+    u = usage(job, sum(len(ids) for _, ids, _ in choices))
     return {"id": _id(job), "object": "chat.completion" if job.chat else "text_completion",
-            "created": job.created, "model": model, "choices": [choice],
-            "usage": usage(job, len(token_ids))}
+            "created": job.created, "model": model, "choices": out, "usage": u}
 
 
 def chunk(job: Job, model: str, text: str | None, token_ids: list[int], finish: str | None,
