@@ -26,7 +26,7 @@ from aotc.codegen.ir import declared_minima
 from aotc.codegen import gpu_layouts
 from aotc.codegen.layouts import transposed_matmul_weights
 from aotc.codegen.lowering.decode import fence_early_reads
-from aotc.codegen.plan import finalize, step_uses
+from aotc.codegen.plan import finalize
 from aotc.codegen.product_groups import group_products
 from aotc.codegen.scheduler import Kernel, drop_unread, schedule
 from aotc.codegen.state import fuse_cache_writes, reinplace
@@ -36,16 +36,18 @@ from aotc.exporter.program import Program
 from aotc.prove import artifact_check
 from aotc.artifact import format as fmt
 from aotc.artifact.dtypes import DTYPES
-from aotc.artifact.encoding import SlotKind, StepKind
+from aotc.artifact.builder import Launch, size
+from aotc.artifact.schema.plan import CallStep, SlotRef
+from aotc.artifact.schema.types import SlotKind, StepKind
 from aotc.runtime.runner_file import runner_files
-from aotc.artifact.schema.write import build_manifest, typed_plan
+from aotc.artifact.schema.write import build_manifest
 
 __all__ = ["compile", "Target"]
 
 
 def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False,
                        split_reductions: bool = False, sdpa_layout: bool = False,
-                       fuse_attention: bool = False):
+                       fuse_attention: bool = False, entry: str = "forward"):
     """The compiler-free half of codegen for one graph: (lowered graph, scheduled steps, fusion
     decisions). Kernel-count tests and `aotc inspect --fusion` read this; no compiler runs.
     `split_reductions`: long reductions onto few outputs in two stages (the Triton backend).
@@ -54,12 +56,13 @@ def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool
         with declared_minima(graph.symbols):
             return lower_and_schedule(graph.graph, codegen=codegen, channels_last=channels_last,
                                       split_reductions=split_reductions, sdpa_layout=sdpa_layout,
-                                      fuse_attention=fuse_attention)
+                                      fuse_attention=fuse_attention, entry=entry)
     fused = 0
     if fuse_attention:   # hand-written attention -> one SDPA call (codegen/attention_fusion.py)
         graph, fused = fuse_manual_attention(graph)
     lowered = GraphLowering(graph, codegen=codegen, channels_last=channels_last,
-                            split_reductions=split_reductions, sdpa_layout=sdpa_layout).run()
+                            split_reductions=split_reductions, sdpa_layout=sdpa_layout,
+                            entry=entry).run()
     if fused:
         lowered.rewrites[REWRITE] = fused
     verify_lowered(lowered)
@@ -100,9 +103,9 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
                                                    gpu_transposed)
     files, native, signatures = _build_native(parts, isa, target, hints, autotune)
     files.update(attachments)
-    plans = {name: _plan(name, lowered, steps, decisions, kernels, signatures, bindings)
+    typed = {name: _plan(lowered, steps, decisions, kernels, signatures, bindings,
+                         program.symbols)
              for name, (lowered, steps, decisions, kernels) in parts.items()}
-    typed = {name: typed_plan(plan, name, program.symbols) for name, plan in plans.items()}
     for name, plan in typed.items():   # written through the schema the runtime reads with
         files[fmt.plan_file(name)] = fmt.dumps(plan.to_json())
     files.update(_sample_files(program))
@@ -113,7 +116,7 @@ def _compile(program: Program, target: Target, dest: str | Path, *, codegen: boo
                      "python": platform.python_version(), "platform": sys.platform},
         "target": dict(target.to_json(portable=native is None), native=native),
         "options": program.options,
-        "entries": _entries(program, plans),
+        "entries": _entries(program, typed),
         "weights": _weights_index(program, weights, aliases, transposed),
     }
     if program.training is not None:
@@ -211,8 +214,8 @@ def _lower_entries(program: Program, target: Target, codegen: bool) -> tuple[dic
             split_reductions=codegen and target.device == "cuda",
             # SDPA outputs where the CPU's attention puts them (the export machine's torch);
             # hand-written attention as SDPA in CPU inference (not measured on GPUs yet)
-            sdpa_layout=cpu, fuse_attention=cpu and inference)
-        gpu_layouts.mark_transposed(lowered.slots, flipped)
+            sdpa_layout=cpu, fuse_attention=cpu and inference, entry=name)
+        gpu_layouts.mark_transposed(lowered.plan, flipped)
         kernels = [s for s in steps if isinstance(s, Kernel)]
         if len(graphs) > 1:   # one library for all entries: kernel names must be unique
             for k in kernels:
@@ -234,9 +237,9 @@ def _stored_weights(program: Program, parts: dict, target: Target, codegen: bool
         return weights, aliases, list(gpu_transposed)
     if not (codegen and target.device == "cpu" and program.training is None):
         return weights, aliases, []
-    args = {name: (lowered.slots, steps, lowered.outputs)
+    args = {name: (lowered.plan, steps, lowered.outputs)
             for name, (lowered, steps, _, _) in parts.items()}
-    read = {name: {s["weight"] for s in a[0] if s.get("weight")} for name, a in args.items()}
+    read = {name: {s.weight for s in a[0].slots if s.weight} for name, a in args.items()}
     able = {name: set(transposed_matmul_weights(*a, bindings, weights, aliases, apply=False,
                                                 profit=False)) for name, a in args.items()}
     # a weight is stored one way: transposed where it pays in the plan that matters (a
@@ -275,16 +278,17 @@ def _build_native(parts: dict, isa: str, target: Target, hints: dict, autotune: 
     return files, native, signatures
 
 
-def _plan(name, lowered, steps, decisions, kernels, signatures, bindings) -> dict:
-    steps = [_kernel_step(s, signatures, lowered.slots) if isinstance(s, Kernel) else s
+def _plan(lowered, steps, decisions, kernels, signatures, bindings, symbols):
+    """The entry's typed plan, built through its PlanBuilder (artifact/builder.py)."""
+    steps = [_kernel_step(lowered.plan, s, signatures) if isinstance(s, Kernel) else s
              for s in steps]
-    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, name, bindings)
-    plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
-                         fallback=dict(sorted(lowered.fallback.items())),
-                         kernels=len(kernels), fusion=decisions)
+    steps, stats = finalize(lowered.plan, steps, lowered.outputs, bindings)
+    stats.update(lowered=dict(sorted(lowered.lowered.items())),
+                 fallback=dict(sorted(lowered.fallback.items())),
+                 kernels=len(kernels), fusion=decisions)
     if lowered.rewrites:
-        plan["stats"]["rewrites"] = dict(lowered.rewrites)
-    return plan
+        stats["rewrites"] = dict(lowered.rewrites)
+    return lowered.plan.build(lowered.inputs, steps, lowered.outputs, stats, symbols)
 
 
 def _entries(program: Program, plans: dict) -> dict:
@@ -297,7 +301,7 @@ def _entries(program: Program, plans: dict) -> dict:
     out = {"forward": {"plan": fmt.plan_file("forward"), "inputs": program.inputs,
                        "symbols": program.symbols, "relations": program.relations,
                        "outputs": outputs, "output_tree": program.output_tree,
-                       "stats": plans["forward"]["stats"]}}
+                       "stats": plans["forward"].stats}}
     if program.parameters is not None:
         out["forward"]["parameters"] = program.parameters
     if program.backward is not None:
@@ -310,40 +314,40 @@ def _entries(program: Program, plans: dict) -> dict:
         out["backward"] = {"plan": fmt.plan_file("backward"),
                            "inputs": program.training["backward_inputs"], "symbols": {},
                            "relations": [], "outputs": bouts, "output_tree": tree,
-                           "stats": plans["backward"]["stats"]}
+                           "stats": plans["backward"].stats}
     return out
 
 
 def _entry(graph: dict, name: str, inputs, symbols, tree, plan) -> dict:
     outputs = [graph["values"][o["slot"]] if "slot" in o else None for o in graph["outputs"]]
     return {"plan": fmt.plan_file(name), "inputs": inputs, "symbols": symbols, "relations": [],
-            "outputs": outputs, "output_tree": tree, "stats": plan["stats"]}
+            "outputs": outputs, "output_tree": tree, "stats": plan.stats}
 
 
-def _buffers(slots: list, steps: list = ()) -> dict:
-    from aotc.codegen.ir import Buffer, sym
+def _buffers(slots, steps: list = ()) -> dict:
+    """The tensor slots (typed) as the loop IR's Buffers, by name."""
+    from aotc.codegen.ir import Buffer, dims
     constant = _constant_slots(slots, steps)
-    return {f"buf{s['id']}": Buffer(name=f"buf{s['id']}", slot=s["id"],
-                                    shape=tuple(sym(d) for d in s["shape"]),
-                                    stride=tuple(sym(d) for d in s["stride"]),
-                                    dtype=DTYPES[s["dtype"]], constant=s["id"] in constant)
-            for s in slots if "shape" in s}
+    return {f"buf{s.id}": Buffer(name=f"buf{s.id}", slot=s.id, shape=dims(s.shape),
+                                 stride=dims(s.stride), dtype=DTYPES[s.dtype],
+                                 constant=s.id in constant)
+            for s in slots if s.is_tensor}
 
 
-def _constant_slots(slots: list, steps) -> set[int]:
+def _constant_slots(slots, steps) -> set[int]:
     """Slots no step writes: the weights and the views of them (in plan order)."""
-    out = {s["id"] for s in slots if s.get("kind") == SlotKind.WEIGHT.value}
+    out = {s.id for s in slots if s.kind is SlotKind.WEIGHT}
     for step in steps:
-        if isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
-            base = step["args"][0]
-            if isinstance(base, dict) and base.get("slot") in out:
-                out |= set(o for o in step.get("out", ()) if o is not None)
+        if isinstance(step, CallStep) and step.kind is StepKind.VIEW:
+            base = step.args[0] if step.args else None
+            if isinstance(base, SlotRef) and base.slot in out:
+                out |= set(o for o in step.out if o is not None)
     return out
 
 
 def _stored(steps: list, outputs: list) -> set:
     """Kernel-written buffers that something outside their own kernel reads."""
-    needed = {f"buf{o['slot']}" for o in outputs if "slot" in o}
+    needed = {f"buf{o.slot}" for o in outputs if o.slot is not None}
     for step in steps:
         if isinstance(step, Kernel):
             needed |= step.reads - {b.name for b in step.writes}
@@ -351,7 +355,7 @@ def _stored(steps: list, outputs: list) -> set:
                 if not node.is_reduction:
                     needed |= {b.name for b in node.buffers}
         else:
-            needed |= {f"buf{s}" for s in step_uses(step)}
+            needed |= {f"buf{s}" for s in step.reads()}
     return needed
 
 
@@ -388,8 +392,8 @@ def _build_triton(parts: dict, groups: list, target: Target, hints: dict, autotu
         files.update(out)
         for name, spec in specs.items():
             _fits_schema(name, out[fmt.triton_launch_file(name)], set(hints.maximum))
-            launch = {"grid": spec["grid"], "spec": fmt.triton_launch_file(name),
-                      "error_code": spec["error_code"]}
+            launch = Launch(grid=tuple(size(g) for g in spec["grid"]),
+                            spec=fmt.triton_launch_file(name), error_code=spec["error_code"])
             signatures[name] = (spec["inputs"], spec["outputs"], spec["sizes"], launch)
     native = {"kind": "triton", "triton": tb.triton_version(), "archs": list(target.archs),
               "kernels": sorted(signatures)}
@@ -414,20 +418,17 @@ def _fits_schema(name: str, data: bytes, symbols: set) -> None:
                             "the schema's limits are in artifact/schema/launch.py") from e
 
 
-def _kernel_step(k: Kernel, signatures: dict, slots: list) -> dict:
+def _kernel_step(plan, k: Kernel, signatures: dict):
+    """The plan step launching kernel `k` (`plan`: the entry's PlanBuilder)."""
     ins, outs, sizes, *launch = signatures[k.name]
-    step = {"kind": StepKind.KERNEL.value, "name": k.name,
-            "args": [int(n[3:]) for n in ins], "out": [int(n[3:]) for n in outs],
-            "sizes": sizes,
-            "fused": [{"buffers": [b.name for b in n.buffers], "ops": list(n.body.origins)}
-                      for n in k.nodes],
-            "reasons": k.reasons}
-    if launch:   # Triton kernels: grid over the size symbols, launch spec file, error code
-        step["launch"] = launch[0]
-    checks = kernel_checks(k, list(ins))
-    if checks:
-        step["checks"] = checks
-    return step
+    return plan.kernel(
+        k.name, [int(n[3:]) for n in ins], [int(n[3:]) for n in outs], sizes=sizes,
+        # Triton kernels: grid over the size symbols, launch spec file, error code
+        launch=launch[0] if launch else None,
+        checks=kernel_checks(k, list(ins)),
+        fused=[{"buffers": [b.name for b in n.buffers], "ops": list(n.body.origins)}
+               for n in k.nodes],
+        reasons=k.reasons)
 
 
 def _dedup_weights(weights: dict) -> tuple[dict, dict]:
