@@ -139,3 +139,18 @@ def test_codegen_builds_its_plans_typed():
     assert {s.kind for s in plan.steps} >= {StepKind.EXTERN, StepKind.FREE}
     doc = json.loads(json.dumps(plan.to_json()))
     assert parse_plan(At.root("plans/forward.json", doc), "forward", set(program.symbols)) == plan
+
+
+def test_codegen_fails_at_the_step_the_schema_refuses(monkeypatch):
+    """An extern step outside the runtime's op table stops the export while the graph is
+    lowered (no kernel compiled, nothing written), naming the op."""
+    import aotc.artifact.builder as builder
+    from aotc.codegen import lower_and_schedule
+    from aotc.exporter import trace_function
+
+    monkeypatch.setattr(builder, "is_extern_op", lambda op: op != "aten::mm.default")
+    w = torch.randn(4, 8)
+    program = trace_function(lambda x: torch.relu(x @ w), (torch.randn(3, 4),))
+    with pytest.raises(LoweringError, match="aten::mm.default, which aotc's runtime") as e:
+        lower_and_schedule(program)
+    assert e.value.where == "plan forward"
