@@ -143,8 +143,14 @@ def kernel_text(kernel) -> str:
     return "\n".join(lines)
 
 
+def _doc(x):
+    """A typed plan record (artifact/schema/plan.py: slot, step, output) as plans store it."""
+    return x.to_json() if hasattr(x, "to_json") else x
+
+
 def arg_text(a) -> str:
     """A plan or graph argument: slots as %N, lists in brackets, other values as JSON."""
+    a = _doc(a)
     if isinstance(a, dict) and set(a) == {"slot"}:
         return f"%{a['slot']}"
     if isinstance(a, list):
@@ -161,9 +167,11 @@ SHOWN = {"kind", "op", "args", "kwargs", "out", "name", "sizes", "slots", "sourc
 
 
 def step_text(step) -> str:
-    """One plan step (a dict, as plans store them), or a realized node of a lowered graph."""
+    """One plan step (typed, or a dict as plans store them), or a realized node of a lowered
+    graph."""
     if isinstance(step, ComputedBuffer):
         return node_text(step)
+    step = _doc(step)
     kind = step["kind"]
     if kind == "free":
         return f"free {', '.join(f'%{s}' for s in step['slots'])}"
@@ -185,8 +193,9 @@ def step_text(step) -> str:
     return text
 
 
-def slot_text(slot: dict) -> str:
+def slot_text(slot) -> str:
     """`%3 weight fc1.weight: float32[256, 64] stride [1, 256] transposed`."""
+    slot = _doc(slot)
     kind = slot.get("kind", "value")
     name = slot.get("weight") or slot.get("name") or slot.get("state") or ""
     text = f"%{slot['id']} {kind}{' ' + name if name else ''}"
