@@ -135,9 +135,15 @@ def node_text(node: ComputedBuffer, indent: str = "") -> str:
 def kernel_text(kernel) -> str:
     """A scheduled kernel (scheduler.Kernel): its rows, the buffers kept in registers, the
     reasons for its fusion decisions and each node's loop IR."""
-    lines = [f"kernel {kernel.name}: rows {dims_text(kernel.prefix)}, {len(kernel.nodes)} "
-             f"node{'s' if len(kernel.nodes) != 1 else ''}"
-             + (f", in registers: {', '.join(sorted(kernel.local))}" if kernel.local else "")]
+    if hasattr(kernel, "ins"):   # written by hand (triton/decode_attention.py's HandKernel)
+        lines = [f"kernel {kernel.name} (hand-written): reads "
+                 f"{', '.join(b.name for b in kernel.ins) or '-'}; writes "
+                 f"{', '.join(b.name for b in kernel.outs)}"]
+    else:
+        lines = [f"kernel {kernel.name}: rows {dims_text(kernel.prefix)}, {len(kernel.nodes)} "
+                 f"node{'s' if len(kernel.nodes) != 1 else ''}"
+                 + (f", in registers: {', '.join(sorted(kernel.local))}" if kernel.local
+                    else "")]
     lines += [f"  # {reason}" for reason in kernel.reasons]
     lines += [node_text(n, "  ") for n in kernel.nodes]
     return "\n".join(lines)
@@ -167,10 +173,12 @@ SHOWN = {"kind", "op", "args", "kwargs", "out", "name", "sizes", "slots", "sourc
 
 
 def step_text(step) -> str:
-    """One plan step (typed, or a dict as plans store them), or a realized node of a lowered
-    graph."""
+    """One plan step (typed, or a dict as plans store them), or a realized node or a kernel a
+    lowering made whole (a hand-written one) of a lowered graph."""
     if isinstance(step, ComputedBuffer):
         return node_text(step)
+    if hasattr(step, "prefix"):
+        return kernel_text(step)
     step = _doc(step)
     kind = step["kind"]
     if kind == "free":
