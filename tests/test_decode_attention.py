@@ -13,6 +13,8 @@ import dataclasses
 import pytest
 import torch
 
+from aotc.artifact.schema.plan import CallStep, FreeStep, SlotRef
+from aotc.artifact.schema.types import StepKind
 from aotc.runtime.attention import attention
 
 
@@ -281,13 +283,14 @@ def test_a_state_slot_is_written_before_by_kernels_views_and_extern_calls():
         buf(7, (1, 4, 1, 16)), 0.25, (buf(8, (1, 2, 1, 16)), buf(9, (1, 2, 1, 16))), early=True)
     assert written_before(kernels, {1}) and written_before(kernels, {2})   # the cache writes
     assert not written_before(kernels, {3}) and not written_before(kernels, {11})
-    copy = {"kind": "extern", "op": "aten::copy_.default", "args": [{"slot": 3}, {"slot": 12}],
-            "kwargs": {}, "out": [None]}
+    copy = CallStep(kind=StepKind.EXTERN, op="aten::copy_.default",
+                    args=(SlotRef(3), SlotRef(12)), kwargs=(), out=(None,))
     assert written_before([copy], {3})
-    view = {"kind": "view", "op": "aten::slice.Tensor", "args": [{"slot": 1}, 0], "out": [20]}
-    call = dict(copy, args=[{"slot": 20}, {"slot": 12}])
+    view = CallStep(kind=StepKind.VIEW, op="aten::slice.Tensor", args=(SlotRef(1), 0),
+                    kwargs=(), out=(20,))
+    call = dataclasses.replace(copy, args=(SlotRef(20), SlotRef(12)))
     assert written_before([view, call], {1}) and not written_before([view], {1})
-    assert not written_before([{"kind": "free", "slots": [3]}], {3})
+    assert not written_before([FreeStep(slots=(3,))], {3})
 
 
 def test_early_reads_need_an_extern_step_after_the_last_write_of_the_state():
@@ -309,9 +312,9 @@ def test_early_reads_need_an_extern_step_after_the_last_write_of_the_state():
                                         buf(6, (4,), f32)],
             buf(7, (1, 4, 1, 16)), 0.25, (buf(8, (1, 2, 1, 16)), buf(9, (1, 2, 1, 16))),
             early=True)
-    write_back = {"kind": "extern", "op": "aten::copy_.default", "out": [None], "kwargs": {},
-                  "args": [{"slot": 3}, {"slot": 12}]}
-    other = dict(write_back, args=[{"slot": 20}, {"slot": 21}])
+    write_back = CallStep(kind=StepKind.EXTERN, op="aten::copy_.default", out=(None,),
+                          kwargs=(), args=(SlotRef(3), SlotRef(12)))
+    other = dataclasses.replace(write_back, args=(SlotRef(20), SlotRef(21)))
     from aotc.codegen.triton.decode_attention import HandKernel
     q_writer = HandKernel(name="q", prefix=(), outs=(buf(0, (1, 4, 1, 16)),))  # not read early
     for tail, kept in (([write_back], True), ([], False), ([write_back, *pair()], None),

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import aotc
 from aotc.api import compile_function
+from aotc.artifact.schema.plan import CallStep
+from aotc.artifact.schema.types import StepKind
 from aotc.codegen import lower_and_schedule
 from aotc.codegen.cpp.kernel import kernel_source
 from aotc.codegen.scheduler import Kernel
@@ -23,7 +25,7 @@ def schedule(fn, *args):
     program = trace_function(fn, args)
     lowered, steps, decisions = lower_and_schedule(program)
     kernels = [s for s in steps if isinstance(s, Kernel)]
-    externs = [s for s in steps if isinstance(s, dict) and s["kind"] == "extern"]
+    externs = [s for s in steps if isinstance(s, CallStep) and s.kind is StepKind.EXTERN]
     return program, lowered, steps, kernels, externs
 
 
@@ -44,7 +46,7 @@ def test_linear_bias_gelu_is_one_extern_and_one_kernel():
     bias and applies GELU in one pass."""
     fn = lambda x, w, b: F.gelu(F.linear(x, w, b))
     _, _, _, kernels, externs = schedule(fn, x2, w, b)
-    assert len(externs) == 1 and externs[0]["op"] == "aten::mm.default"
+    assert len(externs) == 1 and externs[0].op == "aten::mm.default"
     assert len(kernels) == 1
     assert kernels[0].nodes[0].body.origins[:2] == ("addmm", "gelu")
 
@@ -82,7 +84,7 @@ def test_conv_batchnorm_relu_is_conv_plus_one_kernel():
     fn = lambda x, cw, rm, rv, g, bb: F.relu(F.batch_norm(F.conv2d(x, cw), rm, rv, g, bb,
                                                           training=False))
     _, _, _, kernels, externs = schedule(fn, x, cw, rm, rv, g, bb)
-    assert [e["op"] for e in externs] == ["aten::convolution.default"]
+    assert [e.op for e in externs] == ["aten::convolution.default"]
     assert len(kernels) == 1
 
 

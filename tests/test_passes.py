@@ -18,7 +18,7 @@ from aotc.codegen import lower_and_schedule
 from aotc.codegen.backend import Backend, KernelGroup, backend_for
 from aotc.codegen.kernel_steps import buffers_of, stored_buffers
 from aotc.codegen.passes import PASSES, run_passes
-from aotc.codegen.printer import kernel_text, plan_text
+from aotc.codegen.printer import kernel_text, lowered_text, plan_text
 from aotc.codegen.scheduler import Kernel
 from aotc.codegen.stages import Context, Graphs
 from aotc.codegen.target import Target
@@ -112,6 +112,17 @@ def test_the_loop_ir_prints_runtime_indices_and_masks():
     assert "pointwise (x0 < 4, x1 < 8)" in text
     inside = text[text.index("else 0.0 {"):text.index("}")]   # the load stays in its mask
     assert "load buf0[6*x0 + x1 - 1]" in inside and "yield" in inside
+
+
+def test_lowered_graphs_print_the_kernels_lowerings_write_by_hand():
+    """A GPU product of a few half rows is a hand-written kernel in the lowered graph (the
+    --dump-passes of a CUDA generator printed none before: a TypeError)."""
+    w = torch.randn(512, 256, dtype=torch.float16)
+    program = trace_function(lambda x: torch.relu(x @ w), (torch.randn(4, 512).half(),))
+    lowered, _, _ = lower_and_schedule(program, split_reductions=True)
+    text = lowered_text(lowered)
+    assert "  0  kernel kernel0 (hand-written): reads buf0, buf1; writes buf4" in text
+    assert "# product of 4 rows" in text and "= pointwise (x0 < 4, x1 < 256)" in text
 
 
 def test_plans_print_slots_and_steps():

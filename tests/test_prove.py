@@ -31,8 +31,9 @@ def test_manifest_records_the_proof(tmp_path):
 def test_a_failing_step_is_a_lowering_error_and_leaves_nothing(tmp_path, monkeypatch):
     # without its layout pass, the flatten after the extern pool is a `view` of a
     # channels-last tensor, which fails at run time: export must catch that itself
-    monkeypatch.setattr(extern_layout, "lay_out_extern", lambda lowering, step, op: None)
-    monkeypatch.setattr("aotc.codegen.graph.lay_out_extern", lambda lowering, step, op: None)
+    unplanned = lambda lowering, view, name, args, kwargs, out: (name, args, kwargs)  # noqa: E731
+    monkeypatch.setattr(extern_layout, "lay_out_extern", unplanned)
+    monkeypatch.setattr("aotc.codegen.graph.lay_out_extern", unplanned)
     model, x = _model_and_input()
     dest = tmp_path / "m.aotc"
     events = []

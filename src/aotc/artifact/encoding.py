@@ -1,10 +1,12 @@
-"""Plans as codegen builds them, and plan rewrites the runtime makes at load.
+"""The argument encoding Programs and plans share, and plan rewrites the runtime makes at load.
 
 A plan (plans/<entry>.json) lists slots (one per value: input, weight or intermediate, with its
 symbolic shape and dtype) and ordered steps; its typed form and parser are in
-artifact/schema/plan.py. Codegen builds plan JSON with `encode_arg` and the dict helpers here
-(`slots_in`, `step_uses`), then writes it through the schema. `without_outputs` prunes a typed
-plan at load (a training backward whose inputs need no gradient).
+artifact/schema/plan.py, and codegen builds it through artifact/builder.py. The exporter encodes
+the arguments of a Program's nodes with `encode_arg` ({"slot": n}, {"sym": "2*batch"}, tagged
+torch enums), the form plan steps store them in; `slots_in` lists the slots such an encoded
+argument names. `without_outputs` prunes a typed plan at load (a training backward whose inputs
+need no gradient).
 """
 from __future__ import annotations
 
@@ -25,13 +27,6 @@ def slots_in(arg) -> list[int]:
     if isinstance(arg, dict) and "slot" in arg:
         return [arg["slot"]]
     return []
-
-
-def step_uses(step) -> list[int]:
-    """The slots a plan step reads."""
-    if step["kind"] == StepKind.KERNEL.value:
-        return list(step["args"])
-    return slots_in(step["args"]) + slots_in(list(step["kwargs"].values()))
 
 
 def without_outputs(plan, dropped: set[int]):

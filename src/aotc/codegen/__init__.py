@@ -31,21 +31,22 @@ __all__ = ["compile", "Target", "lower_and_schedule"]
 
 def lower_and_schedule(graph: dict, *, codegen: bool = True, channels_last: bool = False,
                        split_reductions: bool = False, sdpa_layout: bool = False,
-                       fuse_attention: bool = False):
+                       fuse_attention: bool = False, entry: str = "forward"):
     """The compiler-free half of codegen for one graph (the lower and schedule passes):
     (lowered graph, scheduled steps, fusion decisions). Kernel-count tests and `aotc inspect
     --fusion` read this; no compiler runs. `split_reductions`: long reductions onto few
     outputs in two stages (the Triton backend). Given a Program, size proofs use its dims'
-    declared minima (`ir.declared_minima`)."""
+    declared minima (`ir.declared_minima`). `entry`: the plan's name (its builder's errors
+    give it)."""
     lowering = Lowering(codegen=codegen, channels_last=channels_last,
                         split_reductions=split_reductions, sdpa_layout=sdpa_layout,
                         fuse_attention=fuse_attention)
     if isinstance(graph, Program):
         with declared_minima(graph.symbols):
-            entry = schedule_graph(lower_graph(graph.graph, lowering))
+            scheduled = schedule_graph(lower_graph(graph.graph, lowering, entry))
     else:
-        entry = schedule_graph(lower_graph(graph, lowering))
-    return entry.lowered, entry.steps, entry.decisions
+        scheduled = schedule_graph(lower_graph(graph, lowering, entry))
+    return scheduled.lowered, scheduled.steps, scheduled.decisions
 
 
 def compile(program: Program, target: Target, dest: str | Path, *,  # noqa: A001 - stage entry

@@ -27,7 +27,7 @@ def write_artifact(ctx, built):
     program, target = ctx.program, ctx.target
     files = dict(built.files)
     files.update(ctx.attachments)
-    for name, plan in built.typed.items():   # written through the schema the runtime reads with
+    for name, plan in built.plans.items():   # written through the schema the runtime reads with
         files[fmt.plan_file(name)] = fmt.dumps(plan.to_json())
     files.update(sample_files(program))
     manifest = _manifest(program, target, built)
@@ -47,7 +47,7 @@ def write_artifact(ctx, built):
         ctx.progress(f"proving the artifact on {manifest['export_check']['samples']} recorded "
                      "sample inputs")
     manifest = build_manifest(manifest)
-    files.update(runner_files(manifest, built.typed, files.__getitem__))   # the C++ front end
+    files.update(runner_files(manifest, built.plans, files.__getitem__))   # the C++ front end
     path = fmt.write_artifact(ctx.dest, files, manifest, check=check, weights=weights.weights,
                               shard_size=ctx.shard_size, rank_weights=ranks)
     return Artifact(path=path, manifest=manifest)
@@ -116,7 +116,8 @@ def _weights_index(program: Program, stored) -> dict:
 
 
 def _entries(program: Program, plans: dict) -> dict:
-    """Manifest entry points: inputs and guards, outputs and their structure, plan stats."""
+    """Manifest entry points: inputs and guards, outputs and their structure, plan stats
+    (`plans`: entry -> typed Plan)."""
     if program.entries is not None:
         return {name: _entry(e["graph"], name, e["inputs"], e["symbols"], e["output_tree"],
                              plans[name]) for name, e in program.entries.items()}
@@ -125,7 +126,7 @@ def _entries(program: Program, plans: dict) -> dict:
     out = {"forward": {"plan": fmt.plan_file("forward"), "inputs": program.inputs,
                        "symbols": program.symbols, "relations": program.relations,
                        "outputs": outputs, "output_tree": program.output_tree,
-                       "stats": plans["forward"]["stats"]}}
+                       "stats": plans["forward"].stats}}
     if program.parameters is not None:
         out["forward"]["parameters"] = program.parameters
     if program.backward is not None:
@@ -138,14 +139,14 @@ def _entries(program: Program, plans: dict) -> dict:
         out["backward"] = {"plan": fmt.plan_file("backward"),
                            "inputs": program.training["backward_inputs"], "symbols": {},
                            "relations": [], "outputs": bouts, "output_tree": tree,
-                           "stats": plans["backward"]["stats"]}
+                           "stats": plans["backward"].stats}
     return out
 
 
 def _entry(graph: dict, name: str, inputs, symbols, tree, plan) -> dict:
     outputs = [graph["values"][o["slot"]] if "slot" in o else None for o in graph["outputs"]]
     return {"plan": fmt.plan_file(name), "inputs": inputs, "symbols": symbols, "relations": [],
-            "outputs": outputs, "output_tree": tree, "stats": plan["stats"]}
+            "outputs": outputs, "output_tree": tree, "stats": plan.stats}
 
 
 def dedup_weights(weights: dict) -> tuple[dict, dict]:

@@ -10,7 +10,7 @@ import sympy
 import torch
 
 from aotc.codegen.constfold import UNKNOWN, at_sample, constant_value, is_causal_mask
-from aotc.codegen.ir import size_texts, sym
+from aotc.codegen.ir import dims, size_texts, sym
 
 
 def simplify_attention_mask(g, node: dict) -> dict:
@@ -116,12 +116,12 @@ def place_sdpa_output(g, node: dict) -> None:
     recorded strides."""
     from aotc.codegen.graph import _is_contiguous
     out, = node["out"]
-    slot = g.out.slots[out]
-    order = None if out in g.graph_outputs or "shape" not in slot else output_dim_order(g, node)
+    slot = g.plan.slot(out)
+    order = None if out in g.graph_outputs or not slot.is_tensor else output_dim_order(g, node)
     if order is None or order == (0, 1, 2, 3):
         return
-    shape = [sym(d) for d in slot["shape"]]
+    shape = dims(slot.shape)
     stride, step = [None] * 4, sympy.Integer(1)
     for d in reversed(order):
         stride[d], step = step, step * shape[d]
-    slot.update(stride=size_texts(stride), contiguous=_is_contiguous(slot["shape"], stride))
+    g.plan.update(out, stride=size_texts(stride), contiguous=_is_contiguous(shape, stride))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, Sequence, runtime_checkable
 
+from aotc.artifact.schema.plan import Launch
 from aotc.codegen.target import Target
 
 
@@ -46,11 +47,11 @@ class KernelGroup:
 
 class Signature(NamedTuple):
     """A generated kernel's calling convention: buffer names read, written, size expressions,
-    and (Triton) its launch: grid, launch spec file, error code."""
+    and (Triton) its launch, typed: grid, launch spec file, error code."""
     inputs: list
     outputs: list
     sizes: list
-    launch: dict | None = None
+    launch: Launch | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

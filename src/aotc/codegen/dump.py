@@ -62,7 +62,7 @@ def stage_texts(value) -> dict[str, str]:
     if isinstance(value, st.Generated):
         return {n: kernels_text(e.kernels, value.kernels) for n, e in value.entries.items()}
     if isinstance(value, st.Planned):
-        return {n: printer.plan_text(p.to_json()) for n, p in value.typed.items()}
+        return {n: printer.plan_text(p.to_json()) for n, p in value.plans.items()}
     if isinstance(value, st.Built):
         return {"": built_text(value)}
     if isinstance(value, st.Artifact):
@@ -90,7 +90,7 @@ def kernels_text(kernels: list, generated) -> str:
         head = (f"kernel {k.name}: reads {', '.join(ins) or '-'}; writes "
                 f"{', '.join(outs)}; sizes {printer.dims_text(sizes)}")
         if launch is not None:
-            head += f"; launch {json.dumps(launch, sort_keys=True)}"
+            head += f"; launch {json.dumps(launch.to_json(), sort_keys=True)}"
         out.append(f"{head}\n\n{generated.texts[k.name].rstrip()}\n")
     return "\n\n".join(out)
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import sympy
 import torch
 
-from aotc.codegen.ir import contiguous_strides, size_texts, sym
+from aotc.codegen.ir import contiguous_strides, dims, size_texts, sym
 from aotc.artifact.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS
-from aotc.artifact.encoding import SlotKind
+from aotc.artifact.encoding import SlotKind, StepKind
 
 VIEW = "aten::view.default"
 RESHAPE = "aten::reshape.default"
@@ -43,26 +43,26 @@ def same_strides(shape, a, b) -> bool:
                for d, x, y in zip(shape, a, b))
 
 
-def standard_layout(slot: dict) -> bool:
+def standard_layout(slot) -> bool:
     """Whether an ATen kernel takes the slot's tensor as it is: contiguous, or channels-last
     dense in 4 dims."""
-    shape, stride = slot["shape"], slot["stride"]
-    if same_strides(shape, stride, contiguous_strides([sym(d) for d in shape])):
+    shape, stride = dims(slot.shape), dims(slot.stride)
+    if same_strides(shape, stride, contiguous_strides(shape)):
         return True
-    return len(shape) == 4 and same_strides(shape, stride,
-                                            channels_last_strides([sym(d) for d in shape]))
+    return len(shape) == 4 and same_strides(shape, stride, channels_last_strides(shape))
 
 
-def _static(slot: dict) -> bool:
-    return all(sym(d).is_Integer for d in slot["shape"] + slot["stride"])
+def _static(slot) -> bool:
+    return all(d.is_Integer for d in dims(slot.shape) + dims(slot.stride))
 
 
-def meta_strides(op, args: list, kwargs: dict, slots: list) -> list | None:
+def meta_strides(op, args: list, kwargs: dict, slots) -> list | None:
     """The strides of each tensor output of `op` called on meta tensors laid out as the
-    argument slots say, or None where that cannot be found (symbolic sizes, an op with no meta
-    kernel): the caller keeps the strides it had."""
-    tensors = [slots[a["slot"]] for a in _slot_args(args) + _slot_args(list(kwargs.values()))]
-    if not all("shape" in s and _static(s) for s in tensors):
+    argument slots (a PlanBuilder) say, or None where that cannot be found (symbolic sizes,
+    an op with no meta kernel): the caller keeps the strides it had."""
+    tensors = [slots.slot(a["slot"])
+               for a in _slot_args(args) + _slot_args(list(kwargs.values()))]
+    if not all(s.is_tensor and _static(s) for s in tensors):
         return None
     try:
         out = op(*[_meta(a, slots) for a in args],
@@ -73,10 +73,10 @@ def meta_strides(op, args: list, kwargs: dict, slots: list) -> list | None:
     return [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in outs]
 
 
-def declare(slot: dict, stride) -> None:
-    """Set a slot's strides to what the step really returns."""
-    shape = [sym(d) for d in slot["shape"]]
-    slot.update(stride=size_texts(tuple(sym(s) for s in stride)),
+def declare(plan, sid: int, stride) -> None:
+    """Set slot `sid`'s strides to what the step really returns."""
+    shape = dims(plan.slot(sid).shape)
+    plan.update(sid, stride=size_texts(tuple(sym(s) for s in stride)),
                 contiguous=same_strides(shape, stride, contiguous_strides(shape)))
 
 
@@ -97,43 +97,56 @@ def _meta(a, slots: list):
         return a
     (tag, payload), = a.items()
     if tag == "slot":
-        s = slots[payload]
-        return torch.empty_strided([int(d) for d in s["shape"]], [int(d) for d in s["stride"]],
-                                   dtype=DTYPES[s["dtype"]], device="meta")
+        s = slots.slot(payload)
+        return torch.empty_strided([int(d) for d in dims(s.shape)],
+                                   [int(d) for d in dims(s.stride)],
+                                   dtype=DTYPES[s.dtype], device="meta")
     decoded = {"sym": lambda p: int(sym(p)), "float": float, "dtype": DTYPES.__getitem__,
                "device": lambda p: torch.device("meta"), "layout": LAYOUTS.__getitem__,
                "memory_format": MEMORY_FORMATS.__getitem__}
     return decoded[tag](payload)
 
 
-def lay_out_extern(lowering, step: dict, op) -> None:
-    """An extern or view step over planned layouts: arguments an ATen kernel cannot take as
-    they are copied contiguous first, `view` of a base it cannot view becomes `reshape`, and
-    the output slots take the strides the call returns (found on meta tensors)."""
-    slots = lowering.out.slots
-    tensor_args = _slot_args(step["args"]) + _slot_args(list(step["kwargs"].values()))
+def lay_out_extern(lowering, view: bool, name: str, args: list, kwargs: dict, out: list):
+    """An extern (or, with `view`, a view) call of op `name` on `args` and `kwargs` (Program-
+    encoded) over planned layouts: arguments an ATen kernel cannot take as they are copied
+    contiguous first, `view` of a base it cannot view becomes `reshape`, and the output slots
+    `out` take the strides the call returns (found on meta tensors). Returns the call to make,
+    (name, args, kwargs)."""
+    from aotc.codegen.plan import torch_op
+    plan = lowering.plan
+    tensor_args = _slot_args(args) + _slot_args(list(kwargs.values()))
     if all(_as_eager(lowering, a["slot"]) or _contiguous_value(lowering, a["slot"])
            for a in tensor_args):
-        return   # laid out as at export: the outputs' strides are eager's
-    if step["kind"] == "view":
-        if step["op"] == VIEW:
-            step["op"] = RESHAPE
-            op = torch.ops.aten.reshape.default
+        return name, args, kwargs   # laid out as at export: the outputs' strides are eager's
+    if view:
+        name = RESHAPE if name == VIEW else name
     else:
-        for a in tensor_args:
-            if not standard_layout(slots[a["slot"]]) and not _as_eager(lowering, a["slot"]):
-                a["slot"] = contiguous_copy(lowering, a["slot"])
-    strides = meta_strides(op, step["args"], step["kwargs"], slots)
-    for vid, stride in zip(step["out"], strides or ()):
-        if stride is not None and "shape" in slots[vid]:
-            declare(slots[vid], stride)
+        args = _copied(lowering, args)
+        kwargs = {k: _copied(lowering, v) for k, v in kwargs.items()}
+    strides = meta_strides(torch_op(name), args, kwargs, plan)
+    for vid, stride in zip(out, strides or ()):
+        if stride is not None and plan.slot(vid).is_tensor:
+            declare(plan, vid, stride)
+    return name, args, kwargs
+
+
+def _copied(lowering, a):
+    """Encoded argument(s) `a` with each tensor an ATen kernel cannot take as it is replaced
+    by a contiguous copy (one per use, in argument order)."""
+    if isinstance(a, list):
+        return [_copied(lowering, x) for x in a]
+    if isinstance(a, dict) and "slot" in a and \
+            not standard_layout(lowering.plan.slot(a["slot"])) and \
+            not _as_eager(lowering, a["slot"]):
+        return {"slot": contiguous_copy(lowering, a["slot"])}
+    return a
 
 
 def _contiguous_value(lowering, sid: int) -> bool:
     """Whether slot `sid` is contiguous and so is every value eager gave it (a slot codegen
     made, whose strides no eager value stands behind, counts when contiguous)."""
-    slot = lowering.out.slots[sid]
-    if not slot.get("contiguous", True):
+    if not lowering.plan.slot(sid).contiguous:
         return False
     values = lowering.values
     meta = values[sid] if sid < len(values) else None
@@ -151,8 +164,8 @@ def _as_eager(lowering, sid: int) -> bool:
     meta = values[sid] if sid < len(values) else None
     if not meta or "stride" not in meta:
         return False
-    slot = lowering.out.slots[sid]
-    return same_strides([sym(d) for d in slot["shape"]], slot["stride"], meta["stride"])
+    slot = lowering.plan.slot(sid)
+    return same_strides(dims(slot.shape), dims(slot.stride), meta["stride"])
 
 
 def contiguous_copy(lowering, sid: int) -> int:
@@ -161,12 +174,11 @@ def contiguous_copy(lowering, sid: int) -> int:
     src = lowering.realized(sid)
     if not lowering.codegen:
         out = lowering.new_slot(src.shape, src.dtype)
-        lowering.out.slots[out]["producer"] = "extern"
+        lowering.plan.update(out, producer=StepKind.EXTERN)
         op = "aten::clone.default"
-        lowering.out.steps.append({"kind": "extern", "op": op, "args": [{"slot": sid}],
-                                   "kwargs": {"memory_format": {"memory_format":
-                                                                "contiguous_format"}},
-                                   "out": [out], "single": True})
+        lowering.out.steps.append(lowering.plan.call(
+            op, [{"slot": sid}], {"memory_format": {"memory_format": "contiguous_format"}},
+            [out]))
         lowering.out.fallback[op] = lowering.out.fallback.get(op, 0) + 1
         return out
     copy = lowering.pointwise(src.shape, src.dtype, src.loader, "layout_copy")
@@ -181,14 +193,14 @@ def channels_last_conv(g, node: dict, args: list) -> bool:
     out, = node["out"]
     weight = args[1].get("slot") if isinstance(args[1], dict) else None
     meta = g.values[out]
-    if (weight is None or g.out.slots[weight]["kind"] != SlotKind.WEIGHT.value
+    if (weight is None or g.plan.slot(weight).kind is not SlotKind.WEIGHT
             or g.users.get(weight, 0) != 1 or not meta or len(meta.get("shape", ())) != 4
             or node["args"][6] is True or out in g.graph_outputs):
         return False
     shape = [sym(d) for d in meta["shape"]]
     n, c, h, w = shape
     cl = (h * w * c, sym(1), w * c, c)
-    g.out.slots[weight]["memory_format"] = "channels_last"
-    g.out.slots[out].update(stride=size_texts(cl),
-                            contiguous=same_strides(shape, cl, contiguous_strides(shape)))
+    g.plan.update(weight, memory_format="channels_last")
+    g.plan.update(out, stride=size_texts(cl),
+                  contiguous=same_strides(shape, cl, contiguous_strides(shape)))
     return True

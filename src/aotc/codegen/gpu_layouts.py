@@ -81,8 +81,9 @@ def with_transposed(graph: dict, names: list[str]) -> dict:
     return dict(graph, values=values)
 
 
-def mark_transposed(slots: list, names: list[str]) -> None:
-    """Say `"layout": "transposed"` on the weight slots of the named weights."""
-    for s in slots:
-        if s.get("kind") == SlotKind.WEIGHT.value and s.get("weight") in names:
-            s["layout"] = "transposed"
+def mark_transposed(plan, names: list[str]) -> None:
+    """Say `"layout": "transposed"` on the weight slots of the named weights (`plan`: a
+    PlanBuilder)."""
+    for s in plan.slots:
+        if s.kind is SlotKind.WEIGHT and s.weight in names:
+            plan.update(s.id, layout="transposed")

@@ -17,7 +17,7 @@ import sympy
 import torch
 
 from aotc.codegen.ir import (EXPENSIVE, Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
-                             ReductionType, contiguous_strides, index_vars, size_texts, sym)
+                             ReductionType, contiguous_strides, dims, index_vars, size_texts, sym)
 from aotc.codegen.attention import place_sdpa_output, simplify_attention_mask
 from aotc.codegen.extern_layout import channels_last_conv, lay_out_extern
 from aotc.codegen.layouts import relaid
@@ -25,10 +25,13 @@ from aotc.codegen.lowering import LOWERINGS
 from aotc.codegen.plan import is_view, torch_op
 from aotc.errors import ExportError
 from aotc.artifact.dtypes import DTYPES, LAYOUTS, MEMORY_FORMATS, dtype_name
+from aotc.artifact.builder import Output, PlanBuilder
 from aotc.artifact.encoding import SlotKind, StepKind
 
 aten = torch.ops.aten
 
+# a graph input's slot kind, and the field naming it (anything else is a model input: "name")
+_BOUND = {"weight": (SlotKind.WEIGHT, "weight"), "state": (SlotKind.STATE, "state")}
 INLINE_LIMIT = 48        # body size (ops) past which a lazy value is realized
 MULTI_USE_COST = 6       # a value used more than once is realized past this cost
 
@@ -81,18 +84,24 @@ def body_cost(shape, fn) -> CostCounter:
 
 @dataclass
 class LoweredGraph:
-    slots: list = field(default_factory=list)     # plan slot dicts, by slot id
-    steps: list = field(default_factory=list)     # ComputedBuffer | step dict, in order
+    plan: PlanBuilder                             # the plan's slots, and its steps' maker
+    steps: list = field(default_factory=list)     # ComputedBuffer | CallStep, in order
     inputs: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)   # Output per graph output
     lowered: dict = field(default_factory=dict)   # op -> count of nodes lowered to loop IR
     fallback: dict = field(default_factory=dict)  # op -> count of nodes left to ATen
     rewrites: dict = field(default_factory=dict)  # graph rewrite -> count (before lowering)
 
+    @property
+    def slots(self) -> tuple:
+        """The plan's slots (typed, artifact/schema/plan.py's Slot), by slot id."""
+        return self.plan.slots
+
 
 class GraphLowering:
     def __init__(self, graph: dict, *, codegen: bool = True, channels_last: bool = False,
-                 split_reductions: bool = False, sdpa_layout: bool = False):
+                 split_reductions: bool = False, sdpa_layout: bool = False,
+                 entry: str = "forward"):
         """`channels_last`: 2d convolutions run with channels-last weights and give channels-last
         outputs, which kernels read through their strides (oneDNN's fast layout on the CPU).
         `split_reductions` (the Triton backend): a long reduction onto few outputs runs in two
@@ -102,7 +111,10 @@ class GraphLowering:
         self.split_reductions = split_reductions
         self.graph_outputs = {o["slot"] for o in graph["outputs"] if "slot" in o}
         self.values = graph["values"]
-        self.out = LoweredGraph(slots=[self._slot_for(i, m) for i, m in enumerate(self.values)])
+        self.out = LoweredGraph(plan=PlanBuilder(entry))
+        self.plan = self.out.plan
+        for meta in self.values:    # graph value i is slot i
+            self._slot_for(meta)
         self.env: dict[int, TensorValue | object] = {}
         self.names = count()
         self.users = self._count_users()
@@ -120,7 +132,8 @@ class GraphLowering:
                 self._lower_node(node)
         outs = []
         for o in self.graph["outputs"]:
-            outs.append({"slot": self.materialize(self.env[o["slot"]])} if "slot" in o else o)
+            outs.append(Output(slot=self.materialize(self.env[o["slot"]])) if "slot" in o
+                        else Output(const=o["const"]))
         self.out.outputs = outs
         for node in nodes:   # state write-backs (codegen/state.py): after every read of it
             if node.get("writeback"):
@@ -143,41 +156,36 @@ class GraphLowering:
             visit(o)
         return users
 
-    def _slot_for(self, i: int, meta) -> dict:
-        slot = {"id": i, "kind": SlotKind.VALUE.value}
-        if meta and "shape" in meta:
-            slot.update(shape=meta["shape"], dtype=meta["dtype"], stride=meta["stride"],
-                        contiguous=_is_contiguous(meta["shape"], meta["stride"]))
-        return slot
+    def _slot_for(self, meta) -> int:
+        if not (meta and "shape" in meta):
+            return self.plan.add_slot()
+        return self.plan.add_slot(shape=meta["shape"], dtype=meta["dtype"],
+                                  stride=meta["stride"],
+                                  contiguous=_is_contiguous(meta["shape"], meta["stride"]))
 
     def new_slot(self, shape, dtype, stride=None) -> int:
-        sid = len(self.out.slots)
         stride = stride or contiguous_strides(shape)
-        self.out.slots.append({"id": sid, "kind": SlotKind.VALUE.value, "shape": size_texts(shape),
-                               "dtype": dtype_name(dtype), "stride": size_texts(stride),
-                               "contiguous": _is_contiguous(shape, stride)})
-        return sid
+        return self.plan.add_slot(shape=size_texts(shape), dtype=dtype_name(dtype),
+                                  stride=size_texts(stride),
+                                  contiguous=_is_contiguous(shape, stride))
 
-    def _buffer(self, sid: int) -> Buffer:
-        s = self.out.slots[sid]
-        return Buffer(name=f"buf{sid}", slot=sid, shape=tuple(sym(d) for d in s["shape"]),
-                      stride=tuple(sym(d) for d in s["stride"]), dtype=DTYPES[s["dtype"]])
+    def buffer(self, sid: int) -> Buffer:
+        """Slot `sid` as the loop IR's Buffer (`buf<sid>`)."""
+        s = self.plan.slot(sid)
+        return Buffer(name=f"buf{sid}", slot=sid, shape=dims(s.shape), stride=dims(s.stride),
+                      dtype=DTYPES[s.dtype])
 
     def _bind_input(self, inp: dict) -> None:
         sid = inp["value"]
-        slot = self.out.slots[sid]
-        if inp["kind"] == "weight":
-            slot.update(kind=SlotKind.WEIGHT.value, weight=inp["name"])
-        elif inp["kind"] == "state":
-            slot.update(kind=SlotKind.STATE.value, state=inp["name"])
-        else:
-            slot.update(kind=SlotKind.INPUT.value, name=inp["name"])
+        kind, key = _BOUND.get(inp["kind"], (SlotKind.INPUT, "name"))
+        slot = self.plan.update(sid, kind=kind, **{key: inp["name"]})
+        if kind is SlotKind.INPUT:
             self.out.inputs.append(sid)
-        if "shape" in slot:
+        if slot.is_tensor:
             self.env[sid] = self.realized(sid)
 
     def realized(self, sid: int) -> TensorValue:
-        buf = self._buffer(sid)
+        buf = self.buffer(sid)
         tv = TensorValue(buf.shape, buf.dtype, buf.loader(), buffer=buf, vid=sid)
         tv.users = self.users.get(sid, 0)
         return tv
@@ -293,7 +301,7 @@ class GraphLowering:
                 rranges, fn = split
         body = Reduction(ranges=ranges, reduction_ranges=rranges,
                          reduction_type=rtype, dtype=dtype, inner_fn=fn, origins=origins)
-        bufs = tuple(self._buffer(self.new_slot(ranges, d))
+        bufs = tuple(self.buffer(self.new_slot(ranges, d))
                      for d in (out_dtypes or [dtype] * outputs))
         self.out.steps.append(ComputedBuffer(buffers=bufs, body=body))
         return [TensorValue(ranges, b.dtype, b.loader(), buffer=b, origins=(origin,)) for b in bufs]
@@ -329,7 +337,7 @@ class GraphLowering:
             if c > 1:
                 k, rest = k * c + ridx[0], ridx[1:]
             return fn(h, idx[n + 1:], (*idx[:n], k, *rest))
-        part = self._buffer(self.new_slot(part_rows, dtype))
+        part = self.buffer(self.new_slot(part_rows, dtype))
         self.out.steps.append(ComputedBuffer(buffers=(part,), body=Reduction(
             ranges=part_rows, reduction_ranges=part_rranges, reduction_type=rtype, dtype=dtype,
             inner_fn=part_fn, origins=_merge(origins, (f"split{chunks}",)))))
@@ -342,10 +350,10 @@ class GraphLowering:
         if tv.channels_last:
             return self._realize_channels_last(tv)
         sid = self.new_slot(tv.shape, tv.dtype)
-        if tv.vid is not None and self.out.slots[tv.vid].get("shape") is not None \
-                and "producer" not in self.out.slots[tv.vid]:
-            sid = self._claim(tv.vid, tv.shape, tv.dtype)
-        buf = self._buffer(sid)
+        if tv.vid is not None and self.plan.slot(tv.vid).is_tensor \
+                and self.plan.slot(tv.vid).producer is None:
+            sid = self._claim(sid, tv.vid, tv.shape, tv.dtype)
+        buf = self.buffer(sid)
         body = Pointwise(ranges=tv.shape, dtype=tv.dtype, inner_fn=tv.loader, origins=tv.origins)
         self.out.steps.append(ComputedBuffer(buffers=(buf,), body=body))
         self.bodies[buf.name] = (buf, tv.loader)   # for proofs about values read from it
@@ -356,7 +364,7 @@ class GraphLowering:
         innermost loop runs along the contiguous channels of its output and of its inputs."""
         n, c, h, w = tv.shape
         sid = self.new_slot(tv.shape, tv.dtype, stride=(h * w * c, sym(1), w * c, c))
-        buf = self._buffer(sid)
+        buf = self.buffer(sid)
         nhwc = Buffer(name=buf.name, slot=sid, shape=(n, h, w, c),
                       stride=contiguous_strides((n, h, w, c)), dtype=tv.dtype)
         load = tv.loader
@@ -377,12 +385,12 @@ class GraphLowering:
                 self.env[key] = loaded
         return buf
 
-    def _claim(self, vid, shape, dtype) -> int:
+    def _claim(self, spare: int, vid, shape, dtype) -> int:
         """Reuse graph value `vid`'s slot for a contiguous kernel output (drop the spare)."""
-        self.out.slots.pop()
-        slot = self.out.slots[vid]
-        slot.update(shape=size_texts(shape), dtype=dtype_name(dtype),
-                    stride=size_texts(contiguous_strides(shape)), producer="kernel", contiguous=True)
+        self.plan.drop_last(spare)
+        self.plan.update(vid, shape=size_texts(shape), dtype=dtype_name(dtype),
+                         stride=size_texts(contiguous_strides(shape)), producer=StepKind.KERNEL,
+                         contiguous=True)
         return vid
 
     # ----------------------------------------------------------------------------- externs
@@ -391,9 +399,8 @@ class GraphLowering:
         one extern step into a new contiguous slot, returned as a realized value."""
         args = [{"slot": self.materialize(t)} for t in tensors]
         sid = self.new_slot(tuple(sym(d) for d in shape), dtype)
-        self.out.slots[sid]["producer"] = StepKind.EXTERN.value
-        self.out.steps.append({"kind": StepKind.EXTERN.value, "op": op, "args": args,
-                               "kwargs": {}, "out": [sid], "single": True})
+        self.plan.update(sid, producer=StepKind.EXTERN)
+        self.out.steps.append(self.plan.call(op, args, {}, [sid]))
         self.out.fallback[op] = self.out.fallback.get(op, 0) + 1
         return self.realized(sid)
 
@@ -406,17 +413,17 @@ class GraphLowering:
         if tv.view_of is not None:
             base, (op, args, kwargs, source) = tv.view_of
             base_slot = self.materialize(base)
-            sid = tv.vid if tv.vid is not None and "producer" not in self.out.slots[tv.vid] \
+            sid = tv.vid if tv.vid is not None and self.plan.slot(tv.vid).producer is None \
                 else None
-            if sid is None or "shape" not in self.out.slots[sid] or relaid(self.values, self.out.slots, base):
+            if sid is None or not self.plan.slot(sid).is_tensor or \
+                    relaid(self.values, self.plan, base):
                 return self.realize(tv).slot
-            self.out.slots[sid]["producer"] = "view"
-            step = {"kind": StepKind.VIEW.value, "op": op, "args": [{"slot": base_slot}, *args],
-                    "kwargs": kwargs, "out": [sid], "single": True,
-                    **({"source": source} if source else {})}
-            lay_out_extern(self, step, torch_op(op))   # a channels-last base, say
-            self.out.steps.append(step)
-            tv.buffer = self._buffer(sid)
+            self.plan.update(sid, producer=StepKind.VIEW)
+            op, args, kwargs = lay_out_extern(   # a channels-last base, say
+                self, True, op, [{"slot": base_slot}, *args], kwargs, [sid])
+            self.out.steps.append(self.plan.call(op, args, kwargs, [sid], view=True,
+                                                 source=source or None))
+            tv.buffer = self.buffer(sid)
             return sid
         return self.realize(tv).slot
 
@@ -428,20 +435,18 @@ class GraphLowering:
                 place_sdpa_output(self, node)
         args = [self._rewrite(a) for a in node["args"]]
         kwargs = {k: self._rewrite(v) for k, v in node["kwargs"].items()}
-        kind = StepKind.VIEW if is_view(op) else StepKind.EXTERN
+        view = is_view(op)
         for vid in node["out"]:
-            self.out.slots[vid]["producer"] = kind.value
+            self.plan.update(vid, producer=StepKind.VIEW if view else StepKind.EXTERN)
         layout_cl = (op == aten.convolution.default and self.channels_last
                      and channels_last_conv(self, node, args))
-        step = {"kind": kind.value, "op": node["op"], "args": args, "kwargs": kwargs,
-                "out": list(node["out"]), "single": node["single"]}
-        if node.get("source"):   # the model's line, for errors that name a failing step
-            step["source"] = node["source"]
-        if node.get("binds"):    # value-dependent sizes its result defines
-            step["binds"] = node["binds"]
+        name = node["op"]   # convolutions' and SDPA's layouts are planned where they are made
         if op not in (aten.convolution.default, aten.scaled_dot_product_attention.default):
-            lay_out_extern(self, step, op)   # their layouts are planned where they are made
-        self.out.steps.append(step)
+            name, args, kwargs = lay_out_extern(self, view, name, args, kwargs, node["out"])
+        self.out.steps.append(self.plan.call(
+            name, args, kwargs, node["out"], view=view, single=node["single"],
+            source=node.get("source") or None,   # the model's line, for errors naming a step
+            binds=node.get("binds")))            # value-dependent sizes its result defines
         for vid in node["out"]:
             meta = self.values[vid]
             if meta and "shape" in meta:

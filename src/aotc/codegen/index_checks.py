@@ -13,6 +13,7 @@ from __future__ import annotations
 import sympy
 
 from aotc.codegen.ir import NullHandler, Reduction, index_vars, size_texts
+from aotc.artifact.builder import IndexCheck, size as plan_size
 
 NO_SOURCE = frozenset()
 
@@ -46,7 +47,7 @@ class IndexUses(NullHandler):
         return sympy.Symbol(f"indirect{len(self.uses)}", integer=True, nonnegative=True)
 
 
-def kernel_checks(kernel, args: list[str]) -> list[dict]:
+def kernel_checks(kernel, args: list[str]) -> list[IndexCheck]:
     """The plan step's `checks` for a kernel whose arguments are the buffers `args`."""
     handler = IndexUses()
     for node in kernel.nodes:
@@ -60,10 +61,9 @@ def kernel_checks(kernel, args: list[str]) -> list[dict]:
     for sources, size, wraps, op in handler.uses:
         arg = args.index(next(iter(sources))) if len(sources) == 1 and \
             next(iter(sources)) in args else None
-        check = {"arg": arg, "size": size_texts([sympy.sympify(size)])[0], "wraps": wraps,
-                 "op": op}
-        key = tuple(check.values())
-        if key not in seen:
-            seen.add(key)
+        check = IndexCheck(arg=arg, size=plan_size(size_texts([sympy.sympify(size)])[0]),
+                           wraps=wraps, op=op)
+        if check not in seen:
+            seen.add(check)
             checks.append(check)
     return checks

@@ -76,6 +76,17 @@ def sym(n) -> sympy.Expr:
     return n
 
 
+def dims(sizes) -> tuple:
+    """A plan slot's sizes (ints, or the schema's expression nodes) as sympy expressions."""
+    return tuple(_node_sym(d) for d in sizes)
+
+
+@functools.lru_cache(maxsize=16384)
+def _node_sym(d) -> sympy.Expr:
+    from aotc.artifact.schema.expr import text
+    return sym(d if isinstance(d, int) else text(d))
+
+
 def size_texts(xs) -> list:
     """Sizes as plans carry them, what `sym` reads back: ints, or Python-syntax expressions over
     the dim names (sympy's own printing would say `floor(seq/2)`)."""

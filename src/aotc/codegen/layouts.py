@@ -23,10 +23,10 @@ right-hand operand, qualify: no kernel or other op ever sees the changed strides
 """
 from __future__ import annotations
 
-from aotc.codegen.ir import sym
-from aotc.codegen.plan import slots_in, step_uses
+from aotc.codegen.ir import dims, sym
 from aotc.codegen.scheduler import Kernel
-from aotc.artifact.encoding import SlotKind, StepKind
+from aotc.artifact.schema.plan import CallStep, SlotRef, slot_refs
+from aotc.artifact.schema.types import SlotKind, StepKind
 
 SMALL_M = 32
 SMALL_WEIGHT = 2 ** 20
@@ -34,11 +34,12 @@ SMALL_WEIGHT = 2 ** 20
 RIGHT_OPERAND = {"aten::mm.default": 1, "aten::addmm.default": 2}
 
 
-def transposed_matmul_weights(slots: list, steps: list, outputs: list, rows_at: dict,
+def transposed_matmul_weights(plan, steps: list, outputs: list, rows_at: dict,
                               weights: dict, aliases: dict, *, allowed=None,
                               apply: bool = True, profit: bool = True) -> list[str]:
     """Mark the weights worth storing transposed (see the module docstring): their slots get
-    `layout: transposed` and strides [1, N], the permute's result slot becomes contiguous.
+    `layout: transposed` and strides [1, N], the permute's result slot becomes contiguous
+    (`plan`: the entry's PlanBuilder).
     `rows_at`: size symbol -> the value M is judged at (declared maxima); `weights`: name ->
     tensor (shapes only); `aliases`: tied names (left alone: another name shares the storage).
     Returns the names chosen, for the caller to store transposed. With several plans over the
@@ -51,29 +52,29 @@ def transposed_matmul_weights(slots: list, steps: list, outputs: list, rows_at: 
         for sid in _reads(step):
             readers.setdefault(sid, []).append(step)
     for o in outputs:
-        if "slot" in o:
-            readers.setdefault(o["slot"], []).append(o)
+        if o.slot is not None:
+            readers.setdefault(o.slot, []).append(o)
     tied = set(aliases) | set(aliases.values())
     chosen = []
     for step in steps:
-        if not _is_transpose(step, slots):
+        if not _is_transpose(step, plan):
             continue
-        w, out = step["args"][0]["slot"], step["out"][0]
-        name = slots[w].get("weight")
+        w, out = step.args[0].slot, step.out[0]
+        name = plan.slot(w).weight
         if name is None or name in tied or readers.get(w) != [step] or \
-                slots[w].get("memory_format") or weights[name].dim() != 2 or \
+                plan.slot(w).memory_format or weights[name].dim() != 2 or \
                 (allowed is not None and name not in allowed):
             continue
         users = readers.get(out, [])
-        rows = [_rows(u, out, slots, rows_at) for u in users]
+        rows = [_rows(u, out, plan, rows_at) for u in users]
         if not users or any(r is None for r in rows):
             continue
         n, k = weights[name].shape
         if profit and not (max(rows) <= SMALL_M or n * k <= SMALL_WEIGHT):
             continue
         if apply:
-            slots[w].update(layout="transposed", stride=[1, n], contiguous=False)
-            slots[out].update(stride=[n, 1], contiguous=True)
+            plan.update(w, layout="transposed", stride=[1, n], contiguous=False)
+            plan.update(out, stride=[n, 1], contiguous=True)
         chosen.append(name)
     return chosen
 
@@ -81,19 +82,19 @@ def transposed_matmul_weights(slots: list, steps: list, outputs: list, rows_at: 
 def _reads(step) -> list[int]:
     if isinstance(step, Kernel):
         return sorted(int(n[3:]) for n in step.reads if n.startswith("buf"))
-    return sorted(set(step_uses(step)))
+    return sorted(set(step.reads()))
 
 
-def _is_transpose(step, slots) -> bool:
+def _is_transpose(step, plan) -> bool:
     """A view step `permute(W, [1, 0])` / `t(W)` / `transpose(W, 0, 1)` of a weight slot."""
-    if isinstance(step, Kernel) or step["kind"] != StepKind.VIEW.value or len(step["out"]) != 1:
+    if not isinstance(step, CallStep) or step.kind is not StepKind.VIEW or len(step.out) != 1:
         return False
-    args = step["args"]
-    if not args or not isinstance(args[0], dict) or "slot" not in args[0]:
+    args = step.args
+    if not args or not isinstance(args[0], SlotRef):
         return False
-    if slots[args[0]["slot"]]["kind"] != SlotKind.WEIGHT.value:
+    if plan.slot(args[0].slot).kind is not SlotKind.WEIGHT:
         return False
-    op = step["op"]
+    op = step.op
     if op == "aten::t.default":
         return True
     if op == "aten::permute.default":
@@ -103,25 +104,25 @@ def _is_transpose(step, slots) -> bool:
     return False
 
 
-def _rows(user, operand: int, slots: list, rows_at: dict) -> int | None:
+def _rows(user, operand: int, plan, rows_at: dict) -> int | None:
     """M of a matmul that takes `operand` as its right-hand side, at `rows_at`; None for any
     other use."""
-    if isinstance(user, Kernel) or "op" not in user or user.get("kind") != StepKind.EXTERN.value:
+    if not isinstance(user, CallStep) or user.kind is not StepKind.EXTERN:
         return None
-    pos = RIGHT_OPERAND.get(user["op"])
-    args = user["args"]
-    if pos is None or len(args) <= pos or args[pos] != {"slot": operand} or user["kwargs"] or \
-            operand in slots_in(args[:pos]):
+    pos = RIGHT_OPERAND.get(user.op)
+    args = user.args
+    if pos is None or len(args) <= pos or args[pos] != SlotRef(operand) or user.kwargs or \
+            operand in slot_refs(args[:pos]):
         return None
     left = args[pos - 1]
-    if not isinstance(left, dict) or "slot" not in left:
+    if not isinstance(left, SlotRef):
         return None
-    m = sym(slots[left["slot"]]["shape"][0])
+    m = dims(plan.slot(left.slot).shape[:1])[0]
     m = m.subs({s: rows_at.get(s.name, s) for s in m.free_symbols})
     return int(m) if m.is_Integer else None
 
 
-def relaid(values: list, slots: list, base) -> bool:
+def relaid(values: list, plan, base) -> bool:
     """Whether `base` (a TensorValue) was stored with other strides than the graph's value has:
     a kernel writes its outputs contiguous, and export's layout of a dynamic-shape conv output
     may not be. A view's strides in the graph then do not describe the view of the stored
@@ -130,6 +131,6 @@ def relaid(values: list, slots: list, base) -> bool:
     meta = values[base.vid] if base.vid is not None and base.vid < len(values) else None
     if not meta or "stride" not in meta or base.buffer is None or base.buffer.slot != base.vid:
         return False
-    slot = slots[base.buffer.slot]
-    return any(sym(a) != sym(b) for a, b, n in zip(meta["stride"], slot["stride"], slot["shape"])
-               if sym(n) != 1)
+    slot = plan.slot(base.buffer.slot)
+    return any(sym(a) != b for a, b, n in zip(meta["stride"], dims(slot.stride), dims(slot.shape))
+               if n != 1)

@@ -135,16 +135,28 @@ def node_text(node: ComputedBuffer, indent: str = "") -> str:
 def kernel_text(kernel) -> str:
     """A scheduled kernel (scheduler.Kernel): its rows, the buffers kept in registers, the
     reasons for its fusion decisions and each node's loop IR."""
-    lines = [f"kernel {kernel.name}: rows {dims_text(kernel.prefix)}, {len(kernel.nodes)} "
-             f"node{'s' if len(kernel.nodes) != 1 else ''}"
-             + (f", in registers: {', '.join(sorted(kernel.local))}" if kernel.local else "")]
+    if hasattr(kernel, "ins"):   # written by hand (triton/decode_attention.py's HandKernel)
+        lines = [f"kernel {kernel.name} (hand-written): reads "
+                 f"{', '.join(b.name for b in kernel.ins) or '-'}; writes "
+                 f"{', '.join(b.name for b in kernel.outs)}"]
+    else:
+        lines = [f"kernel {kernel.name}: rows {dims_text(kernel.prefix)}, {len(kernel.nodes)} "
+                 f"node{'s' if len(kernel.nodes) != 1 else ''}"
+                 + (f", in registers: {', '.join(sorted(kernel.local))}" if kernel.local
+                    else "")]
     lines += [f"  # {reason}" for reason in kernel.reasons]
     lines += [node_text(n, "  ") for n in kernel.nodes]
     return "\n".join(lines)
 
 
+def _doc(x):
+    """A typed plan record (artifact/schema/plan.py: slot, step, output) as plans store it."""
+    return x.to_json() if hasattr(x, "to_json") else x
+
+
 def arg_text(a) -> str:
     """A plan or graph argument: slots as %N, lists in brackets, other values as JSON."""
+    a = _doc(a)
     if isinstance(a, dict) and set(a) == {"slot"}:
         return f"%{a['slot']}"
     if isinstance(a, list):
@@ -161,9 +173,13 @@ SHOWN = {"kind", "op", "args", "kwargs", "out", "name", "sizes", "slots", "sourc
 
 
 def step_text(step) -> str:
-    """One plan step (a dict, as plans store them), or a realized node of a lowered graph."""
+    """One plan step (typed, or a dict as plans store them), or a realized node or a kernel a
+    lowering made whole (a hand-written one) of a lowered graph."""
     if isinstance(step, ComputedBuffer):
         return node_text(step)
+    if hasattr(step, "prefix"):
+        return kernel_text(step)
+    step = _doc(step)
     kind = step["kind"]
     if kind == "free":
         return f"free {', '.join(f'%{s}' for s in step['slots'])}"
@@ -185,8 +201,9 @@ def step_text(step) -> str:
     return text
 
 
-def slot_text(slot: dict) -> str:
+def slot_text(slot) -> str:
     """`%3 weight fc1.weight: float32[256, 64] stride [1, 256] transposed`."""
+    slot = _doc(slot)
     kind = slot.get("kind", "value")
     name = slot.get("weight") or slot.get("name") or slot.get("state") or ""
     text = f"%{slot['id']} {kind}{' ' + name if name else ''}"

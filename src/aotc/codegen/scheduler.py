@@ -21,7 +21,8 @@ import sympy
 
 from aotc.codegen.ir import (Buffer, ComputedBuffer, NullHandler, Pointwise, Reduction,
                              contiguous_strides, index_bounds, index_vars, linear_index, product)
-from aotc.codegen.plan import StepKind, slots_in, step_uses
+from aotc.artifact.schema.plan import CallStep
+from aotc.artifact.schema.types import StepKind
 from aotc.artifact.schema.launch import BLOCK_NODES, MAX_BLOCKS
 
 
@@ -183,7 +184,7 @@ def drop_unread(steps: list, outputs: list) -> list:
     later proof removes their reader: an attention mask realized before its SDPA call was
     given none instead (codegen/attention.py), and GPT-2's position ids that only the mask
     read. Extern and view steps stay: only loop IR is known to do nothing but write."""
-    live = {f"buf{o['slot']}" for o in outputs if "slot" in o}
+    live = {f"buf{o.slot}" for o in outputs if o.slot is not None}
     kept = []
     for step in reversed(steps):
         if isinstance(step, ComputedBuffer):
@@ -193,7 +194,7 @@ def drop_unread(steps: list, outputs: list) -> list:
         elif isinstance(step, Kernel):
             live |= step.reads
         else:
-            live |= {f"buf{s}" for s in step_uses(step)}
+            live |= {f"buf{s}" for s in step.reads()}
         kept.append(step)
     return kept[::-1]
 
@@ -215,9 +216,9 @@ def schedule(steps: list) -> tuple[list, list]:
         if isinstance(step, Kernel):    # written by hand (codegen/triton/decode_attention.py)
             step.name = f"kernel{count}"
             count += 1
-        if isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
-            base = f"buf{slots_in(step['args'])[0]}"
-            for o in (o for o in step["out"] if o is not None):
+        if isinstance(step, CallStep) and step.kind is StepKind.VIEW:
+            base = f"buf{step.reads()[0]}"
+            for o in (o for o in step.out if o is not None):
                 views[f"buf{o}"], made[f"buf{o}"] = views.get(base, base), len(run)
             out.append(step)
             continue

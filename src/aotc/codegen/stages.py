@@ -1,9 +1,10 @@
 """Codegen's stage values and the passes between them (the list is codegen/passes.py).
 
 Each stage value is a frozen record of what the passes after it need; a pass is a function
-`(Context, stage value) -> next stage value`. The lowered graphs' slots are still plan dicts
-that the weights pass marks (codegen/layouts.py: a weight stored transposed) and the plan pass
-finishes (codegen/plan.py).
+`(Context, stage value) -> next stage value`. Each lowered graph holds its plan's
+PlanBuilder (artifact/builder.py: typed slots, checked as they are made or changed), whose
+slots the weights pass marks (codegen/layouts.py: a weight stored transposed) and which the
+plan pass builds into the typed plan (codegen/plan.py).
 """
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from aotc.codegen.state import fuse_cache_writes, reinplace
 from aotc.codegen.target import Target
 from aotc.codegen.verify import verify_lowered
 from aotc.exporter.program import Program
-from aotc.artifact.schema.write import typed_plan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +73,7 @@ class Lowered:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule:
-    """One entry scheduled: its lowered graph, steps (kernels and step dicts), the fusion
+    """One entry scheduled: its lowered graph, steps (kernels and typed plan steps), the fusion
     decisions and its kernels."""
     lowered: LoweredGraph
     steps: list
@@ -111,15 +111,13 @@ class Generated:
 class Planned:
     weights: StoredWeights
     kernels: GeneratedKernels
-    plans: dict                         # entry -> plan dict (stats read by the manifest)
-    typed: dict                         # entry -> artifact.schema Plan
+    plans: dict                         # entry -> artifact.schema Plan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Built:
     weights: StoredWeights
-    plans: dict
-    typed: dict
+    plans: dict                         # entry -> artifact.schema Plan
     files: dict                         # artifact path -> bytes: kernel sources, binaries
     native: dict | None                 # the manifest's target.native (None: no kernels)
 
@@ -150,15 +148,16 @@ def gpu_layouts(ctx: Context, graphs: Graphs) -> Graphs:
     return Graphs(graphs=out, flipped=tuple(flipped))
 
 
-def lower_graph(graph: dict, lowering: Lowering) -> LoweredGraph:
-    """One ATen graph lowered to loop IR and extern steps, verified, unread steps dropped."""
+def lower_graph(graph: dict, lowering: Lowering, entry: str = "forward") -> LoweredGraph:
+    """One ATen graph lowered to loop IR and extern steps, verified, unread steps dropped
+    (`entry`: the plan's name, which its builder's errors give)."""
     fused = 0
     if lowering.fuse_attention:   # hand-written attention -> one SDPA call
         graph, fused = fuse_manual_attention(graph)
     lowered = GraphLowering(graph, codegen=lowering.codegen,
                             channels_last=lowering.channels_last,
                             split_reductions=lowering.split_reductions,
-                            sdpa_layout=lowering.sdpa_layout).run()
+                            sdpa_layout=lowering.sdpa_layout, entry=entry).run()
     if fused:
         lowered.rewrites[REWRITE] = fused
     verify_lowered(lowered)
@@ -180,8 +179,8 @@ def lower(ctx: Context, graphs: Graphs) -> Lowered:
     lowering = ctx.lowering
     entries = {}
     for name, graph in graphs.graphs.items():
-        entries[name] = lowered = lower_graph(graph, lowering)
-        gpu.mark_transposed(lowered.slots, list(graphs.flipped))
+        entries[name] = lowered = lower_graph(graph, lowering, name)
+        gpu.mark_transposed(lowered.plan, list(graphs.flipped))
     return Lowered(entries=entries, flipped=graphs.flipped)
 
 
@@ -220,8 +219,8 @@ def _cpu_transposed(ctx: Context, entries: dict, weights: dict, aliases: dict) -
     generator's decode: one row per sequence), and only if every plan reading it can take it
     so. Marks the slots of the names chosen (layouts.transposed_matmul_weights)."""
     bindings = ctx.bindings
-    args = {name: (e.lowered.slots, e.steps, e.lowered.outputs) for name, e in entries.items()}
-    read = {name: {s["weight"] for s in a[0] if s.get("weight")} for name, a in args.items()}
+    args = {name: (e.lowered.plan, e.steps, e.lowered.outputs) for name, e in entries.items()}
+    read = {name: {s.weight for s in a[0].slots if s.weight} for name, a in args.items()}
     able = {name: set(transposed_matmul_weights(*a, bindings, weights, aliases, apply=False,
                                                 profit=False)) for name, a in args.items()}
     judge = (ctx.program.generation or {}).get("decode") or next(iter(args))
@@ -250,24 +249,24 @@ def generate_kernels(ctx: Context, weighted: Weighted) -> Generated:
 
 def plan(ctx: Context, generated: Generated) -> Planned:
     signatures, bindings = generated.kernels.signatures, ctx.bindings
-    plans = {name: entry_plan(name, e, signatures, bindings)
+    plans = {name: entry_plan(e, signatures, bindings, ctx.program.symbols)
              for name, e in generated.entries.items()}
-    typed = {name: typed_plan(p, name, ctx.program.symbols) for name, p in plans.items()}
-    return Planned(weights=generated.weights, kernels=generated.kernels, plans=plans,
-                   typed=typed)
+    return Planned(weights=generated.weights, kernels=generated.kernels, plans=plans)
 
 
-def entry_plan(name: str, entry: Schedule, signatures: dict, bindings: dict) -> dict:
+def entry_plan(entry: Schedule, signatures: dict, bindings: dict, symbols):
+    """The entry's typed plan, built through its PlanBuilder (artifact/builder.py) and checked
+    as a program over the declared size `symbols`."""
     lowered = entry.lowered
-    steps = [kernel_step(s, signatures, lowered.slots) if isinstance(s, Kernel) else s
+    steps = [kernel_step(lowered.plan, s, signatures) if isinstance(s, Kernel) else s
              for s in entry.steps]
-    plan = finalize(lowered.slots, steps, lowered.inputs, lowered.outputs, name, bindings)
-    plan["stats"].update(lowered=dict(sorted(lowered.lowered.items())),
-                         fallback=dict(sorted(lowered.fallback.items())),
-                         kernels=len(entry.kernels), fusion=entry.decisions)
+    steps, stats = finalize(lowered.plan, steps, lowered.outputs, bindings)
+    stats.update(lowered=dict(sorted(lowered.lowered.items())),
+                 fallback=dict(sorted(lowered.fallback.items())),
+                 kernels=len(entry.kernels), fusion=entry.decisions)
     if lowered.rewrites:
-        plan["stats"]["rewrites"] = dict(lowered.rewrites)
-    return plan
+        stats["rewrites"] = dict(lowered.rewrites)
+    return lowered.plan.build(lowered.inputs, steps, lowered.outputs, stats, symbols)
 
 
 def build_kernels(ctx: Context, planned: Planned) -> Built:
@@ -276,8 +275,7 @@ def build_kernels(ctx: Context, planned: Planned) -> Built:
     if generated.signatures:
         files.update(ctx.backend.build(generated))
         native = ctx.backend.native(generated)
-    return Built(weights=planned.weights, plans=planned.plans, typed=planned.typed,
-                 files=files, native=native)
+    return Built(weights=planned.weights, plans=planned.plans, files=files, native=native)
 
 
 def assemble(ctx: Context, built: Built) -> Artifact:

@@ -36,7 +36,7 @@ class _Checker(NullHandler):
 
 
 def verify_lowered(lowered) -> None:
-    known = {f"buf{s['id']}" for s in lowered.slots if "shape" in s}
+    known = {f"buf{s.id}" for s in lowered.slots if s.is_tensor}
     for step in lowered.steps:
         if not isinstance(step, ComputedBuffer):
             continue

@@ -283,10 +283,11 @@ def parse_plan(doc: At, entry: str, symbols, spec=None) -> Plan:
     doc.obj(*PLAN_KEYS)
     doc.get("entry").check(doc.get("entry").value == entry, f"the entry name {entry!r}",
                            "names another entry")
-    slots = tuple(_slot(a, i, symbols) for i, a in enumerate(doc.get("slots").list(MAX_SLOTS)))
+    slots = tuple(parse_slot(a, i, symbols)
+                  for i, a in enumerate(doc.get("slots").list(MAX_SLOTS)))
     n = len(slots)
     inputs = doc.ints_of("inputs", n - 1)
-    steps = tuple(_step(a, n, symbols) for a in doc.get("steps").list())
+    steps = tuple(parse_step(a, n, symbols) for a in doc.get("steps").list())
     outputs = tuple(_output(a, n) for a in doc.get("outputs").list())
     if spec is not None:   # the ranges value-dependent sizes are checked against
         steps = tuple(with_ranges(s, spec.symbols) for s in steps)
@@ -309,7 +310,8 @@ _KINDS = {k.value: k for k in SlotKind}
 _PRODUCERS = {k.value: k for k in StepKind}
 
 
-def _slot(a: At, i: int, symbols) -> Slot:
+def parse_slot(a: At, i: int, symbols) -> Slot:
+    """Slot `i` of a plan, checked field by field (the builder checks each slot it makes)."""
     v = a.keys_within(("id", "kind"), _SLOT_KEY_SET).value
     if v["id"] != i:
         a.get("id").fail(f"slot id {i} (its position)", problem="is out of order")
@@ -381,7 +383,8 @@ _CALL_KEYS = frozenset(CALL_KEYS[0] + CALL_KEYS[1])
 _FREE_KEYS = frozenset(FREE_KEYS[0] + FREE_KEYS[1])
 
 
-def _step(a: At, n: int, symbols) -> Step:
+def parse_step(a: At, n: int, symbols) -> Step:
+    """One step of a plan of `n` slots, checked field by field (not yet as a program)."""
     v = a.value
     kind = _PRODUCERS.get(v.get("kind")) if type(v) is dict else None
     if kind is None:
@@ -438,8 +441,8 @@ def _kernel_step(a: At, n: int, symbols) -> KernelStep:
     a.obj(*KERNEL_KEYS)
     sizes = tuple(s.ident() for s in a.get("sizes", []).list(64))
     for s in a.get("sizes", []).list(64):
-        s.check(symbols is None or s.value in symbols, f"a declared symbol {sorted(symbols)}",
-                "is not a declared size symbol")
+        if symbols is not None and s.value not in symbols:
+            s.fail(f"a declared symbol {sorted(symbols)}", problem="is not a declared size symbol")
     reuse = tuple((_slot_key(d, k, n), d.int(0, n - 1))
                   for k, d in a.get("reuse", {}).items(1 << 12))
     launch = None

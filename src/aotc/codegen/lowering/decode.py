@@ -12,6 +12,8 @@ import torch
 import aotc.nn  # noqa: F401 - registers the op
 from aotc.codegen.ir import contiguous_strides, sym
 from aotc.codegen.lowering import register
+from aotc.artifact.schema.plan import CallStep, slot_refs
+from aotc.artifact.schema.types import StepKind
 
 
 def _is_dense(buf) -> bool:
@@ -21,7 +23,7 @@ def _is_dense(buf) -> bool:
 
 def dense(g, tv):
     """A Buffer holding `tv` densely (row-major, size-1 dims aside), copying only if needed."""
-    buf = tv.buffer if tv.buffer is not None else g._buffer(g.materialize(tv))
+    buf = tv.buffer if tv.buffer is not None else g.buffer(g.materialize(tv))
     if _is_dense(buf):
         return buf
     copy = g.pointwise(tv.shape, tv.dtype, tv.loader, "contiguous")
@@ -50,11 +52,11 @@ def decode_attention(g, metas, q, k_cache, v_cache, position, scale, window=0, s
     qb, *nb = (prologue(t, role) or dense(g, t) for t, role in zip((q, *new[:1]), "qk"))
     kb, vb, pb, *rest = (dense(g, t) for t in (k_cache, v_cache, position, *new[1:]))
     nb += rest
-    partials = [g._buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
+    partials = [g.buffer(g.new_slot(tuple(sym(d) for d in shape), torch.float32))
                 for shape in partial_shapes(q, kb, vb)]
-    out = g._buffer(g.new_slot((*q.shape[:3], vb.shape[3]), q.dtype))
+    out = g.buffer(g.new_slot((*q.shape[:3], vb.shape[3]), q.dtype))
     for b in (*partials, out):
-        g.out.slots[b.slot]["producer"] = "kernel"
+        g.plan.update(b.slot, producer=StepKind.KERNEL)
     sb = dense(g, sinks) if sinks is not None else None
     early = bool(nb) and not written_before(g.out.steps, {kb.slot, vb.slot, pb.slot})
     g.out.steps.extend(decode_attention_kernels(qb, kb, vb, pb, partials, out, scale, nb,
@@ -69,7 +71,6 @@ def written_before(steps: list, slots: set) -> bool:
     naming it or a view of it at all (in-place ops return nothing to tell them by). Views are
     followed from their bases."""
     from aotc.codegen.ir import ComputedBuffer
-    from aotc.codegen.plan import StepKind, slots_in
     from aotc.codegen.scheduler import Kernel
     watched = set(slots)
     for step in steps:
@@ -77,14 +78,12 @@ def written_before(steps: list, slots: set) -> bool:
             outs = {b.slot for b in step.buffers}
         elif isinstance(step, Kernel):
             outs = {b.slot for b in (*step.writes, *getattr(step, "mutates", ()))}
-        elif isinstance(step, dict) and step.get("kind") == StepKind.VIEW.value:
-            if set(slots_in(step["args"])) & watched:
-                watched |= {o for o in step["out"] if o is not None}
+        elif isinstance(step, CallStep) and step.kind is StepKind.VIEW:
+            if set(slot_refs(step.args)) & watched:
+                watched |= {o for o in step.out if o is not None}
             continue
-        elif isinstance(step, dict) and step.get("kind") != StepKind.FREE.value:
-            outs = {*slots_in(step.get("args", [])),
-                    *slots_in(list(step.get("kwargs", {}).values())),
-                    *(o for o in step.get("out", []) if isinstance(o, int))}
+        elif isinstance(step, CallStep):
+            outs = {*step.reads(), *(o for o in step.out if o is not None)}
         else:
             continue
         if outs & watched:
@@ -118,13 +117,12 @@ def fence_early_reads(steps: list) -> list[str]:
     without PDL, so the launches after it follow its completion in stream order) after every
     step that writes them gives that: a generator's plan ends with the position's write-back,
     an extern copy. Without one, the kernels wait first. Returns the decisions."""
-    from aotc.codegen.plan import StepKind
     early = [s for s in steps if getattr(s, "early", False)]
     if not early:
         return []
     read = {b.slot for s in early for b in s.read_early}
     externs = [i for i, s in enumerate(steps)
-               if isinstance(s, dict) and s.get("kind") == StepKind.EXTERN.value]
+               if isinstance(s, CallStep) and s.kind is StepKind.EXTERN]
     fenced = bool(externs) and not written_before(steps[externs[-1] + 1:], read)
     for s in early:
         s.early = fenced

@@ -31,6 +31,7 @@ import torch
 from aotc.codegen.ir import NullHandler, Op, ReductionType as R, sym
 from aotc.codegen.lowering import out_dtype, out_shape, register
 from aotc.codegen.lowering.quantized import quant_product
+from aotc.artifact.schema.types import SlotKind, StepKind
 from aotc.codegen.lowering.reductions import acc_dtype
 
 aten = torch.ops.aten
@@ -99,9 +100,9 @@ def int8_source(g, w):
         return None
     name, index = probe.loads[0][0], sympy.sympify(probe.loads[0][1])
     sid = int(name[3:]) if name.startswith("buf") and name[3:].isdigit() else None
-    if sid is None or g.out.slots[sid].get("kind") != "weight":
+    if sid is None or g.plan.slot(sid).kind is not SlotKind.WEIGHT:
         return None
-    buf = g._buffer(sid)
+    buf = g.buffer(sid)
     if buf.dtype not in WIDENED or len(buf.shape) != 2:
         return None
     stride = (index.coeff(k), index.coeff(n))
@@ -119,13 +120,13 @@ def _skinny(g, x, w, bias, dtype):
     from aotc.codegen.triton.skinny_mm import plan_tiles, skinny_mm_kernel
     m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
     xb = dense(g, x)
-    wb = int8_source(g, w) or g._buffer(g.materialize(w))
+    wb = int8_source(g, w) or g.buffer(g.materialize(w))
     tiles = plan_tiles(k, n)
     one = tiles.splits == 1
     bb = dense(g, bias) if bias is not None and one else None
     shape = (sym(m), sym(n)) if one else (sym(tiles.splits), sym(m), sym(n))
-    out = g._buffer(g.new_slot(shape, dtype if one else torch.float32))
-    g.out.slots[out.slot]["producer"] = "kernel"
+    out = g.buffer(g.new_slot(shape, dtype if one else torch.float32))
+    g.plan.update(out.slot, producer=StepKind.KERNEL)
     g.out.steps.append(skinny_mm_kernel(xb, wb, bb, out, tiles))
     if one:
         return g.realized(out.slot)
@@ -209,13 +210,11 @@ def _transposed_product(g, x, w, dtype):
 
 def _transposed_view(g, sid: int):
     """A view step transposing the 2-d tensor in slot `sid`; the view, realized."""
-    from aotc.codegen.plan import StepKind
-    buf = g._buffer(sid)
+    buf = g.buffer(sid)
     out = g.new_slot(buf.shape[::-1], buf.dtype, stride=buf.stride[::-1])
-    g.out.slots[out]["producer"] = StepKind.VIEW.value
-    g.out.steps.append({"kind": StepKind.VIEW.value, "op": "aten::permute.default",
-                        "args": [{"slot": sid}, [1, 0]], "kwargs": {}, "out": [out],
-                        "single": True})
+    g.plan.update(out, producer=StepKind.VIEW)
+    g.out.steps.append(g.plan.call("aten::permute.default", [{"slot": sid}, [1, 0]], {}, [out],
+                                   view=True))
     return g.realized(out)
 
 

@@ -26,6 +26,7 @@ import sympy
 import torch
 
 from aotc.artifact.quant import GROUP_SIZES, dequantize_int4
+from aotc.artifact.schema.types import SlotKind, StepKind
 from aotc.codegen.ir import FloorDiv, ModIndex, NullHandler, Op, sym
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -128,9 +129,9 @@ def _weight_slots(g, names) -> dict | None:
     out = {}
     for name in names:
         sid = int(name[3:]) if name.startswith("buf") and name[3:].isdigit() else None
-        if sid is None or g.out.slots[sid].get("kind") != "weight":
+        if sid is None or g.plan.slot(sid).kind is not SlotKind.WEIGHT:
             return None
-        out[name] = g._buffer(sid)
+        out[name] = g.buffer(sid)
     return out
 
 
@@ -188,7 +189,7 @@ def quant_weight(g, w) -> QuantWeight | None:
     q8 = int8_source(g, w)
     if q8 is not None:
         k, n = (int(d) for d in w.shape)
-        base = g._buffer(q8.slot)
+        base = g.buffer(q8.slot)
         if _row_major(base) and [int(d) for d in base.shape] == [n, k] and \
                 [int(d) for d in q8.stride] == [1, k]:          # w[k, n] is q[n, k]
             return QuantWeight("int8" if base.dtype == torch.int8 else "fp8", base)
@@ -215,8 +216,8 @@ def quant_product(g, x, w, bias, dtype):
     one = tiles.splits == 1
     bb = dense(g, bias) if bias is not None and one else None
     shape = (sym(m), sym(n)) if one else (sym(tiles.splits), sym(m), sym(n))
-    out = g._buffer(g.new_slot(shape, dtype if one else torch.float32))
-    g.out.slots[out.slot]["producer"] = "kernel"
+    out = g.buffer(g.new_slot(shape, dtype if one else torch.float32))
+    g.plan.update(out.slot, producer=StepKind.KERNEL)
     g.out.steps.append(quant_mv_kernel(dense(g, x), q.values, q.scales, bb, out, q.scheme,
                                        q.group, tiles))
     if one:

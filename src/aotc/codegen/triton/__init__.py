@@ -23,6 +23,7 @@ from aotc.codegen.triton.kernel import KernelSource, kernel_source
 from aotc.codegen.triton.printer import extent
 from aotc.exporter.symbols import SymbolNamer
 from aotc.artifact import format as fmt
+from aotc.artifact.builder import Launch, size
 from aotc.errors import ArtifactError, LoweringError
 
 PRELUDE = (Path(__file__).parent / "prelude.py").read_text()
@@ -101,8 +102,9 @@ class TritonBackend:
             for ks, text, spec in out:
                 sources[fmt.triton_source_file(ks.name)] = text.encode()
                 texts[ks.name], specs[ks.name] = ks.text, spec   # the kernel, no prelude
-                launch = {"grid": spec["grid"], "spec": fmt.triton_launch_file(ks.name),
-                          "error_code": spec["error_code"]}
+                launch = Launch(grid=tuple(size(g) for g in spec["grid"]),
+                                spec=fmt.triton_launch_file(ks.name),
+                                error_code=spec["error_code"])
                 signatures[ks.name] = Signature(spec["inputs"], spec["outputs"],
                                                 spec["sizes"], launch)
                 jobs += [(ks, text, arch, ()) for arch in self.archs]
