@@ -81,7 +81,6 @@ def _plan_rules() -> list[str]:
     manifest.py, expr.py, fields.py, types.py): the C++ front end's plan_check.cpp and
     expr_check.cpp read these."""
     from aotc.artifact.schema import expr, fields, files, manifest, plan, trees, types
-    from aotc.artifact.schema.ops import AOTC_OPS
     if types.WEIGHT_NAME.pattern != r"[^\x00-\x1f\x7f]{1,1024}\Z":
         raise ValueError("WEIGHT_NAME changed: update plan_check.cpp's weight_name()")
     if fields.ASCII_PRINTABLE.pattern != r"[\x20-\x7e]*\Z":
@@ -107,7 +106,6 @@ def _plan_rules() -> list[str]:
     lines += _names("kSlotLayouts", plan.SLOT_LAYOUTS)
     lines += _names("kSlotMemoryFormats", plan.SLOT_MEMORY_FORMATS)
     lines += _names("kTreeKinds", trees.KINDS)
-    lines += _names("kAotcOpNames", AOTC_OPS)
     lines += _names("kArgKeys", plan.ARG_KEYS)
     for tag, values in plan.TAGS.items():
         lines += _names("kTag" + "".join(w.capitalize() for w in tag.split("_")), values)

@@ -299,8 +299,14 @@ Names entry(const Field& a, const std::string& name, int version) {
 bool allowed_op(const std::string& qualname);   // spec.cpp: artifact/schema/extern_ops.txt
 
 namespace {
+bool aotc_op(const std::string& op) {   // in aotc's own op table (rules::kAotcOps)
+  for (const auto& entry : rules::kAotcOps)
+    if (op == entry.name) return true;
+  return false;
+}
+
 bool extern_op(const std::string& op) {
-  return in(rules::kAotcOpNames, op) || (op.rfind("aotc::", 0) != 0 && allowed_op(op));
+  return aotc_op(op) || (op.rfind("aotc::", 0) != 0 && allowed_op(op));
 }
 }  // namespace
 

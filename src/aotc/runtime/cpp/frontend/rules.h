@@ -191,14 +191,6 @@ inline constexpr std::array<std::string_view, 5> kTreeKinds = {{
     "dict",
     "const",
 }};
-inline constexpr std::array<std::string_view, 6> kAotcOpNames = {{
-    "aotc::all_gather.default",
-    "aotc::all_reduce.default",
-    "aotc::decode_attention.default",
-    "aotc::decode_attention_write.default",
-    "aotc::fft.default",
-    "aotc::sdpa_backward.default",
-}};
 inline constexpr std::array<std::string_view, 7> kArgKeys = {{
     "slot",
     "sym",
