@@ -1,6 +1,8 @@
-"""Products over quantized weights in decode plans on GPUs: `mm` / `addmm` of 1 to 8 rows of x
-by a quantized linear layer's weight, lowered to aotc's hand-written kernel
-(codegen/triton/quant_mv.py) that streams the stored int8 or packed int4 bytes.
+"""Products over quantized weights: `mm` / `addmm` of x by a quantized linear layer's weight,
+lowered to aotc's hand-written kernels that read the stored int8 or packed int4 bytes: on GPUs
+1 to 8 rows (decode) by codegen/triton/quant_mv.py, on CPUs float32 products of any number of
+rows by codegen/cpp/quant_mm.py (rows streamed against each weight row, or for prefill panels
+of weight rows dequantized once into a scratch slot).
 
 A quantized layer (exporter/quantize.py) reaches a product as its weight dequantized in ATen
 ops: for int8 `q.to(dtype)` (then scaled after the product), for int4 the nibbles unpacked
