@@ -46,10 +46,12 @@ HELPERS = (Path(__file__).parent / "quant_mm.h").read_text()
 @dataclass
 class CppHandKernel(Kernel):
     """A C++ kernel written by hand rather than from loop IR: it reads and writes whole
-    buffers (`ins`, `outs`: Buffers) and brings its own source (`make(name)`)."""
+    buffers (`ins`, `outs`: Buffers) and brings its own source (`make(name)`), which the
+    backend puts after `header` (codegen/cpp/__init__.py)."""
     ins: tuple = ()
     outs: tuple = ()
     make: object = None
+    header: str = HELPERS     # what its source needs before it, once a translation unit
 
     @property
     def writes(self) -> list:
@@ -101,7 +103,7 @@ def quant_mm_source(name: str, x, w, s, bias, out, scratch, *, m: int, k: int, n
                          column_block(k, scheme))
     what = f"{scheme}" + (f" per group of {group}" if group else "")
     how = "panels dequantized once" if m >= PANEL_MIN_ROWS else "dequantized in registers"
-    lines = [HELPERS, f"// {name}: {what} product of {m} rows by [{n}, {k}], {how}",
+    lines = [f"// {name}: {what} product of {m} rows by [{n}, {k}], {how}",
              f'extern "C" int {name}({", ".join(params)}) {{',
              *["    " + ln for ln in (*room_check([*ins, *outs]), *loop)],
              "    return 0;", "}"]
