@@ -47,6 +47,10 @@ SHAPES = {
                                 hidden=256, tied=True)),
     "llama3-tiny": ("small", dict(vocab=1024, dim=128, layers=2, heads=4, kv_heads=2,
                                   hidden=256)),
+    # the CPU's decode benchmark (benchmarks/quant.py): 14M parameters, 56 MB in fp32 (past the
+    # caches), widths every int4 group size divides (llama-small's 688 is not)
+    "llama-cpu": ("small", dict(vocab=4096, dim=512, layers=4, heads=8, kv_heads=2,
+                                hidden=1536)),
 }
 
 

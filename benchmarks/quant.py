@@ -86,7 +86,8 @@ def systems_for(model, batch, cache, prompt, tmp: Path, args, device):
             notes[f"aotc-{scheme}"] = note
             continue
         wanted[f"aotc-{scheme}"] = {"quantize": scheme, **(
-            {"group_size": args.group_size} if scheme == "int4" else {})}
+            {"group_size": args.group_size} if scheme == "int4" else {}), **(
+            {"quantize_lm_head": True} if args.quantize_lm_head else {})}
     for name, options in wanted.items():
         systems[name], memory[name] = device_bytes(device, lambda o=options, n=name: Aotc(
             model, batch, cache, prompt, tmp / f"{n}.aotc", args.target, **o))
@@ -167,6 +168,9 @@ def main(argv=None) -> None:
         p.add_argument("--schemes", default="int8,int4",
                        help="quantization schemes measured (int8, int4, fp8)")
         p.add_argument("--group-size", type=int, default=64, help="int4's group size")
+        p.add_argument("--quantize-lm-head", action="store_true",
+                       help="quantize the LM head too (on small vocabularies' CPU configs it "
+                            "is most of the bytes a step reads)")
     args = parse(argv, flags, batches="1,8")
     args.schemes = [x for x in args.schemes.split(",") if x]
     run_points(args, bench_point,

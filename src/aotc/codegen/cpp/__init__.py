@@ -63,8 +63,11 @@ class CppBackend:
         table = THREADS_UNIT + kernel_table(entries)
         header = (f"// aotc generated kernels: {len(entries)} kernels, {len(bodies)} functions "
                   f"(kernels of one shape share one), built for -march={', '.join(levels)}\n")
-        source = header + PRELUDE + "\n" + "\n".join(bodies) + "\n" + table
-        units = [PRELUDE + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
+        # hand-written kernels' shared templates (codegen/cpp/quant_mm.h), once a unit
+        prelude = PRELUDE + "".join(sorted({k.header for g in groups for k in g.kernels
+                                            if hasattr(k, "header")}))
+        source = header + prelude + "\n" + "\n".join(bodies) + "\n" + table
+        units = [prelude + "\n" + "\n".join(bodies[i:i + KERNELS_PER_UNIT])
                  for i in range(0, len(bodies), KERNELS_PER_UNIT)] + [table]
         return GeneratedKernels(sources={fmt.KERNEL_SOURCE: source.encode()}, texts=texts,
                                 signatures=signatures, work=(tuple(units), levels))

@@ -468,4 +468,6 @@ def h_reads(h: CppHandler) -> set:
 
 
 def kernel_source(kernel: Kernel, buffers: dict, stored: set):
+    if hasattr(kernel, "cpp_source"):   # written by hand (codegen/cpp/quant_mm.py)
+        return kernel.cpp_source()
     return KernelWriter(kernel, buffers, stored).source()

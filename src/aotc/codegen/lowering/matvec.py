@@ -14,12 +14,12 @@ and every other product on CPUs stay vendor GEMMs.
 
 Quantized layers (--quantize int8, exporter/quantize.py) reach a product as their int8 weight
 converted to the compute dtype and transposed; `int8_source` recognizes that weight, so these
-kernels read the int8 bytes and convert them in registers: the one-row reduction on GPUs and
-on CPUs too (a C++ reduction over int8 rows, where a vendor GEMM would need a float copy of
-the weight first: 2.4x MKL's fp32 product on a 1024 x 2816 MLP, one thread), and the
-few-rows kernel. On GPUs, products of 1 to 8 rows over an int8, int4 or fp8 layer go first to
-aotc's quantized-weight kernel (codegen/lowering/quantized.py), which `mm` and `addmm` ask
-before anything here.
+kernels read the int8 bytes and convert them in registers: the one-row reduction on GPUs and,
+for bf16 and fp16 models, on CPUs (a C++ reduction over int8 rows, where a vendor GEMM would
+need a float copy of the weight first), and the few-rows kernel. Products over an int8, int4
+or fp8 layer go first to aotc's quantized-weight kernels (codegen/lowering/quantized.py: on
+GPUs 1 to 8 rows, on CPUs every float32 product), which `mm` and `addmm` ask before anything
+here.
 """
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def _static_2d(x, w) -> bool:
 
 def _one_row(g, x, w, dtype) -> bool:
     """A product of one row, lowered as a reduction: on GPUs always; on CPUs only over a
-    quantized layer's int8 weight, which the C++ reduction reads directly (a vendor GEMM
-    would need a float copy of the weight first)."""
+    quantized layer's int8 weight that the quantized-weight kernel left (a bf16 or fp16
+    product), which the C++ reduction reads directly (a vendor GEMM would need a float copy
+    of the weight first)."""
     if not g.codegen or dtype not in FLOATS or not _static_2d(x, w) or int(x.shape[0]) != 1:
         return False
     return g.split_reductions or int8_source(g, w) is not None

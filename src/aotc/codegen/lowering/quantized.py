@@ -1,6 +1,8 @@
-"""Products over quantized weights in decode plans on GPUs: `mm` / `addmm` of 1 to 8 rows of x
-by a quantized linear layer's weight, lowered to aotc's hand-written kernel
-(codegen/triton/quant_mv.py) that streams the stored int8 or packed int4 bytes.
+"""Products over quantized weights: `mm` / `addmm` of x by a quantized linear layer's weight,
+lowered to aotc's hand-written kernels that read the stored int8 or packed int4 bytes: on GPUs
+1 to 8 rows (decode) by codegen/triton/quant_mv.py, on CPUs float32 products of any number of
+rows by codegen/cpp/quant_mm.py (rows streamed against each weight row, or for prefill panels
+of weight rows dequantized once into a scratch slot).
 
 A quantized layer (exporter/quantize.py) reaches a product as its weight dequantized in ATen
 ops: for int8 `q.to(dtype)` (then scaled after the product), for int4 the nibbles unpacked
@@ -31,6 +33,7 @@ from aotc.codegen.ir import FloorDiv, ModIndex, NullHandler, Op, sym
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 SAMPLE_ROWS = 3
+CPU_MAX_ROWS = 1 << 20     # rows of x the CPU's kernel takes (codegen/cpp/quant_mm.py)
 
 
 class _NoMatch(Exception):
@@ -203,7 +206,9 @@ def quant_product(g, x, w, bias, dtype):
     from aotc.codegen.lowering.decode import dense
     from aotc.codegen.lowering.matvec import split_sums, _static_2d
     from aotc.codegen.triton.quant_mv import MAX_ROWS, plan_quant_tiles, quant_mv_kernel
-    if not g.split_reductions or not g.codegen or dtype not in FLOATS or \
+    if not g.split_reductions:
+        return cpu_quant_product(g, x, w, bias, dtype)
+    if not g.codegen or dtype not in FLOATS or \
             x.dtype != dtype or not _static_2d(x, w) or not 1 <= int(x.shape[0]) <= MAX_ROWS:
         return None
     if bias is not None and (len(bias.shape) != 1 or bias.dtype != dtype):
@@ -223,3 +228,31 @@ def quant_product(g, x, w, bias, dtype):
     if one:
         return g.realized(out.slot)
     return split_sums(g, out, None if bias is None else bias.loader, tiles.splits, m, n, dtype)
+
+
+def cpu_quant_product(g, x, w, bias, dtype):
+    """x [M, K] @ w [K, N] (+ bias [N]) on CPUs by the C++ kernel of codegen/cpp/quant_mm.py,
+    for float32 products of up to CPU_MAX_ROWS rows over an int8 or int4 weight; None where
+    it does not apply."""
+    from aotc.codegen.cpp.quant_mm import quant_mm_kernel, scratch_shape
+    from aotc.codegen.lowering.decode import dense
+    from aotc.codegen.lowering.matvec import _static_2d
+    if not g.codegen or dtype != torch.float32 or x.dtype != dtype or not _static_2d(x, w) or \
+            not 1 <= int(x.shape[0]) <= CPU_MAX_ROWS:
+        return None
+    if bias is not None and (len(bias.shape) != 1 or bias.dtype != dtype):
+        return None
+    q = quant_weight(g, w)
+    if q is None or q.scheme not in ("int8", "int4"):
+        return None
+    m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
+    shape = scratch_shape(m, k, q.scheme, q.group)
+    out, scratch = (g.buffer(g.new_slot(tuple(sym(d) for d in s), dtype)) if s else None
+                    for s in ((m, n), shape))
+    for b in (out, scratch):
+        if b is not None:
+            g.plan.update(b.slot, producer=StepKind.KERNEL)
+    bb = dense(g, bias) if bias is not None else None
+    g.out.steps.append(quant_mm_kernel(dense(g, x), q.values, q.scales, bb, out, scratch,
+                                       q.scheme, q.group))
+    return g.realized(out.slot)

@@ -1,0 +1,145 @@
+"""Products over quantized weights on CPUs: x [M, K] (float32) times a quantized linear layer's
+weight, written by hand as C++ that streams the stored bytes and dequantizes them in registers
+(the twin of codegen/triton/quant_mv.py).
+
+    int4: packed uint8 [N, K/2] (two weights a byte, the even one low, value = nibble - 8) and
+          float32 scales [N, K/G], one per group of G weights of a row (artifact/quant.py)
+    int8: int8 [N, K]; its per-channel scales multiply the product's columns where the product
+          is read (exporter/quantize.py computes (x @ q^T) * s), so the kernel reads no scale
+
+Each weight row (an output column) is a dot product along K with every row of x: 16 weights a
+vector, converted from int8 (or unpacked from 8 bytes of nibbles: a mask, a shift, an
+interleave) to float in registers, int4's scaled once per vector by its group's scale (the
+float weight `dequantize_int4` gives, element for element), then multiplied with up to
+ROW_BLOCK rows of x held in as many accumulators. So at a decode step (1 to 8 rows) the weight
+is read once, whatever the batch; more rows reread a block of BLOCK_BYTES of weight rows from
+the cache, once per ROW_BLOCK rows. Threads (OpenMP, when the weight is at least
+PARALLEL_MIN_ELEMENTS bytes) take blocks of output columns.
+
+The vectors are GCC's vector extensions (16 floats, `vector_size(64)`): one zmm register where
+the level has AVX-512, two ymm with AVX2, four xmm at the x86-64-v2 baseline, NEON on
+aarch64, from the same source compiled per level. No VNNI: its int8 dot products need int8
+activations, which would quantize x too and change what the layer computes; weight-only
+products keep x in float, and at a decode step the bytes, not the arithmetic, set the time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from aotc.codegen.cpp.room import ROOM_PARAM, room_check
+from aotc.codegen.cpp.work import PARALLEL_MIN_ELEMENTS
+from aotc.codegen.scheduler import Kernel
+
+PANEL_MIN_ROWS = 48    # from this many rows of x, panels (quant_mm.h's aotc_panels)
+PANEL_SLOT_COLS = 64   # columns of the panel slot (quant_mm.h's AOTC_PANEL_COLS at most)
+ROW_BLOCK = 8          # rows of x per pass over a weight row (accumulators in registers)
+VECTOR = 16            # floats a vector
+BLOCK_BYTES = 16384    # weight bytes of the column block a thread takes (stays in L1/L2)
+
+# the vector types and templates the quantized kernels share (guarded: once a translation unit)
+HELPERS = (Path(__file__).parent / "quant_mm.h").read_text()
+
+
+@dataclass
+class CppHandKernel(Kernel):
+    """A C++ kernel written by hand rather than from loop IR: it reads and writes whole
+    buffers (`ins`, `outs`: Buffers) and brings its own source (`make(name)`), which the
+    backend puts after `header` (codegen/cpp/__init__.py)."""
+    ins: tuple = ()
+    outs: tuple = ()
+    make: object = None
+    header: str = HELPERS     # what its source needs before it, once a translation unit
+
+    @property
+    def writes(self) -> list:
+        return list(self.outs)
+
+    @property
+    def reads(self) -> set[str]:
+        return {b.name for b in self.ins}
+
+    def cpp_source(self) -> tuple[str, list[str], list[str], list[str]]:
+        """(C++ source, buffers read, buffers written, size symbols: none, sizes are static)."""
+        return self.make(self.name), [b.name for b in self.ins], [b.name for b in self.outs], []
+
+
+def column_block(k: int, scheme: str) -> int:
+    """Output columns a thread takes at a time: BLOCK_BYTES of weight rows."""
+    row = k // 2 if scheme == "int4" else k
+    return max(1, BLOCK_BYTES // max(row, 1))
+
+
+def scratch_shape(m: int, k: int, scheme: str, group: int | None) -> tuple | None:
+    """The float32 scratch slot the kernel needs, or None: the panel (K x PANEL_SLOT_COLS)
+    from PANEL_MIN_ROWS rows, int4's prepared x (M x (K + K / G)) below."""
+    if m >= PANEL_MIN_ROWS:
+        return (k, PANEL_SLOT_COLS)
+    return (m, k + k // group) if scheme == "int4" else None
+
+
+def quant_mm_source(name: str, x, w, s, bias, out, scratch, *, m: int, k: int, n: int,
+                    scheme: str, group: int | None) -> str:
+    """The kernel's C++ source: out [m, n] = x [m, k] @ dequantized w^T (+ bias), `scratch`
+    the buffer of scratch_shape (or None)."""
+    ins = [b for b in (x, w, s, bias) if b is not None]
+    outs = [b for b in (out, scratch) if b is not None]
+    params = [f"const {_ctype(b.dtype)}* __restrict__ {b.name}" for b in ins]
+    params += [f"float* __restrict__ {b.name}" for b in outs] + [ROOM_PARAM]
+    v = {"x": x.name, "w": w.name, "s": s.name if s is not None else "nullptr",
+         "b": bias.name if bias is not None else "nullptr", "o": out.name,
+         "t": scratch.name if scratch is not None else "nullptr",
+         "m": m, "k": k, "n": n, "g": group or 0}
+    weight_bytes = n * (k // 2 if scheme == "int4" else k)
+    threads = weight_bytes >= PARALLEL_MIN_ELEMENTS
+    if m >= PANEL_MIN_ROWS:
+        loop = [*(["#pragma omp parallel"] if threads else []),
+                "aotc_panels<%(g)s>(%(x)s, %(w)s, %(s)s, %(m)s, %(k)s, %(n)s, %(b)s, %(o)s, "
+                "%(t)s);" % v]
+    else:
+        loop = _dot_loop(v, scheme, threads and n > column_block(k, scheme),
+                         column_block(k, scheme))
+    what = f"{scheme}" + (f" per group of {group}" if group else "")
+    how = "panels dequantized once" if m >= PANEL_MIN_ROWS else "dequantized in registers"
+    lines = [f"// {name}: {what} product of {m} rows by [{n}, {k}], {how}",
+             f'extern "C" int {name}({", ".join(params)}) {{',
+             *["    " + ln for ln in (*room_check([*ins, *outs]), *loop)],
+             "    return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _dot_loop(v: dict, scheme: str, threads: bool, cb: int) -> list[str]:
+    """Few rows: each weight row streamed once per ROW_BLOCK rows of x, in registers, threads
+    taking blocks of `cb` columns; int4 reads x prepared in the scratch slot."""
+    prep = ["aotc_q4_prepare<%(g)s>(%(x)s, %(m)s, %(k)s, %(t)s);" % v] if scheme == "int4" else []
+    xs = v["t"] if scheme == "int4" else v["x"]
+    return [*prep, *(["#pragma omp parallel for schedule(static)"] if threads else []),
+            f"for (int64_t c0 = 0; c0 < {v['n']}; c0 += {cb})",
+            "    aotc_dot_columns<%(g)s>(%(xs)s, %(w)s, %(s)s, %(m)s, %(k)s, %(n)s, c0, "
+            "std::min<int64_t>(c0 + %(cb)s, %(n)s), %(b)s, %(o)s);" % {**v, "cb": cb, "xs": xs}]
+
+
+def _ctype(dtype) -> str:
+    return {torch.float32: "float", torch.int8: "int8_t", torch.uint8: "uint8_t"}[dtype]
+
+
+def quant_mm_kernel(x, w, s, bias, out, scratch, scheme: str,
+                    group: int | None) -> CppHandKernel:
+    """The kernel of x [M, K] times a quantized weight for Buffers x (dense float32), w (the
+    stored values), s (int4: the scales; None for int8), bias [N] or None, out [M, N] and
+    the scratch buffer of scratch_shape (or None)."""
+    m, k = (int(d) for d in x.shape)
+    n = int(w.shape[0])
+    ins = tuple(b for b in (x, w, s, bias) if b is not None)
+
+    def make(name):
+        return quant_mm_source(name, x, w, s, bias, out, scratch, m=m, k=k, n=n,
+                               scheme=scheme, group=group)
+    outs = tuple(b for b in (out, scratch) if b is not None)
+    kernel = CppHandKernel(name="kernel_qmm", prefix=(), ins=ins, outs=outs, make=make)
+    how = "panels of weight rows dequantized once" if m >= PANEL_MIN_ROWS else \
+        f"blocks of {column_block(k, scheme)} weight rows, {ROW_BLOCK} rows of x a pass"
+    kernel.reasons.append(f"{scheme} product of {m} rows ({how})")
+    return kernel
