@@ -146,6 +146,7 @@ def bench_point(name: str, batch: int, args, device, dtype, rate: float) -> dict
             "roofline_fraction": {n: roofline / v for n, v in step.items()},
             "first_divergence_vs_eager": {n: first_divergence(tokens[n], tokens["eager"])
                                           for n in tokens if n != "eager"},
+            "decode_launches": cold["decode_launches"],
             "export_s": cold["export_s"], "load_s": cold["load_s"],
             "load_first_token_s": cold["load_first_token_s"]}
 

@@ -103,4 +103,13 @@ class Aotc(Loaded):
         if prompt.is_cuda:
             torch.cuda.synchronize()
         self.cold = {"export_s": export_s, "load_s": load_s,
-                     "load_first_token_s": time.perf_counter() - t}
+                     "load_first_token_s": time.perf_counter() - t,
+                     "decode_launches": decode_launches(path)}
+
+
+def decode_launches(path) -> dict:
+    """The steps of an artifact's decode plan that launch work: generated and hand-written
+    kernels, and extern (ATen) calls, each a launch or more a step."""
+    from aotc.artifact.reader import Artifact
+    kinds = [s.kind.value for s in Artifact(path).plan("decode").steps]
+    return {"kernels": kinds.count("kernel"), "externs": kinds.count("extern")}

@@ -43,7 +43,8 @@ def _decode_rows(rows: list[dict]) -> list[dict]:
         tps = r["decode_tokens_per_s"]
         row = {"kind": "decode", "point": f"{r['model']} decode (b{r['batch']})",
                "baseline": DECODE_BASELINE, "ratio": tps["aotc"] / tps[DECODE_BASELINE],
-               "roofline": r["roofline_fraction"]["aotc"]}
+               "roofline": r["roofline_fraction"]["aotc"],
+               "launches": r.get("decode_launches")}   # kernels and externs of aotc's step
         if r["batch"] > 1 and r["model"] in single:
             one = single[r["model"]]["decode_tokens_per_s"]["aotc"]
             row["per_sequence_vs_b1"] = tps["aotc"] / r["batch"] / one

@@ -46,8 +46,9 @@ def test_q_k_v_at_batch_1_are_one_kernel_and_generate_the_same(tmp_path):
     assert torch.equal(got, want)
 
 
-def _graph(rows: int, widths=(8, 4, 4), k: int = 16):
-    """mm(view(x), permute(W_i)) for each width, as a captured Linear reads."""
+def _graph(rows: int, widths=(8, 4, 4), k: int = 16, biased=()):
+    """mm(view(x), permute(W_i)) for each width, as a captured Linear reads; addmm(b_i, ...)
+    for the products numbered in `biased`."""
     values = [{"shape": [rows, k], "dtype": "float32", "stride": [k, 1]}]
     inputs = [{"kind": "input", "name": "x", "value": 0}]
     nodes, outputs = [], []
@@ -57,12 +58,32 @@ def _graph(rows: int, widths=(8, 4, 4), k: int = 16):
                    {"shape": [k, n], "dtype": "float32", "stride": [1, k]},
                    {"shape": [rows, n], "dtype": "float32", "stride": [n, 1]}]
         inputs.append({"kind": "weight", "name": f"w{i}", "value": w})
+        args = [{"slot": 0}, {"slot": t}]
+        if i in biased:
+            values.append({"shape": [n], "dtype": "float32", "stride": [1]})
+            inputs.append({"kind": "weight", "name": f"b{i}", "value": len(values) - 1})
+            args = [{"slot": len(values) - 1}, *args]
         nodes += [{"op": "aten::permute.default", "args": [{"slot": w}, [1, 0]], "kwargs": {},
                    "out": [t], "single": True},
-                  {"op": "aten::mm.default", "args": [{"slot": 0}, {"slot": t}], "kwargs": {},
-                   "out": [out], "single": True}]
+                  {"op": "aten::addmm.default" if i in biased else "aten::mm.default",
+                   "args": args, "kwargs": {}, "out": [out], "single": True}]
         outputs.append({"slot": out})
     return {"values": values, "inputs": inputs, "nodes": nodes, "outputs": outputs}
+
+
+def test_one_row_products_with_biases_are_grouped_with_their_biases():
+    """Qwen2's q/k/v: addmm(b_i, x, W_i) -> addmm(cat(b), x, cat(W)); a group never mixes
+    products with and without a bias."""
+    grouped = group_products(_graph(1, biased=(0, 1, 2)))
+    ops = [n["op"] for n in grouped["nodes"]]
+    assert ops.count("aten::addmm.default") == 1 and ops.count("aten::cat.default") == 2
+    addmm = next(n for n in grouped["nodes"] if n["op"] == "aten::addmm.default")
+    cat_b = next(n for n in grouped["nodes"] if n["out"] == [addmm["args"][0]["slot"]])
+    assert [a["slot"] for a in cat_b["args"][0]] == [4, 8, 12] and cat_b["args"][1] == 0
+    assert grouped["values"][addmm["args"][0]["slot"]]["shape"] == [16]
+    mixed = [n["op"] for n in group_products(_graph(1, biased=(1,)))["nodes"]]
+    assert mixed.count("aten::mm.default") == 1 and mixed.count("aten::addmm.default") == 1
+    assert mixed.count("aten::cat.default") == 1       # the two mm's weights only
 
 
 def test_only_one_row_products_of_different_widths_are_grouped():

@@ -107,8 +107,7 @@ class GraphLowering:
         `split_reductions` (the Triton backend): a long reduction onto few outputs runs in two
         stages (`_split`), so that it fills a GPU."""
         self.graph, self.codegen, self.channels_last = graph, codegen, channels_last
-        self.sdpa_layout = sdpa_layout
-        self.split_reductions = split_reductions
+        self.sdpa_layout, self.split_reductions = sdpa_layout, split_reductions
         self.graph_outputs = {o["slot"] for o in graph["outputs"] if "slot" in o}
         self.values = graph["values"]
         self.out = LoweredGraph(plan=PlanBuilder(entry))
@@ -121,6 +120,7 @@ class GraphLowering:
         self.arg_origins: tuple = ()
         self.mask_facts: dict = {}   # slot -> 'none' | 'causal' | None: an SDPA mask
         self.bodies: dict = {}       # buffer name -> (Buffer, loader) of realized pointwise
+        self.statistics: dict = {}   # per-column copies of row statistics (row_statistics.py)
 
     # ------------------------------------------------------------------------------ driving
     def run(self) -> LoweredGraph:

@@ -1,6 +1,7 @@
 """Products of one row that share their input, made one product (the Program graph in,
 rewritten): `mm(x, W1)`, `mm(x, W2)`, ... of a [1, K] x become `y = mm(x, cat([W1, W2, ...],
-1))` and slices of y.
+1))` and slices of y; `addmm(b1, x, W1)`, ... with biases that are weights (Qwen2's q/k/v)
+become `addmm(cat([b1, ...]), x, cat([W1, ...], 1))`.
 
 A decode step at batch 1 reads each weight once, in products of one row (matrix-vector
 products, codegen/lowering/matvec.py), and an attention layer's query, key and value
@@ -21,6 +22,7 @@ from __future__ import annotations
 import copy
 
 MM = "aten::mm.default"
+ADDMM = "aten::addmm.default"
 THROUGH = frozenset({"aten::view.default", "aten::reshape.default", "aten::_unsafe_view.default",
                      "aten::alias.default"})
 WEIGHT_VIEWS = frozenset({"aten::permute.default", "aten::t.default", "aten::transpose.int"})
@@ -56,6 +58,22 @@ def _weight_of(nodes, producer, weights: set, w: int):
     return None
 
 
+def _operands(n: dict, values: list, weights: set) -> tuple | None:
+    """(x, w) of `mm(x, w)`, or of `addmm(bias, x, w)` whose bias is a weight of one dim (a
+    Qwen2 layer's q/k/v biases); None for any other node."""
+    args = n["args"]
+    if n["kwargs"] or n["op"] not in (MM, ADDMM) or len(args) != (2 if n["op"] == MM else 3):
+        return None
+    if n["op"] == ADDMM:
+        bias = _slot(args[0])
+        if bias not in weights or not _static(values[bias]["shape"]) or \
+                len(values[bias]["shape"]) != 1:
+            return None
+        args = args[1:]
+    x, w = (_slot(a) for a in args)
+    return None if x is None or w is None else (x, w)
+
+
 def _groups(graph: dict) -> list[list[int]]:
     """Node indices of the one-row products to group, each group in graph order."""
     nodes, values = graph["nodes"], graph["values"]
@@ -63,16 +81,17 @@ def _groups(graph: dict) -> list[list[int]]:
     producer = {o: k for k, n in enumerate(nodes) for o in n["out"]}
     found: dict = {}
     for k, n in enumerate(nodes):
-        if n["op"] != MM or n["kwargs"] or len(n["args"]) != 2:
+        operands = _operands(n, values, weights)
+        if operands is None:
             continue
-        x, w = (_slot(a) for a in n["args"])
-        if x is None or w is None or _weight_of(nodes, producer, weights, w) is None:
+        x, w = operands
+        if _weight_of(nodes, producer, weights, w) is None:
             continue
         mx, mw = values[x], values[w]
         if not (_static(mx["shape"]) and _static(mw["shape"]) and len(mx["shape"]) == 2
                 and mx["shape"][0] == 1 and mx["dtype"] == mw["dtype"]):
             continue
-        found.setdefault((_root(nodes, producer, x), tuple(mx["shape"]), mx["dtype"]),
+        found.setdefault((_root(nodes, producer, x), tuple(mx["shape"]), mx["dtype"], n["op"]),
                          []).append(k)
     widths = lambda g: {values[nodes[k]["out"][0]]["shape"][1] for k in g}  # noqa: E731
     return [g for g in found.values() if len(g) > 1 and len(widths(g)) > 1]
@@ -92,10 +111,11 @@ def group_products(graph: dict) -> dict:
     instead: dict[int, dict] = {}    # node index -> the node replacing it
     for group in groups:
         first = nodes[group[0]]
-        x = first["args"][0]
+        biased = first["op"] == ADDMM     # a group is all mm or all addmm (_groups)
+        x = first["args"][1 if biased else 0]
         parts, widths = [], []
         for k in group:
-            w = _slot(nodes[k]["args"][1])
+            w = _slot(nodes[k]["args"][-1])
             view = _weight_of(nodes, producer, weights, w)
             if view >= 0:     # the weight's transposed view, again, ahead of the group
                 values.append(dict(values[w]))
@@ -110,11 +130,18 @@ def group_products(graph: dict) -> dict:
         cat = len(values) - 1
         values.append(dict(meta, shape=[1, total], stride=[total, 1]))
         product = len(values) - 1
-        before.setdefault(group[0], []).extend([
-            {"op": "aten::cat.default", "args": [parts, 1], "kwargs": {}, "out": [cat],
-             "single": True},
-            {"op": MM, "args": [x, {"slot": cat}], "kwargs": {}, "out": [product],
-             "single": True}])
+        made = [{"op": "aten::cat.default", "args": [parts, 1], "kwargs": {}, "out": [cat],
+                 "single": True}]
+        operands = [x, {"slot": cat}]
+        if biased:       # the biases, concatenated the same way
+            values.append(dict(values[_slot(first["args"][0])], shape=[total], stride=[1]))
+            made.append({"op": "aten::cat.default", "args": [[nodes[k]["args"][0] for k in group],
+                                                                0],
+                         "kwargs": {}, "out": [len(values) - 1], "single": True})
+            operands = [{"slot": len(values) - 1}, *operands]
+        made.append({"op": first["op"], "args": operands, "kwargs": {}, "out": [product],
+                     "single": True})
+        before.setdefault(group[0], []).extend(made)
         start = 0
         for k, width in zip(group, widths):
             out = nodes[k]["out"][0]

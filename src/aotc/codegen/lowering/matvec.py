@@ -33,6 +33,7 @@ from aotc.codegen.lowering import out_dtype, out_shape, register
 from aotc.codegen.lowering.quantized import quant_product
 from aotc.artifact.schema.types import SlotKind, StepKind
 from aotc.codegen.lowering.reductions import acc_dtype
+from aotc.codegen.lowering.row_statistics import statistics_prologue
 
 aten = torch.ops.aten
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -168,14 +169,20 @@ def _vector(g, x):
 
 
 def _matvec(g, x, w, dtype):
-    """x [1, K] @ w [K, N] as a reduction (accumulated in float32) over K."""
-    lx, lw, acc = _vector(g, x), w.loader, acc_dtype(dtype)
-    k = w.shape[0]
+    """x [1, K] @ w [K, N] as a reduction (accumulated in float32) over K. An x normalized
+    by row statistics (RMSNorm, LayerNorm) is computed by the product's own programs
+    (codegen/lowering/row_statistics.py); any other computed x is stored once (`_vector`)."""
+    rows = (x.shape[0], w.shape[1])
+    lx = statistics_prologue(g, x, rows)
+    if lx is None:
+        lv = _vector(g, x)
+        lx = lambda h, i, row: lv(h, i)   # noqa: E731
+    lw, acc, k = w.loader, acc_dtype(dtype), w.shape[0]
 
     def body(h, idx, ridx):   # the weight first: its loads may start before the predecessor ends
         wv = h.to_dtype(lw(h, (ridx[0], idx[1])), acc)   # (codegen/triton/build.py pdl_body)
-        return h.op(Op.MUL, h.to_dtype(lx(h, (idx[0], ridx[0])), acc), wv)
-    red, = g.reduction((x.shape[0], w.shape[1]), (k,), R.SUM, acc, body, "matvec")
+        return h.op(Op.MUL, h.to_dtype(lx(h, (idx[0], ridx[0]), idx), acc), wv)
+    red, = g.reduction(rows, (k,), R.SUM, acc, body, "matvec")
     return red
 
 

@@ -73,7 +73,8 @@ PDL_WAIT = (f"if {PDL}:", "    tl.extra.cuda.gdc_wait()")
 _DEPENDENT = re.compile(r"\btl\.(store|atomic_\w+)\(|\baotc_err\b|\b(buf\d+)\b")
 
 
-def pdl_body(body: list[str], buffers: dict, grid=None) -> list[str]:
+def pdl_body(body: list[str], buffers: dict, grid=None, statistics_first: bool = False
+             ) -> list[str]:
     """A generated kernel's body lines with programmatic dependent launch: the trigger that
     lets the next kernel launch first, then the body with the wait for the predecessor placed
     before the first top-level statement that stores, or names a buffer of `buffers` that is
@@ -84,7 +85,10 @@ def pdl_body(body: list[str], buffers: dict, grid=None) -> list[str]:
     the wait is never inside a loop or a branch; comments never count. A kernel of
     `few_programs(grid)` also loads the weights it reads before its first loop before the wait
     (hoist_early): it is bound by latency, and a weight row it loaded after its reduction (an
-    RMSNorm's) was a memory round trip more on the step's critical path."""
+    RMSNorm's) was a memory round trip more on the step's critical path. A product that
+    computes its x's row statistics first (`statistics_first`: codegen/lowering/row_statistics.py)
+    waits before them (they read the previous kernel's output), and loads its first product's
+    weights before the wait too, as a product reading a stored x does."""
     constants = {n for n, b in buffers.items() if b.constant}
     groups = _statements(body)
     at = next((i for i, g in enumerate(groups)
@@ -94,12 +98,25 @@ def pdl_body(body: list[str], buffers: dict, grid=None) -> list[str]:
         early, late = hoist_early(groups[at:end], constants)
         groups = [*groups[:at], *early, *late, *groups[end:]]
         at += len(early)
+    elif statistics_first:     # through the end of the first product's statements
+        end = _node_starts(groups, at)[1:2] or [len(groups)]
+        early, late = hoist_early(groups[at:end[0]], constants)
+        groups = [*groups[:at], *early, *late, *groups[end[0]:]]
+        at += len(early)
     # Only what precedes the first dependent statement runs before the wait: moving later
     # independent loads above it too (the up projection's weights beside the gate's, 7922397)
     # made LLaMA's decode step 5-10% slower on the H200 (their loads queue ahead of the
     # RMSNorm's on the step's critical path; benchmarks/results/h200-generate/nohoist/)
     return [*PDL_TRIGGER, *(ln for g in groups[:at] for ln in g), *PDL_WAIT,
             *(ln for g in groups[at:] for ln in g)]
+
+
+def _node_starts(groups: list, start: int) -> list[int]:
+    """The statements from `start` on that begin a node's lines (its `# bufN = ...` comment)."""
+    return [i for i in range(start, len(groups)) if _NODE.match(groups[i][0])]
+
+
+_NODE = re.compile(r"^# buf\d+")
 
 
 def _statements(body: list[str]) -> list[list[str]]:

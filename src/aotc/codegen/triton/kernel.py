@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
+from aotc.codegen.lowering.row_statistics import statistics_first
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
@@ -484,7 +485,8 @@ class KernelWriter:
         lines = ["@triton.jit", f"def {self.k.name}({params}):",
                  *(f"    # {r}" for r in self.k.reasons)]
         grid = self.blocks.grid()
-        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], self.buffers, grid)]
+        lines += ["    " + ln for ln in pdl_body([*self._rows(), *body], self.buffers, grid,
+                                                  statistics_first(self.k.nodes[0]))]
         return KernelSource(name=self.k.name, text="\n".join(lines) + "\n", ins=ins, outs=outs,
                             sizes=sizes, signature=signature, constexprs=constexprs,
                             grid=grid, num_warps=self.blocks.num_warps,
