@@ -240,15 +240,8 @@ async def _collect(server: Server, job: api.Job, first, events, end: set) -> lis
     """Each choice's (text, token ids, finish reason), once all are done."""
     texts = [TextStream(server.tokenizer, job.stops) for _ in range(job.n)]
     ids, finish = [[] for _ in range(job.n)], [None] * job.n
-    pending = [first]
     try:
-        while True:
-            try:
-                i, token, reason = pending.pop() if pending else await anext(events)
-            except StopAsyncIteration:
-                break
-            if i in end:
-                continue
+        async for i, token, reason in _running(first, events, end):
             finish[i] = reason
             if token is not None:
                 ids[i].append(token)
@@ -258,6 +251,16 @@ async def _collect(server: Server, job: api.Job, first, events, end: set) -> lis
     finally:
         await events.aclose()
     return [(t.finish(), d, f or "stop") for t, d, f in zip(texts, ids, finish)]
+
+
+async def _running(first, events, end: set):
+    """`first`, then the rest of `events`, but for the choices in `end` (stopped by a stop
+    string, their cancellation under way)."""
+    if first[0] not in end:
+        yield first
+    async for ev in events:
+        if ev[0] not in end:
+            yield ev
 
 
 def _watch_disconnect(request: Request) -> asyncio.Task:
@@ -278,15 +281,8 @@ async def _sse(server: Server, job: api.Job, first, events, end: set):
     if job.chat:
         for i in range(job.n):
             yield _event(api.chunk(job, model, None, [], None, first=True, index=i))
-    pending = [first]
     try:
-        while True:
-            try:
-                i, token, finish = pending.pop() if pending else await anext(events)
-            except StopAsyncIteration:
-                break
-            if i in end:
-                continue
+        async for i, token, finish in _running(first, events, end):
             delta, text = "", texts[i]
             if token is not None:
                 count += 1
