@@ -26,7 +26,13 @@ constexpr int64_t kTile = 256;     // columns a tile: M x 1 KiB of accumulators,
 
 // Columns [n0, n0 + cols) of y = x @ w, cols <= kTile. (Compiled with -O3, setup.py: GCC's
 // unroll-and-jam keeps the rows' sums in registers; at -O2 the 8-row product ran 4x slower.)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AOTC_VECTOR_LEVELS __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define AOTC_VECTOR_LEVELS
+#endif
+
+AOTC_VECTOR_LEVELS
 void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
           int64_t m, int64_t k, int64_t n0, int64_t cols) {
   alignas(64) float acc[kMaxRows][kTile];
