@@ -10,6 +10,7 @@
 // Each output is the sum over k in increasing order, the same for every M: a sequence's
 // logits do not depend on how many others a step decodes beside it (bitwise).
 // Anything else (other dtypes, more rows, other strides, a GPU) is torch's product.
+// The Python runner calls it too (_runner.mm, runtime/executor.py runner_mm): both runners agree.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/operator.h>
