@@ -24,11 +24,15 @@ from setuptools import setup
 
 HERE = Path(__file__).resolve().parent / "src" / "aotc"   # the package's sources
 RUNNER = ["program.cpp", "call.cpp", "aotc_ops.cpp", "guards.cpp", "cuda.cpp", "binds.cpp",
-          "room.cpp"]
+          "room.cpp", "few_rows.cpp"]
 FRONTEND = ["json.cpp", "files.cpp", "package.cpp", "native.cpp", "library.cpp", "spec.cpp",
             "guard_errors.cpp", "module.cpp", "tensors.cpp", "keys.cpp", "signing.cpp", "oms.cpp",
             "cuda_kernels.cpp", "graphs.cpp", "plan_check.cpp", "expr_check.cpp",
             "runner_match.cpp", "manifest_check.cpp"]
+# files of their own flags: at::parallel_for is inline OpenMP, so a file calling it compiles
+# with -fopenmp (its GOMP calls resolve to the libgomp torch ships and libtorch_cpu loads);
+# few_rows.cpp's product wants -O3 (few_rows.cpp says why)
+OWN_FLAGS = {"runtime/cpp/few_rows.cpp": ["-O3", "-fopenmp"]}
 SOURCES = [f"runtime/cpp/{s}" for s in RUNNER] + [f"runtime/cpp/frontend/{s}" for s in FRONTEND]
 LIBRARY = "libaotc_runtime.so"
 
@@ -104,8 +108,10 @@ def _build(cxx: str, flags: list[str], out_dir: Path, temp: Path, graph_flags: l
     headers = max(p.stat().st_mtime for p in (HERE / "runtime/cpp").rglob("*.h"))
 
     def compile_one(src: str) -> Path:
-        extra = graph_flags if src.endswith("/graphs.cpp") else []
-        obj = temp / (src.replace("/", "_") + ("_graphs" if extra else "") + ".o")
+        extra = graph_flags if src.endswith("/graphs.cpp") else \
+            OWN_FLAGS.get(src, [])
+        obj = temp / (src.replace("/", "_") + ("_graphs" if extra == graph_flags != [] else "")
+                      + ".o")
         if not obj.exists() or obj.stat().st_mtime < max((HERE / src).stat().st_mtime, headers):
             subprocess.run([cxx, *flags, *extra, "-c", str(HERE / src), "-o", str(obj)],
                            check=True)

@@ -128,8 +128,33 @@ def test_n_choices(client, alone):
     assert first == draw() and len(set(first)) > 1      # seeded, and seed + i per choice
     assert greedy.usage.completion_tokens == sum(len(TOK.encode(c.text, False))
                                                  for c in greedy.choices)
-    with pytest.raises(openai.BadRequestError, match="streaming"):
-        client.completions.create(model="tiny", prompt="w1", n=2, stream=True)
+
+
+
+def test_n_choices_streamed(client):
+    """stream with n > 1: each chunk carries its choice's index; the texts joined per index
+    equal the same request's answer without streaming (seeded), usage counts them all."""
+    kw = dict(model="tiny", prompt="w5 w6 w7", max_tokens=7, n=3, temperature=1.2, seed=4,
+              extra_body={"ignore_eos": True})
+    whole = [c.text for c in client.completions.create(**kw).choices]
+    texts, finish, usage = ["", "", ""], [None] * 3, None
+    for chunk in client.completions.create(stream=True, stream_options={"include_usage": True},
+                                           **kw):
+        for c in chunk.choices:
+            texts[c.index] += c.text
+            finish[c.index] = c.finish_reason or finish[c.index]
+        usage = chunk.usage or usage
+    assert texts == whole and finish == ["length"] * 3 and len(set(texts)) > 1
+    assert usage.completion_tokens == 21
+    chat = [""] * 2
+    roles = set()
+    for chunk in client.chat.completions.create(
+            model="tiny", stream=True, n=2, max_tokens=5, temperature=0,
+            messages=[{"role": "user", "content": "w1 w2"}]):
+        for c in chunk.choices:
+            chat[c.index] += c.delta.content or ""
+            roles |= {(c.index, c.delta.role)} if c.delta.role else set()
+    assert chat[0] == chat[1] and chat[0] and roles == {(0, "assistant"), (1, "assistant")}
 
 
 def test_malformed_requests_are_400_and_the_server_goes_on(client, live):
@@ -149,8 +174,8 @@ def test_malformed_requests_are_400_and_the_server_goes_on(client, live):
 
 def test_disconnect_mid_stream_frees_the_slot(live, monkeypatch):
     added, step = [], live.engine.step
-    monkeypatch.setattr(live.engine, "add", lambda *a, add=live.engine.add: added.append(
-        add(*a)) or added[-1])
+    monkeypatch.setattr(live.engine, "add_choices", lambda *a, add=live.engine.add_choices:
+                        added.extend(add(*a)) or added)
     monkeypatch.setattr(live.engine, "step", lambda: time.sleep(0.02) or step())  # 40 tokens
     body = {"prompt": "w4 w4", "max_tokens": 40, "temperature": 0.9, "stream": True,
             "ignore_eos": True}

@@ -101,3 +101,43 @@ def test_requests_are_checked(module):
     assert [len(r.tokens) for r in (e.request for e in drain(engine))] == [1, 1]
     with pytest.raises(aotc.UsageError, match="slots"):
         Engine(object())
+
+
+def test_choices_share_one_prefill(module, monkeypatch):
+    """n choices over one prompt: the prompt is prefilled once, the other choices copy its slot
+    (module.copy_slot), and each draws as the same request alone does (greedy and seeded)."""
+    prompt = [5, 9, 2, 11, 40, 3, 7]
+    params = [greedy(12), SamplingParams(max_tokens=12, temperature=0.9, seed=3),
+              SamplingParams(max_tokens=12, temperature=0.9, seed=4)]
+    calls = []
+    prefill = module.prefill_slot
+    monkeypatch.setattr(module, "prefill_slot", lambda *a: calls.append(a[1:]) or prefill(*a))
+    engine = Engine(module, prefill_chunk=4)
+    choices = engine.add_choices(prompt, params)
+    drain(engine)
+    assert [c for _, c in calls] == [0, 4]       # one prompt of 7 tokens: chunks at 0 and 4
+    monkeypatch.undo()
+    for r, p in zip(choices, params):
+        alone = Engine(module, prefill_chunk=4)
+        one = alone.add(prompt, p)
+        drain(alone)
+        assert r.tokens == one.tokens and len(r.tokens) == 12
+    assert choices[1].tokens != choices[2].tokens
+
+
+def test_a_choice_without_a_slot_prefills_the_prompt_itself(module):
+    engine = Engine(module, max_active=2)        # 3 choices, 2 slots: the third waits
+    choices = engine.add_choices([1, 2, 3], [greedy(4)] * 3)
+    drain(engine)
+    assert [r.tokens for r in choices] == [choices[0].tokens] * 3
+    assert all(r.finish_reason == "length" for r in choices)
+
+
+def test_copy_slot(slot_llm):
+    m = aotc.load(slot_llm)
+    m.prefill_slot(torch.tensor([[4, 5, 6]]), 0)
+    m.copy_slot(0, 3)
+    assert m.slot_position(3) == 3 and m.state["pos"][3].item() == 3
+    assert all(torch.equal(t[3], t[0]) for t in m.state.values())
+    with pytest.raises(aotc.errors.UsageError):
+        m.copy_slot(0, 4)

@@ -15,6 +15,7 @@ table, dtypes, strings, weights, kernels) is bound as a global under a name aotc
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import threading
 from contextlib import contextmanager
@@ -69,6 +70,16 @@ _METHODS = {"aten::view.default": ("view", 2), "aten::reshape.default": ("reshap
             "aten::t.default": ("t", 1), "aten::transpose.int": ("transpose", 3)}
 _FUNCTIONS = {"aten::addmm.default": torch.addmm, "aten::mm.default": torch.mm,
               "aten::bmm.default": torch.bmm, "aten::baddbmm.default": torch.baddbmm}
+
+
+@functools.cache
+def runner_mm():
+    """aten::mm as the C++ runner computes it where that runner is here (on the CPU, float32
+    products of few rows by its own loop: runtime/cpp/few_rows.cpp), so that both runners give
+    the same bits; else torch's."""
+    from aotc.runtime.cpp_runner import runner_status
+    runner, _ = runner_status()
+    return runner.mm if runner is not None else torch.mm
 
 
 def resolve_op(qualname: str):
@@ -319,7 +330,7 @@ class _Emitter:
         method = _METHODS.get(step.op)
         if method is not None and not step.kwargs and len(step.args) == method[1]:
             return f"{args[0]}.{method[0]}({', '.join(args[1:])})"
-        fn = _FUNCTIONS.get(step.op, op)
+        fn = runner_mm() if step.op == "aten::mm.default" else _FUNCTIONS.get(step.op, op)
         return f"{self.fn.bind(fn, 'op')}({', '.join(args)})"
 
     def _arg(self, a) -> str:

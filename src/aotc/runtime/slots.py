@@ -7,6 +7,7 @@ entries compute):
     outs = m.prefill_slot(prompt_ids [1, T], slot, start=0)  # a prompt (or the chunk of one
                                                               # at `start`) into one slot
     outs = m.decode_slots(tokens [N, 1])   # one token for every slot at its own position
+    m.copy_slot(source, dest)              # a slot's cache and position into another slot
 
 Each returns the entry's flat outputs: logits ([1, vocab] / [N, vocab]), then the greedy token
 ([1, 1] / [N, 1]). The other slots keep their state across a slot's prefill. The module keeps
@@ -88,6 +89,28 @@ class SlotMethods:
             self.slot_positions = [p + 1 if s in live else min(p + 1, self.max_cache_len - 1)
                                    if s < rows else p for s, p in enumerate(self.slot_positions)]
             return out
+
+    def copy_slot(self, source: int, dest: int) -> None:
+        """Slot `dest` takes slot `source`'s cache and position: a prompt prefilled once and
+        continued by several sequences (aotc.serve's `n` choices). Every state tensor holds
+        one row per slot (its first dimension); the whole row is copied, on the device."""
+        self._need_slots("copy_slot")
+        for name, value in (("source", source), ("dest", dest)):
+            if not (isinstance(value, int) and not isinstance(value, bool)
+                    and 0 <= value < self.slots):
+                raise UsageError(f"{name} {value!r} is not a slot of this generator", where=name,
+                                 expected=f"an int in 0..{self.slots - 1}", found=repr(value),
+                                 fix="pass a slot's index")
+        rowless = [n for n, t in self.state.items() if t.dim() == 0 or t.shape[0] != self.slots]
+        if rowless:
+            raise UsageError("a state tensor without a row per slot", where="copy_slot",
+                             expected=f"first dimension {self.slots} (the slots)",
+                             found=rowless[0], fix="prefill each slot instead")
+        with self.lock:
+            if source != dest:
+                for t in self.state.values():
+                    t[dest].copy_(t[source])
+            self.slot_positions[dest] = self.slot_positions[source]
 
     def _index(self, value: int) -> torch.Tensor:
         """The int64 tensor [value] on the device, made once (a copy to a GPU waits for the

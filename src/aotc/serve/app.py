@@ -95,12 +95,17 @@ class Server:
         got = request.headers.get("authorization", "")
         return secrets.compare_digest(got.encode(), f"Bearer {self.api_key}".encode())
 
-    async def tokens(self, job: api.Job, request: Request):
-        """The request's (token, finish reason) events as they come; cancelled on exit."""
+    async def tokens(self, job: api.Job, end: set | None = None):
+        """The events of the request's n choices as they come, (choice index, token, finish
+        reason), until every choice has finished; the choices are queued together (they share
+        one prefill: Engine.add_choices). A choice whose index is added to `end` is cancelled
+        (a stop string); every choice still running is cancelled on exit."""
         events: asyncio.Queue = asyncio.Queue()      # filled on this loop (EngineLoop.post)
         arrived = time.perf_counter()
+        params = [c.params for c in job.choices()]
+        watchers = [lambda ev, i=i: events.put_nowait((i, ev)) for i in range(len(params))]
         try:
-            r = self.loop.submit(job.prompt, job.params, events.put_nowait)
+            reqs = self.loop.submit_choices(job.prompt, params, watchers)
         except QueueFull as e:
             raise api.BadRequest(f"the server is busy: {e.what}", None, 429,
                                  "rate_limit_exceeded") from None
@@ -108,21 +113,26 @@ class Server:
             raise api.BadRequest(f"{e.what}: expected {e.expected}, got {e.found}",
                                  e.where) from None
         self.metrics.prompt_tokens.inc(len(job.prompt))
-        last = None
+        last, running, end = [None] * len(reqs), len(reqs), end if end is not None else set()
+        cancelled: set = set()
         try:
-            while True:
-                ev = await events.get()
+            while running:
+                i, ev = await events.get()
                 now = time.perf_counter()
                 if ev.token is not None:
-                    hist = self.metrics.ttft if last is None else self.metrics.itl
-                    hist.observe(now - (arrived if last is None else last))
-                    last = now
-                yield ev.token, ev.finish_reason
-                if ev.finish_reason is not None:
-                    return
+                    hist = self.metrics.ttft if last[i] is None else self.metrics.itl
+                    hist.observe(now - (arrived if last[i] is None else last[i]))
+                    last[i] = now
+                running -= ev.finish_reason is not None
+                yield i, ev.token, ev.finish_reason
+                for j in end - cancelled:
+                    cancelled.add(j)
+                    if not reqs[j].finished:
+                        self.loop.cancel(reqs[j].id)
         finally:
-            if not r.finished:
-                self.loop.cancel(r.id)
+            for r in reqs:
+                if not r.finished:
+                    self.loop.cancel(r.id)
 
 
 def _routes(app: FastAPI, server: Server) -> None:
@@ -210,36 +220,47 @@ def _generator(server: Server) -> None:
 async def _answer(server: Server, job: api.Job, request: Request):
     if not server.alive:
         raise api.BadRequest("the server is shutting down", None, 503, "server_error")
+    end: set = set()
+    events = server.tokens(job, end)
+    first = await anext(events)        # queue errors (429) before an answer starts
     if job.stream:
-        events = server.tokens(job, request)
-        first = await anext(events)        # queue errors (429) before the stream starts
         server.metrics.answered(request.url.path, 200)
-        return StreamingResponse(_sse(server, job, first, events),
+        return StreamingResponse(_sse(server, job, first, events, end),
                                  media_type="text/event-stream")
     waiter = _watch_disconnect(request)
     try:
-        choices = await asyncio.gather(*(_collect(server, c, request) for c in job.choices()))
+        choices = await _collect(server, job, first, events, end)
     finally:
         waiter.cancel()
     server.metrics.answered(request.url.path, 200)
     return api.response(job, server.name, choices)
 
 
-async def _collect(server: Server, job: api.Job, request: Request) -> tuple:
-    """One choice's (text, token ids, finish reason), once it is done."""
-    text = TextStream(server.tokenizer, job.stops)
-    ids, finish = [], None
-    events = server.tokens(job, request)
+async def _collect(server: Server, job: api.Job, first, events, end: set) -> list[tuple]:
+    """Each choice's (text, token ids, finish reason), once all are done."""
+    texts = [TextStream(server.tokenizer, job.stops) for _ in range(job.n)]
+    ids, finish = [[] for _ in range(job.n)], [None] * job.n
     try:
-        async for token, finish in events:
+        async for i, token, reason in _running(first, events, end):
+            finish[i] = reason
             if token is not None:
-                ids.append(token)
-                if text.add(token) is not None:
-                    finish = "stop"
-                    break
+                ids[i].append(token)
+                if texts[i].add(token) is not None:
+                    finish[i] = "stop"
+                    end.add(i)
     finally:
         await events.aclose()
-    return text.finish(), ids, finish or "stop"
+    return [(t.finish(), d, f or "stop") for t, d, f in zip(texts, ids, finish)]
+
+
+async def _running(first, events, end: set):
+    """`first`, then the rest of `events`, but for the choices in `end` (stopped by a stop
+    string, their cancellation under way)."""
+    if first[0] not in end:
+        yield first
+    async for ev in events:
+        if ev[0] not in end:
+            yield ev
 
 
 def _watch_disconnect(request: Request) -> asyncio.Task:
@@ -253,34 +274,31 @@ def _watch_disconnect(request: Request) -> asyncio.Task:
     return asyncio.create_task(watch())
 
 
-async def _sse(server: Server, job: api.Job, first, events):
-    """The server-sent events of a streamed answer."""
-    text = TextStream(server.tokenizer, job.stops)
-    count = 0
-    model = server.name
+async def _sse(server: Server, job: api.Job, first, events, end: set):
+    """The server-sent events of a streamed answer: each choice's chunks carry its index."""
+    texts = [TextStream(server.tokenizer, job.stops) for _ in range(job.n)]
+    count, model = 0, server.name
     if job.chat:
-        yield _event(api.chunk(job, model, None, [], None, first=True))
-    pending = [first]
+        for i in range(job.n):
+            yield _event(api.chunk(job, model, None, [], None, first=True, index=i))
     try:
-        while True:
-            token, finish = pending.pop() if pending else await anext(events)
-            delta = ""
+        async for i, token, finish in _running(first, events, end):
+            delta, text = "", texts[i]
             if token is not None:
                 count += 1
                 stopped = text.add(token)
                 delta = text.take()
                 if stopped is not None:
                     finish = "stop"
+                    end.add(i)
             if delta or token is not None:
                 yield _event(api.chunk(job, model, delta, [token] if token is not None
-                                       else [], None))
+                                       else [], None, index=i))
             if finish is not None:
-                rest = text.finish_delta()
-                yield _event(api.chunk(job, model, rest, [], finish))
-                if job.include_usage:
-                    yield _event(api.usage_chunk(job, model, count))
-                yield "data: [DONE]\n\n"
-                return
+                yield _event(api.chunk(job, model, text.finish_delta(), [], finish, index=i))
+        if job.include_usage:
+            yield _event(api.usage_chunk(job, model, count))
+        yield "data: [DONE]\n\n"
     finally:
         await events.aclose()
 

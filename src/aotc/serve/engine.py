@@ -106,6 +106,7 @@ class Request:
     prefilled: int = 0                  # prompt tokens in the slot's cache so far
     pending: int | None = None          # the last token, fed to the next decode
     draws: Draws | None = None          # a sampled request's random numbers
+    source: "Request | None" = None     # the choice whose prefilled slot this one copies
 
     @property
     def finished(self) -> bool:
@@ -158,17 +159,30 @@ class Engine:
             request_id: str | None = None) -> Request:
         """Queue a request (checked now: a UsageError says what is wrong with it; QueueFull
         when `max_waiting` requests wait already)."""
-        params = params or SamplingParams()
-        prompt = self._checked_prompt(prompt, params)
-        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
-        r = Request(rid, prompt, params)
+        return self.add_choices(prompt, [params or SamplingParams()], [request_id])[0]
+
+    def add_choices(self, prompt, params: list, request_ids: list | None = None) -> list:
+        """Queue several requests over one prompt (`n` choices), all or none: the first's
+        prompt is prefilled, and each other that holds a slot by the end of that prefill
+        takes a copy of its slot (module.copy_slot) instead of prefilling the prompt again;
+        each draws its own tokens from there (one that finds no slot by then prefills the
+        prompt itself)."""
+        if not params:
+            raise UsageError("no choices to add", where="params", expected="at least one "
+                             "SamplingParams", found="[]", fix="pass one per choice")
+        checked = [self._checked_prompt(prompt, p) for p in params]
+        ids = request_ids or [None] * len(params)
+        reqs = [Request(rid if rid is not None else f"req-{next(self._ids)}", checked[0], p)
+                for rid, p in zip(ids, params)]
+        for r in reqs[1:]:
+            r.source = reqs[0]
         with self.lock:
-            if len(self.waiting) >= self.max_waiting:
+            if len(self.waiting) + len(reqs) > self.max_waiting:
                 raise QueueFull(f"{len(self.waiting)} requests wait already", where="queue",
                                 expected=f"at most {self.max_waiting} waiting",
-                                found=len(self.waiting) + 1, fix="retry after a while")
-            self.waiting.append(r)
-        return r
+                                found=len(self.waiting) + len(reqs), fix="retry after a while")
+            self.waiting.extend(reqs)
+        return reqs
 
     def cancel(self, request_id: str) -> None:
         """End a request at the next step (finish reason "cancelled"), freeing its slot."""
@@ -267,22 +281,39 @@ class Engine:
 
     def _prefill(self) -> list[tuple]:
         """The next prompt chunks, `prefill_chunk` tokens at most in all; ([request], logits
-        [1, vocab], greedy token [1, 1]) of each prompt whose last chunk this was."""
+        [1, vocab], greedy token [1, 1]) of each prompt whose last chunk this was, and of the
+        choices that copy its slot (add_choices), in the same step."""
         budget, done = self.prefill_chunk, []
-        while budget and self.prefilling:
-            r = self.prefilling[0]
+        for r in list(self.prefilling):
+            if r not in self.prefilling:
+                continue          # a copy of a slot prefilled earlier in this loop
             if r.finished:
-                self.prefilling.popleft()
+                self.prefilling.remove(r)
                 continue
+            if r.source is not None and r.source in self.prefilling:
+                continue          # its prompt is on its way into the source's slot
+            if not budget:
+                break
             n = self._chunk(len(r.prompt) - r.prefilled, budget)
             chunk = torch.tensor([r.prompt[r.prefilled:r.prefilled + n]], dtype=torch.int64)
             outs = self.module.prefill_slot(chunk.to(self.module.device, non_blocking=True),
                                             r.slot, r.prefilled)
             r.prefilled, budget = r.prefilled + n, budget - n
             if r.prefilled == len(r.prompt):
-                self.prefilling.popleft()
-                done.append(([r], outs[0], greedy_token(outs, self.module.generation.token)))
+                self.prefilling.remove(r)
+                got = (outs[0], greedy_token(outs, self.module.generation.token))
+                done.append(([r], *got))
+                done += [([c], *got) for c in self._copies(r)]
         return done
+
+    def _copies(self, r: Request) -> list[Request]:
+        """The choices waiting in slots for r's prompt, given a copy of r's slot."""
+        copies = [c for c in self.prefilling if c.source is r and not c.finished]
+        for c in copies:
+            self.module.copy_slot(r.slot, c.slot)
+            c.prefilled = len(c.prompt)
+            self.prefilling.remove(c)
+        return copies
 
     def _chunk(self, remaining: int, budget: int) -> int:
         """A prefill call's length: as much as the budget allows; where the module replays

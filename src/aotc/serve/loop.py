@@ -40,15 +40,22 @@ class EngineLoop:
     def submit(self, prompt: list[int], params: SamplingParams,
                on_event: Callable[[Event], None]) -> Request:
         """Queue a request whose events go to `on_event` (engine.add's errors propagate)."""
-        rid = f"req-{next(self._ids)}"
-        self.watchers[rid] = on_event
+        return self.submit_choices(prompt, [params], [on_event])[0]
+
+    def submit_choices(self, prompt: list[int], params: list,
+                       on_events: list) -> list[Request]:
+        """Queue n choices over one prompt (Engine.add_choices: one prefill), choice i's
+        events to on_events[i]."""
+        rids = [f"req-{next(self._ids)}" for _ in params]
+        self.watchers.update(zip(rids, on_events))
         try:
-            r = self.engine.add(prompt, params, rid)
+            reqs = self.engine.add_choices(prompt, params, rids)
         except BaseException:
-            self.watchers.pop(rid, None)
+            for rid in rids:
+                self.watchers.pop(rid, None)
             raise
         self.wake.set()
-        return r
+        return reqs
 
     def cancel(self, request_id: str) -> None:
         self.engine.cancel(request_id)

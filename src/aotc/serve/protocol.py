@@ -141,8 +141,8 @@ def chat_job(req: ChatRequest, tokenizer, max_len: int) -> Job:
 
 
 def _job(req: _Common, prompt: list[int], tokenizer, max_len: int, chat: bool) -> Job:
-    if not 1 <= req.n <= MAX_CHOICES or (req.stream and req.n != 1):
-        raise BadRequest(f"n must be in 1..{MAX_CHOICES}, and 1 when streaming", "n")
+    if not 1 <= req.n <= MAX_CHOICES:
+        raise BadRequest(f"n must be in 1..{MAX_CHOICES}", "n")
     if req.logprobs not in (None, False, 0):
         raise BadRequest("logprobs are not supported", "logprobs")
     if not prompt:
@@ -193,14 +193,15 @@ def response(job: Job, model: str, choices: list[tuple[str, list[int], str]]) ->
 
 
 def chunk(job: Job, model: str, text: str | None, token_ids: list[int], finish: str | None,
-          first: bool = False) -> dict:
-    """One server-sent event of a streamed answer."""
+          first: bool = False, index: int = 0) -> dict:
+    """One server-sent event of a streamed answer (of choice `index`)."""
     if job.chat:
         delta = {"role": "assistant", "content": ""} if first else \
             ({"content": text} if text else {})
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "token_ids": token_ids}
+        choice = {"index": index, "delta": delta, "finish_reason": finish,
+                  "token_ids": token_ids}
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None,
+        choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": None,
                   "token_ids": token_ids}
     return {"id": _id(job), "object": "chat.completion.chunk" if job.chat else
             "text_completion", "created": job.created, "model": model, "choices": [choice]}

@@ -198,6 +198,7 @@ c10::IValue Program::Filler::make(const std::vector<c10::IValue>& regs, const in
 
 NativeOp native_op(const std::string& op, const std::string& overload, std::string& kinds,
                    size_t& least);
+void few_rows_mm_call(torch::jit::Stack& st);   // few_rows.cpp
 
 // The fillers of one call, from its positional and keyword arguments and the schema's
 // defaults, in the schema's order (a boxed call takes every argument).
@@ -253,6 +254,8 @@ Program::Call resolve_call(const spec::Step& s, const c10::Device& device, int32
   if (used_kwargs != s.kwargs.size())
     throw SpecError("keyword arguments the operator's schema names", c.where);
   call.op = *handle;
+  if (s.op == "aten::mm" && s.overload == "default" && device.is_cpu())
+    call.native = &few_rows_mm_call;   // few rows stream the weight once; else torch's mm
   return call;
 }
 

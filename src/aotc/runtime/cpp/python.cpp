@@ -15,6 +15,10 @@
 
 namespace py = pybind11;
 
+namespace aotc {
+at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& w);   // few_rows.cpp
+}
+
 namespace {
 
 using aotc::spec::Arg;
@@ -350,4 +354,6 @@ PYBIND11_MODULE(_runner, m) {
       .def("run_deferred", &run_deferred)
       .def("call", &call);
   py::class_<aotc::Guards>(m, "Guards").def(py::init(&make_guards));
+  // aten::mm as the runner computes it (few_rows.cpp): the Python runner's too, so both agree
+  m.def("mm", &aotc::few_rows_mm, py::call_guard<py::gil_scoped_release>());
 }
