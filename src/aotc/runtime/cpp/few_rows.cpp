@@ -5,8 +5,8 @@
 // torch's CPU product (MKL's sgemm) packs the whole right-hand operand for every call of more
 // than one row: a decode step of 2 to 8 rows read and wrote each weight again and cost 2-3.5x
 // one row's step (a 46M-parameter LLaMA on 2 cores: 7 ms at one row, 19 ms at 8). Here each
-// thread takes column tiles of w and, for each of the K rows of a tile, adds x[m, k] * w[k, tile]
-// into M accumulator rows that stay in L1: the weight is read once, in order, whatever M is.
+// thread takes column tiles of w and, over chunks of its K rows, adds x[m, k] * w[k, block]
+// into M x B vectors of accumulators held in registers: the weight is read once, whatever M is.
 // Each output is the sum over k in increasing order, the same for every M: a sequence's
 // logits do not depend on how many others a step decodes beside it (bitwise).
 // Anything else (other dtypes, more rows, other strides, a GPU) is torch's product.
@@ -23,41 +23,78 @@ namespace aotc {
 namespace {
 
 constexpr int64_t kMaxRows = 8;    // up to here the kernel is faster than MKL (measured, 2 cores)
-constexpr int64_t kTile = 256;     // columns a tile: M x 1 KiB of accumulators, in L1
+constexpr int64_t kTile = 256;     // columns a tile (a thread's unit of work)
+constexpr int64_t kChunk = 64;     // rows of w a pass over a tile: 64 KiB of weight
+using V = float __attribute__((vector_size(64)));   // 16 floats: zmm, 2 ymm or 4 xmm
+constexpr int64_t kLanes = int64_t(sizeof(V) / sizeof(float));
 
-// Columns [n0, n0 + cols) of y = x @ w, cols <= kTile. (Compiled with -O3, setup.py: GCC's
-// unroll-and-jam keeps the rows' sums in registers; at -O2 the 8-row product ran 4x slower.)
-#if defined(__x86_64__) && defined(__GNUC__)
-#define AOTC_VECTOR_LEVELS __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define AOTC_VECTOR_LEVELS
-#endif
-
-AOTC_VECTOR_LEVELS
-void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
-          int64_t m, int64_t k, int64_t n0, int64_t cols) {
-  alignas(64) float acc[kMaxRows][kTile];
-  for (int64_t r = 0; r < m; ++r) std::memset(acc[r], 0, sizeof(float) * kTile);
-  if (cols == kTile) {
-    for (int64_t i = 0; i < k; ++i) {
-      const float* row = w + i * ldw + n0;
-      for (int64_t r = 0; r < m; ++r) {
-        const float a = x[r * ldx + i];
-        float* out = acc[r];
-#pragma omp simd aligned(out : 64)
-        for (int64_t j = 0; j < kTile; ++j) out[j] += a * row[j];
-      }
-    }
-  } else {
-    for (int64_t i = 0; i < k; ++i) {
-      const float* row = w + i * ldw + n0;
-      for (int64_t r = 0; r < m; ++r) {
-        const float a = x[r * ldx + i];
-        for (int64_t j = 0; j < cols; ++j) acc[r][j] += a * row[j];
-      }
+// Rows [k0, k1) of the sums of y = x @ w at the 2 vectors of columns from c, for R <= 4 rows of
+// x: the R x 2 accumulators stay in registers over the chunk (starting from 0 at k0 = 0, else
+// from y's partial sums), so each output sums over k in increasing order, one product a k,
+// whatever R is.
+template <int R>
+__attribute__((always_inline)) inline void block(const float* x, int64_t ldx, const float* w,
+                                                 int64_t ldw, float* y, int64_t ldy, int64_t k0,
+                                                 int64_t k1, int64_t c) {
+  V acc[R][2] = {};
+  if (k0 > 0)
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 2; ++j) std::memcpy(&acc[r][j], y + r * ldy + c + j * kLanes, sizeof(V));
+  for (int64_t i = k0; i < k1; ++i) {
+    const float* row = w + i * ldw + c;
+    V b[2];
+    for (int j = 0; j < 2; ++j) std::memcpy(&b[j], row + j * kLanes, sizeof(V));
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * ldx + i];
+      for (int j = 0; j < 2; ++j) acc[r][j] += a * b[j];
     }
   }
-  for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * ldy + n0, acc[r], sizeof(float) * cols);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2; ++j) std::memcpy(y + r * ldy + c + j * kLanes, &acc[r][j], sizeof(V));
+}
+
+// The tail columns (fewer than a vector's worth left): one at a time, k in order.
+inline void tail(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+                 int64_t ldy, int64_t m, int64_t k, int64_t n0, int64_t cols) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = n0; j < n0 + cols; ++j) {
+      float s = 0.0f;
+      for (int64_t i = 0; i < k; ++i) s += x[r * ldx + i] * w[i * ldw + j];
+      y[r * ldy + j] = s;
+    }
+}
+
+// Columns [n0, n0 + cols) of y = x @ w, cols <= kTile, kChunk rows of w at a time: blocks of
+// 2 vectors of columns, rows 0-3 then rows 4-7 (whose pass reads the block's weight from L1),
+// then the scalar tail.
+template <int R>
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void tile_rows(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
+               int64_t k, int64_t n0, int64_t cols) {
+  constexpr int kLow = R < 4 ? R : 4, kHigh = R - kLow;
+  const int64_t wide = cols / (2 * kLanes) * (2 * kLanes);
+  for (int64_t k0 = 0; k0 < k; k0 += kChunk) {
+    const int64_t k1 = std::min(k, k0 + kChunk);
+    for (int64_t c = n0; c < n0 + wide; c += 2 * kLanes) {
+      block<kLow>(x, ldx, w, ldw, y, ldy, k0, k1, c);
+      if constexpr (kHigh > 0) block<kHigh>(x + 4 * ldx, ldx, w, ldw, y + 4 * ldy, ldy, k0, k1, c);
+    }
+  }
+  tail(x, ldx, w, ldw, y, ldy, R, k, n0 + wide, cols - wide);
+}
+
+void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
+          int64_t m, int64_t k, int64_t n0, int64_t cols) {
+  switch (m) {
+    case 1: return tile_rows<1>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    case 2: return tile_rows<2>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    case 3: return tile_rows<3>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    case 4: return tile_rows<4>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    case 5: return tile_rows<5>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    case 6: return tile_rows<6>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    case 7: return tile_rows<7>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+    default: return tile_rows<8>(x, ldx, w, ldw, y, ldy, k, n0, cols);
+  }
 }
 
 bool fits(const at::Tensor& x, const at::Tensor& w) {
