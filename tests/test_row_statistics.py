@@ -131,20 +131,33 @@ def kernels_per_layer(path) -> list[int]:
     return [b - a for a, b in zip(split, split[1:])]
 
 
+def _decoder(tmp_path, family):
+    """(model, prompt, CUDA decode artifact) of a tiny transformers decoder."""
+    m = _hf(family)
+    ids = torch.randint(1, 256, (1, 5), generator=torch.Generator().manual_seed(3))
+    path = aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=16, **CUDA)
+    return m, ids, path
+
+
 @pytest.mark.parametrize("family", [pytest.param("llama", marks=pytest.mark.slow), "qwen2"])
-def test_cuda_decoders_launch_six_kernels_a_layer_and_generate_as_eagerly(tmp_path, family):
+def test_cuda_decoders_launch_six_kernels_a_layer(tmp_path, family):
     """A decode layer: the q/k/v product (computing the input norm), the attention's split and
     combine kernels, the output projection, the gate/up product (computing the post-attention
     norm) and the down projection: 6 where main launched 8 (each norm a kernel of one program;
-    9 for Qwen2, whose q/k/v products with biases were two). Greedy tokens equal
-    transformers' (GQA 6/2; Qwen2's q/k/v biases and tied head)."""
-    m = _hf(family)
-    ids = torch.randint(1, 256, (1, 5), generator=torch.Generator().manual_seed(3))
+    9 for Qwen2, whose q/k/v products with biases were two)."""
+    _, _, path = _decoder(tmp_path, family)
+    assert kernels_per_layer(path) == [6]
+    assert not _one_program_norms(path, "decode")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_cuda_decoders_with_fused_norms_generate_as_eagerly(tmp_path, family):
+    """Greedy tokens equal transformers' (GQA 6/2; Qwen2's q/k/v biases and tied head),
+    through the interpreter."""
+    m, ids, path = _decoder(tmp_path, family)
     with torch.no_grad():
         want = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
                           do_sample=False, cache_implementation="static", pad_token_id=0)
-    path = aotc.export(m, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=16, **CUDA)
-    assert kernels_per_layer(path) == [6]
-    assert not _one_program_norms(path, "decode")
     got = aotc.load(path, device="cpu", interpret=True).generate(ids, 5)
     assert torch.equal(got, want), (got[:, 5:], want[:, 5:])
