@@ -31,15 +31,23 @@ def _weights_read(path, entry: str) -> list[set]:
     return out
 
 
-def test_q_k_v_at_batch_1_are_one_kernel_and_generate_the_same(tmp_path):
-    model = _model()
+def _qkv_decoder(tmp_path):
     ids = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(1))
-    path = aotc.export(model, (ids,), tmp_path / "g.aotc", decode=True, max_cache_len=CACHE,
-                       target="cuda:sm_90")
+    return ids, aotc.export(_model(), (ids,), tmp_path / "g.aotc", decode=True,
+                            max_cache_len=CACHE, target="cuda:sm_90")
+
+
+def test_q_k_v_at_batch_1_are_one_kernel(tmp_path):
+    _, path = _qkv_decoder(tmp_path)
     reads = _weights_read(path, "decode")
     qkv = [r for r in reads if any(w.endswith("wq.weight") for w in r)]
     assert len(qkv) == 2                                  # one kernel per layer
     assert all({w.rsplit(".", 2)[-2] for w in r} >= {"wq", "wk", "wv"} for r in qkv)
+
+
+@pytest.mark.slow
+def test_q_k_v_as_one_kernel_generate_the_same(tmp_path):
+    ids, path = _qkv_decoder(tmp_path)
     from aotc.exporter.generate import Generator, adapt, eager_generate
     want = eager_generate(Generator(adapt(_model(), 1, CACHE), CACHE), ids, 6)
     got = aotc.load(path, device="cpu", interpret=True).generate(ids, 6)

@@ -239,6 +239,9 @@ def test_sigterm_drains_requests_in_flight(slot_llm):
         for t in threads:
             t.start()
         assert started.wait(60)
+        # every request is the server's (running, waiting or done) before the signal: a client
+        # still connecting when the listener closes would be refused, not drained
+        wait_for(lambda: _known(url) + len(ended) >= 3, timeout=60)
         proc.send_signal(signal.SIGTERM)
         signalled = time.perf_counter()
         for t in threads:
@@ -254,6 +257,13 @@ def test_sigterm_drains_requests_in_flight(slot_llm):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def _known(url: str) -> int:
+    """Requests the server holds now: in a cache slot or waiting for one (its metrics)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return int(sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith(("aotc_queue_length ", "aotc_active_slots "))))
 
 
 def _up(url: str) -> bool:
