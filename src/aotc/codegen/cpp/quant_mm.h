@@ -48,24 +48,29 @@ static inline aotc_f16v aotc_q4_load(const uint8_t* p) {
     aotc_b16v q; std::memcpy(&q, &h, 16);
     return aotc_to_f(q - (int8_t)8);
 }
-// out[r, c] (r < R) = x[r, :] . q[c, :] (+ bias[c]) for int8 rows q [N, K]
-template <int R>
-static inline void aotc_q8_dot(const float* x, const int8_t* q, int64_t K, int64_t N, int64_t c,
-                               const float* bias, float* out) {
-    aotc_f16v acc[R] = {};
+// out[r, c + j] (r < R, j < C) = x[r, :] . q[c + j, :] (+ bias) for int8 rows q [N, K]: C
+// weight rows at a time, each vector of x loaded once for all of them and C x R independent
+// accumulators (one row's chain of additions waits on itself); each sums over k in order
+template <int R, int C>
+static inline void aotc_q8_dots(const float* x, const int8_t* q, int64_t K, int64_t N,
+                                int64_t c, const float* bias, float* out) {
+    aotc_f16v acc[C][R] = {};
     const int8_t* w = q + c * K;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
-        aotc_f16v wv = aotc_q8_load(w + k);
-        for (int r = 0; r < R; ++r) {
-            acc[r] += wv * *(const aotc_f16u*)(x + r * K + k);
+        aotc_f16v xv[R];
+        for (int r = 0; r < R; ++r) xv[r] = *(const aotc_f16u*)(x + r * K + k);
+        for (int j = 0; j < C; ++j) {
+            const aotc_f16v wv = aotc_q8_load(w + j * K + k);
+            for (int r = 0; r < R; ++r) acc[j][r] += wv * xv[r];
         }
     }
-    for (int r = 0; r < R; ++r) {
-        float s = aotc_hsum(acc[r]);
-        for (int64_t j = k; j < K; ++j) s += (float)w[j] * x[r * K + j];
-        out[r * N + c] = bias ? s + bias[c] : s;
-    }
+    for (int j = 0; j < C; ++j)
+        for (int r = 0; r < R; ++r) {
+            float s = aotc_hsum(acc[j][r]);
+            for (int64_t i = k; i < K; ++i) s += (float)w[j * K + i] * x[r * K + i];
+            out[r * N + c + j] = bias ? s + bias[c + j] : s;
+        }
 }
 // int4's x, prepared once a call (aotc_q4_prepare): each row's 32 values a chunk as the 16
 // even ones then the 16 odd ones (the low and high nibbles of 16 bytes need no interleave),
@@ -119,26 +124,69 @@ static inline void aotc_q4_dot(const float* xp, const uint8_t* q, const float* s
         out[r * N + c] = bias ? v + bias[c] : v;
     }
 }
-// rows (1 to 8) of x against weight row c: int8 (G = 0) or int4 in groups of G
-template <int R, int G>
-static inline void aotc_dot(const float* x, const void* q, const float* scale, int64_t K,
-                            int64_t N, int64_t c, const float* bias, float* out) {
-    if constexpr (G == 0) aotc_q8_dot<R>(x, (const int8_t*)q, K, N, c, bias, out);
-    else aotc_q4_dot<R, G>(x, (const uint8_t*)q, scale, K, N, c, bias, out);
-}
-template <int G>
-static inline void aotc_dot_rows(const float* x, const void* q, const float* scale, int64_t K,
-                                 int64_t N, int64_t c, int rows, const float* bias, float* out) {
-    switch (rows) {
-        case 1: aotc_dot<1, G>(x, q, scale, K, N, c, bias, out); break;
-        case 2: aotc_dot<2, G>(x, q, scale, K, N, c, bias, out); break;
-        case 3: aotc_dot<3, G>(x, q, scale, K, N, c, bias, out); break;
-        case 4: aotc_dot<4, G>(x, q, scale, K, N, c, bias, out); break;
-        case 5: aotc_dot<5, G>(x, q, scale, K, N, c, bias, out); break;
-        case 6: aotc_dot<6, G>(x, q, scale, K, N, c, bias, out); break;
-        case 7: aotc_dot<7, G>(x, q, scale, K, N, c, bias, out); break;
-        default: aotc_dot<8, G>(x, q, scale, K, N, c, bias, out); break;
+#if defined(__AVX512F__)
+// int4 where the level permutes 16 floats by a register's indices (vpermps): each group's 16
+// weight values (nibble - 8) * scale, the float weights dequantize_int4 gives, are a table in
+// one register, and a vector of nibbles (bytes widened to int32; the permute reads their low
+// four bits, so the high nibble needs a shift and no mask) indexes it: a table lookup a 16
+// weights where the portable path converts and scales. x prepared (aotc_q4_prepare; its
+// group sums unused here); C weight rows at a time, two accumulators each (even and odd k)
+template <int R, int C, int G>
+static inline void aotc_q4_lut_dots(const float* xp, const uint8_t* q, const float* scale,
+                                    int64_t K, int64_t N, int64_t c, const float* bias,
+                                    float* out) {
+    typedef int32_t aotc_n16v __attribute__((vector_size(64)));
+    const aotc_f16v values = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+    const int64_t xs = K + K / G;
+    aotc_f16v even[C][R] = {}, odd[C][R] = {};
+    for (int64_t g = 0; g < K / G; ++g) {
+        aotc_f16v table[C];
+        for (int j = 0; j < C; ++j) table[j] = values * scale[(c + j) * (K / G) + g];
+        for (int64_t k = g * G; k < (g + 1) * G; k += 32)
+            for (int j = 0; j < C; ++j) {
+                aotc_u16v u = *(const aotc_u16u*)(q + (c + j) * (K / 2) + k / 2);
+                __asm__("" : "+x"(u));   // widened in a register (GCC 12 goes byte by byte)
+                const aotc_n16v n = __builtin_convertvector(u, aotc_n16v);
+                const aotc_f16v lo = __builtin_shuffle(table[j], n);
+                const aotc_f16v hi = __builtin_shuffle(table[j], n >> 4);
+                for (int r = 0; r < R; ++r) {
+                    even[j][r] += lo * *(const aotc_f16u*)(xp + r * xs + k);
+                    odd[j][r] += hi * *(const aotc_f16u*)(xp + r * xs + k + 16);
+                }
+            }
     }
+    for (int j = 0; j < C; ++j)
+        for (int r = 0; r < R; ++r) {
+            const float v = aotc_hsum(even[j][r] + odd[j][r]);
+            out[r * N + c + j] = bias ? v + bias[c + j] : v;
+        }
+}
+#endif
+// rows (1 to 8) of x against weight rows c .. c + C: int8 (G = 0) or int4 in groups of G
+template <int R, int C, int G>
+static inline void aotc_dots(const float* x, const void* q, const float* scale, int64_t K,
+                             int64_t N, int64_t c, const float* bias, float* out) {
+    if constexpr (G == 0) {
+        aotc_q8_dots<R, C>(x, (const int8_t*)q, K, N, c, bias, out);
+    } else {
+#if defined(__AVX512F__)
+        aotc_q4_lut_dots<R, C, G>(x, (const uint8_t*)q, scale, K, N, c, bias, out);
+#else
+        for (int j = 0; j < C; ++j)
+            aotc_q4_dot<R, G>(x, (const uint8_t*)q, scale, K, N, c + j, bias, out);
+#endif
+    }
+}
+// R rows of x against the weight rows [c0, c1): 4 at a time for 1 or 2 rows (their
+// accumulators fit the registers), else one; a row's sums are the same either way
+template <int R, int G>
+static inline void aotc_dot_block(const float* x, const void* q, const float* scale, int64_t K,
+                                  int64_t N, int64_t c0, int64_t c1, const float* bias,
+                                  float* out) {
+    constexpr int C = R <= 2 ? 4 : 1;
+    int64_t c = c0;
+    for (; c + C <= c1; c += C) aotc_dots<R, C, G>(x, q, scale, K, N, c, bias, out);
+    for (; c < c1; ++c) aotc_dots<R, 1, G>(x, q, scale, K, N, c, bias, out);
 }
 // out [M, N] = x [M, K] @ dequantized q^T (+ bias) for the columns [c0, c1), 8 rows a pass
 // (int4: x prepared by aotc_q4_prepare)
@@ -148,9 +196,18 @@ static inline void aotc_dot_columns(const float* x, const void* q, const float* 
                                     const float* bias, float* out) {
     const int64_t xs = G ? K + K / (G ? G : 1) : K;     // int4: x prepared (aotc_q4_prepare)
     for (int64_t r0 = 0; r0 < M; r0 += 8) {
-        const int rows = (int)std::min<int64_t>(8, M - r0);
-        for (int64_t c = c0; c < c1; ++c)
-            aotc_dot_rows<G>(x + r0 * xs, q, scale, K, N, c, rows, bias, out + r0 * N);
+        const float* xr = x + r0 * xs;
+        float* o = out + r0 * N;
+        switch ((int)std::min<int64_t>(8, M - r0)) {
+            case 1: aotc_dot_block<1, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            case 2: aotc_dot_block<2, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            case 3: aotc_dot_block<3, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            case 4: aotc_dot_block<4, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            case 5: aotc_dot_block<5, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            case 6: aotc_dot_block<6, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            case 7: aotc_dot_block<7, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+            default: aotc_dot_block<8, G>(xr, q, scale, K, N, c0, c1, bias, o); break;
+        }
     }
 }
 // Many rows (prefill): a panel of AOTC_PANEL_COLS output columns dequantized once into a
