@@ -1,5 +1,5 @@
 """Quantized generators: bf16 (or fp32) against int8, int4 and fp8 weight-only aotc artifacts,
-with torchao's int8_weight_only / int4_weight_only under torch.compile as the baseline where
+with torchao's int8 / int4 weight-only configs under torch.compile as the baseline where
 torchao imports (skipped with the reason recorded otherwise).
 
     python -m benchmarks.quant --device cuda --dtype bf16 --models llama-1b,llama-7b \\
@@ -10,7 +10,7 @@ torchao imports (skipped with the reason recorded otherwise).
 Per model and batch, in one process, the same seeded decoder: aotc exported as is and with
 `--quantize S` for each scheme S (int4 with `--group-size`, default 64; fp8 only on GPUs of
 compute capability 8.9 or later, else a recorded note), and (torchao installed) copies quantized
-by torchao's int8_weight_only and int4_weight_only(group_size) run under
+by torchao's Int8WeightOnlyConfig and Int4WeightOnlyConfig(group_size) run under
 torch.compile(mode="reduce-overhead") with the same static-cache steps as
 benchmarks/generate.py. Decode tokens/s at each batch (greedy, `--steps` steps after a prefill
 of the first prompt length), prefill latency at each prompt length, load time (to the first
@@ -38,16 +38,31 @@ from benchmarks.generate_models import build_model
 from benchmarks.generate_systems import Aotc, Compiled
 
 
-TORCHAO = {"int8": "int8_weight_only", "int4": "int4_weight_only"}
+TORCHAO = {"int8": "Int8WeightOnlyConfig", "int4": "Int4WeightOnlyConfig"}
+
+
+def torchao_config(tq, scheme: str, group: int):
+    """torchao's weight-only config for `scheme`: the config classes of torchao 0.10 and later
+    (int4 in the tile-packed layout of PyTorch's own int4 kernel, which needs no other
+    package where the class has that option), else the functions of older releases."""
+    if hasattr(tq, TORCHAO[scheme]):
+        make = getattr(tq, TORCHAO[scheme])
+        if scheme == "int8":
+            return make()
+        try:
+            return make(group_size=group, int4_packing_format="tile_packed_to_4d")
+        except TypeError:
+            return make(group_size=group)
+    make = getattr(tq, f"{scheme}_weight_only")
+    return make(group_size=group) if scheme == "int4" else make()
 
 
 def torchao_system(model, batch: int, cache: int, scheme: str, group: int):
     """torchao's weight-only copy of `model` under torch.compile, or (None, why not)."""
     try:
         import torchao.quantization as tq
-        make = getattr(tq, TORCHAO[scheme])
         q = copy.deepcopy(model)
-        tq.quantize_(q, make(group_size=group) if scheme == "int4" else make())
+        tq.quantize_(q, torchao_config(tq, scheme, group))
         return Compiled(q, batch, cache), None
     except Exception as e:       # not installed, or no kernel for this device and dtype
         return None, f"torchao {TORCHAO[scheme]}: {type(e).__name__}: {str(e)[:200]}"

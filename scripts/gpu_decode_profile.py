@@ -152,6 +152,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
+    ap.add_argument("--quantize", default=None, help="export aotc's artifact with --quantize")
     ap.add_argument("--systems", default="aotc,reduce-overhead",
                     help="comma list of aotc, reduce-overhead")
     ap.add_argument("--phase", default="decode", choices=("decode", "prefill"),
@@ -170,7 +171,8 @@ def main() -> None:
         chosen = args.systems.split(",")
         systems = {}
         if "aotc" in chosen:
-            systems["aotc"] = Aotc(model, args.batch, args.cache, prompt, Path(tmp) / "g.aotc")
+            systems["aotc"] = Aotc(model, args.batch, args.cache, prompt, Path(tmp) / "g.aotc",
+                                   **({"quantize": args.quantize} if args.quantize else {}))
         if args.autotune:
             systems["aotc-autotune"] = Aotc(model, args.batch, args.cache, prompt,
                                             Path(tmp) / "t.aotc",
