@@ -43,3 +43,19 @@ def test_a_slot_decodes_bitwise_alike_in_every_bucket(slot_llm):
             m.prefill_slot(torch.tensor([p]), s)
         got.append(m.decode_slots(torch.tensor([[11], [12], [13], [14]]), live=live)[0][0])
     assert torch.equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("n", [1000, 4096, 40])
+def test_kernel_blocks_and_tails_equal_float64_and_each_other(n):
+    """The kernel alone, at widths that reach its wide blocks (8 vectors for one row, 4 for
+    two), the 2-vector blocks left after them and the scalar tail: each row equals a float64
+    product, and bitwise the same row of any other number of rows."""
+    from aotc.runtime.executor import runner_mm
+    mm = runner_mm()
+    torch.manual_seed(n)
+    w, x = torch.randn(200, n), torch.randn(8, 200)
+    full = mm(x, w)
+    torch.testing.assert_close(full, (x.double() @ w.double()).float(), rtol=1e-5, atol=1e-4)
+    for rows in range(1, 8):
+        for first in (0, 8 - rows):
+            assert torch.equal(mm(x[first:first + rows], w), full[first:first + rows]), rows

@@ -28,29 +28,32 @@ constexpr int64_t kChunk = 64;     // rows of w a pass over a tile: 64 KiB of we
 using V = float __attribute__((vector_size(64)));   // 16 floats: zmm, 2 ymm or 4 xmm
 constexpr int64_t kLanes = int64_t(sizeof(V) / sizeof(float));
 
-// Rows [k0, k1) of the sums of y = x @ w at the 2 vectors of columns from c, for R <= 4 rows of
-// x: the R x 2 accumulators stay in registers over the chunk (starting from 0 at k0 = 0, else
-// from y's partial sums), so each output sums over k in increasing order, one product a k,
-// whatever R is.
-template <int R>
+// Rows [k0, k1) of the sums of y = x @ w at the NV vectors of columns from c, for R <= 4 rows
+// of x: the R x NV accumulators stay in registers over the chunk (starting from 0 at k0 = 0,
+// else from y's partial sums), so each output sums over k in increasing order, one product a
+// k, whatever R and NV are. NV is wider for fewer rows: each accumulator's chain of additions
+// waits on itself, so one row over 2 vectors was bound by the adds' latency, not the loads.
+template <int R, int NV>
 __attribute__((always_inline)) inline void block(const float* x, int64_t ldx, const float* w,
                                                  int64_t ldw, float* y, int64_t ldy, int64_t k0,
                                                  int64_t k1, int64_t c) {
-  V acc[R][2] = {};
+  V acc[R][NV] = {};
   if (k0 > 0)
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 2; ++j) std::memcpy(&acc[r][j], y + r * ldy + c + j * kLanes, sizeof(V));
+      for (int j = 0; j < NV; ++j)
+        std::memcpy(&acc[r][j], y + r * ldy + c + j * kLanes, sizeof(V));
   for (int64_t i = k0; i < k1; ++i) {
     const float* row = w + i * ldw + c;
-    V b[2];
-    for (int j = 0; j < 2; ++j) std::memcpy(&b[j], row + j * kLanes, sizeof(V));
+    V b[NV];
+    for (int j = 0; j < NV; ++j) std::memcpy(&b[j], row + j * kLanes, sizeof(V));
     for (int r = 0; r < R; ++r) {
       const float a = x[r * ldx + i];
-      for (int j = 0; j < 2; ++j) acc[r][j] += a * b[j];
+      for (int j = 0; j < NV; ++j) acc[r][j] += a * b[j];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2; ++j) std::memcpy(y + r * ldy + c + j * kLanes, &acc[r][j], sizeof(V));
+    for (int j = 0; j < NV; ++j)
+      std::memcpy(y + r * ldy + c + j * kLanes, &acc[r][j], sizeof(V));
 }
 
 // The tail columns (fewer than a vector's worth left): one at a time, k in order.
@@ -64,23 +67,37 @@ inline void tail(const float* x, int64_t ldx, const float* w, int64_t ldw, float
     }
 }
 
+// Blocks of NV vectors of columns from c0 to c1 (a multiple of NV vectors past c0) over the
+// chunk [k0, k1): rows 0-3, then rows 4-7 (whose pass reads the block's weight from L1).
+template <int R, int NV>
+__attribute__((always_inline)) inline void blocks(const float* x, int64_t ldx, const float* w,
+                                                  int64_t ldw, float* y, int64_t ldy,
+                                                  int64_t k0, int64_t k1, int64_t c0,
+                                                  int64_t c1) {
+  constexpr int kLow = R < 4 ? R : 4, kHigh = R - kLow;
+  for (int64_t c = c0; c < c1; c += NV * kLanes) {
+    block<kLow, NV>(x, ldx, w, ldw, y, ldy, k0, k1, c);
+    if constexpr (kHigh > 0)
+      block<kHigh, NV>(x + 4 * ldx, ldx, w, ldw, y + 4 * ldy, ldy, k0, k1, c);
+  }
+}
+
 // Columns [n0, n0 + cols) of y = x @ w, cols <= kTile, kChunk rows of w at a time: blocks of
-// 2 vectors of columns, rows 0-3 then rows 4-7 (whose pass reads the block's weight from L1),
-// then the scalar tail.
+// 8 vectors of columns for one row of x, 4 for two, 2 for more (and 2 for what the wide blocks
+// leave), then the scalar tail.
 template <int R>
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void tile_rows(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
                int64_t k, int64_t n0, int64_t cols) {
-  constexpr int kLow = R < 4 ? R : 4, kHigh = R - kLow;
-  const int64_t wide = cols / (2 * kLanes) * (2 * kLanes);
+  constexpr int NV = R == 1 ? 8 : R == 2 ? 4 : 2;
+  const int64_t wide = cols / (NV * kLanes) * (NV * kLanes);
+  const int64_t narrow = wide + (cols - wide) / (2 * kLanes) * (2 * kLanes);
   for (int64_t k0 = 0; k0 < k; k0 += kChunk) {
     const int64_t k1 = std::min(k, k0 + kChunk);
-    for (int64_t c = n0; c < n0 + wide; c += 2 * kLanes) {
-      block<kLow>(x, ldx, w, ldw, y, ldy, k0, k1, c);
-      if constexpr (kHigh > 0) block<kHigh>(x + 4 * ldx, ldx, w, ldw, y + 4 * ldy, ldy, k0, k1, c);
-    }
+    blocks<R, NV>(x, ldx, w, ldw, y, ldy, k0, k1, n0, n0 + wide);
+    if constexpr (NV != 2) blocks<R, 2>(x, ldx, w, ldw, y, ldy, k0, k1, n0 + wide, n0 + narrow);
   }
-  tail(x, ldx, w, ldw, y, ldy, R, k, n0 + wide, cols - wide);
+  tail(x, ldx, w, ldw, y, ldy, R, k, n0 + narrow, cols - narrow);
 }
 
 void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
