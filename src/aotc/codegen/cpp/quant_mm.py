@@ -8,13 +8,14 @@ weight, written by hand as C++ that streams the stored bytes and dequantizes the
           is read (exporter/quantize.py computes (x @ q^T) * s), so the kernel reads no scale
 
 Each weight row (an output column) is a dot product along K with every row of x: 16 weights a
-vector, converted from int8 (or unpacked from 8 bytes of nibbles: a mask, a shift, an
-interleave) to float in registers, int4's scaled once per vector by its group's scale (the
-float weight `dequantize_int4` gives, element for element), then multiplied with up to
-ROW_BLOCK rows of x held in as many accumulators. So at a decode step (1 to 8 rows) the weight
-is read once, whatever the batch; more rows reread a block of BLOCK_BYTES of weight rows from
-the cache, once per ROW_BLOCK rows. Threads (OpenMP, when the weight is at least
-PARALLEL_MIN_ELEMENTS bytes) take blocks of output columns.
+vector, converted from int8 (or, for int4, looked up by nibble in a per-group table of
+(nibble - 8) * scale at AVX-512, else unpacked with a mask and a shift, converted and each
+group's sum scaled once) to float in registers, then multiplied with up to ROW_BLOCK rows of x
+held in as many accumulators; for one or two rows, four weight rows at a time, so the
+accumulators are independent chains and each vector of x is loaded once for the four. So at a
+decode step (1 to 8 rows) the weight is read once, whatever the batch; more rows reread a
+block of BLOCK_BYTES of weight rows from the cache, once per ROW_BLOCK rows. Threads (OpenMP,
+when the weight is at least PARALLEL_MIN_ELEMENTS bytes) take blocks of output columns.
 
 The vectors are GCC's vector extensions (16 floats, `vector_size(64)`): one zmm register where
 the level has AVX-512, two ymm with AVX2, four xmm at the x86-64-v2 baseline, NEON on
