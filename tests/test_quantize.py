@@ -102,9 +102,10 @@ def test_mlp_int8_for_cuda_runs_through_the_interpreter(tmp_path):
 
 
 def test_few_rows_in_bf16_stream_the_int8_weights_for_cuda(tmp_path):
-    """Decode at a small batch: the quantized-weight kernel (codegen/triton/quant_mv.py) loads
-    the int8 weight and converts it in registers (codegen/lowering/quantized.py); no float
-    copy of a weight is made."""
+    """Decode at a small batch: the few-rows products (codegen/lowering/matvec.py, which fuse
+    what is around them; codegen/lowering/quantized.py says why int8 goes there on GPUs) load
+    the int8 weights themselves and convert them in registers; no float copy of a weight is
+    made."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.GELU(),
                                 torch.nn.Linear(384, 128)).eval().to(torch.bfloat16)
@@ -113,11 +114,13 @@ def test_few_rows_in_bf16_stream_the_int8_weights_for_cuda(tmp_path):
                        prove=False)
     plan = json.loads((path / "plans/forward.json").read_bytes())
     weights = {s["id"] for s in plan["slots"] if s.get("dtype") == "int8"}
+    assert len(weights) == 2
     assert not [s for s in plan["slots"] if s.get("producer") and len(s["shape"]) == 2
                 and s["shape"][0] * s["shape"][1] >= 128 * 384]
     sources = [p.read_text() for p in (path / "kernels").glob("*.py")]
-    loads = [line for text in sources for line in text.splitlines() if "q = tl.load(buf" in line]
-    assert {int(line.split("tl.load(buf")[1].split(" ")[0]) for line in loads} == weights
+    loaded = {int(part.split(" ")[0]) for text in sources
+              for part in text.split("tl.load(buf")[1:]}
+    assert weights <= loaded
     m = aotc.load(path, device="cpu", interpret=True)
     with torch.no_grad():
         assert _rel(m(x).float(), model.float()(x.float())) < 0.02

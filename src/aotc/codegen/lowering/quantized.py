@@ -1,6 +1,7 @@
 """Products over quantized weights: `mm` / `addmm` of x by a quantized linear layer's weight,
 lowered to aotc's hand-written kernels that read the stored int8 or packed int4 bytes: on GPUs
-1 to 8 rows (decode) by codegen/triton/quant_mv.py, on CPUs float32 products of any number of
+1 to 8 rows (decode) over int4 and fp8 by codegen/triton/quant_mv.py (int8 by the generic fused
+products, quant_product says why), on CPUs float32 products of any number of
 rows by codegen/cpp/quant_mm.py (rows streamed against each weight row, or for prefill panels
 of weight rows dequantized once into a scratch slot).
 
@@ -200,9 +201,25 @@ def quant_weight(g, w) -> QuantWeight | None:
     return int4_source(g, w)
 
 
+# On GPUs an int8 product of 1 to 8 rows is left to the generic one-row and few-rows
+# products (codegen/lowering/matvec.py), which read the int8 weight through `int8_source` and
+# convert it in registers too, but fuse what the quantized-weight kernel cannot: the norm
+# before the product and the per-channel scale after it (llama-small: 30 kernels a decode step
+# against 55; bf16 26). Measured on an H100 (benchmarks/quant.py, llama-1b, bf16, batch 1):
+# through them int8 decoded 1590 tokens/s against bf16's 1362 (a0d4c17); through the
+# quantized-weight kernel 454 against 1300 (5925895). int4 and fp8 keep the kernel, and so
+# does int8 where those products do not apply (2 to 8 rows in float32: a cuBLAS product of a
+# float copy of the weight).
+def _fused_int8(g, x, w, dtype) -> bool:
+    """The generic one-row or few-rows products take this int8 product (see above)."""
+    from aotc.codegen.lowering.matvec import _few_rows, _one_row
+    return _one_row(g, x, w, dtype) or _few_rows(g, x, w, dtype)
+
+
 def quant_product(g, x, w, bias, dtype):
     """x [M, K] @ w [K, N] (+ bias [N]) by the quantized-weight kernel, for 1 to 8 rows on
-    GPUs; None where it does not apply (the caller lowers the product as before)."""
+    GPUs over int4 and fp8 weights; None where it does not apply (the caller lowers the
+    product as before)."""
     from aotc.codegen.lowering.decode import dense
     from aotc.codegen.lowering.matvec import split_sums, _static_2d
     from aotc.codegen.triton.quant_mv import MAX_ROWS, plan_quant_tiles, quant_mv_kernel
@@ -214,7 +231,7 @@ def quant_product(g, x, w, bias, dtype):
     if bias is not None and (len(bias.shape) != 1 or bias.dtype != dtype):
         return None
     q = quant_weight(g, w)
-    if q is None:
+    if q is None or q.scheme == "int8" and _fused_int8(g, x, w, dtype):   # (see above)
         return None
     m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
     tiles = plan_quant_tiles(m, k, n, q.scheme, q.group)
