@@ -153,10 +153,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--autotune", action="store_true", help="export aotc's artifact with it")
     ap.add_argument("--quantize", default=None, help="export aotc's artifact with --quantize")
-    ap.add_argument("--int8-generic", action="store_true",
-                    help="an A/B: int8 decode products lowered by the generic fused one-row "
-                         "products (reading the int8 weight) instead of the quantized-weight "
-                         "kernel, as before int4's kernel took them")
+    ap.add_argument("--generic", default="",
+                    help="an A/B: decode products over these schemes (comma list of int4, "
+                         "fp8, int8) lowered by the generic fused one-row products (reading "
+                         "the stored weight through its lazy dequantizing body) instead of the "
+                         "quantized-weight kernel")
     ap.add_argument("--systems", default="aotc,reduce-overhead",
                     help="comma list of aotc, reduce-overhead")
     ap.add_argument("--phase", default="decode", choices=("decode", "prefill"),
@@ -167,11 +168,11 @@ def main() -> None:
                     help="print each aotc kernel's grid, blocks, warps (and autotune timings)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    if args.int8_generic:
+    if args.generic:
         from aotc.codegen.lowering import quantized
-        chosen = quantized.quant_weight
+        chosen, generic = quantized.quant_weight, set(args.generic.split(","))
         quantized.quant_weight = lambda g, w: (None if (q := chosen(g, w)) is None or
-                                               q.scheme == "int8" else q)
+                                               q.scheme in generic else q)
     device = torch.device("cuda")
     model, meta = build_model(args.model, device, DTYPES[args.dtype])
     prompt = torch.randint(0, meta["vocab"], (args.batch, args.prompt), device=device)
