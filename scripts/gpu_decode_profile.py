@@ -158,6 +158,9 @@ def main() -> None:
                          "fp8, int8) lowered by the generic fused one-row products (reading "
                          "the stored weight through its lazy dequantizing body) instead of the "
                          "quantized-weight kernel")
+    ap.add_argument("--kernel-int8", action="store_true",
+                    help="the other side of that A/B for int8, which the generic products "
+                         "take by default: its products by the quantized-weight kernel")
     ap.add_argument("--systems", default="aotc,reduce-overhead",
                     help="comma list of aotc, reduce-overhead")
     ap.add_argument("--phase", default="decode", choices=("decode", "prefill"),
@@ -173,6 +176,9 @@ def main() -> None:
         chosen, generic = quantized.quant_weight, set(args.generic.split(","))
         quantized.quant_weight = lambda g, w: (None if (q := chosen(g, w)) is None or
                                                q.scheme in generic else q)
+    if args.kernel_int8:
+        from aotc.codegen.lowering import quantized
+        quantized._fused_int8 = lambda *_: False
     device = torch.device("cuda")
     model, meta = build_model(args.model, device, DTYPES[args.dtype])
     prompt = torch.randint(0, meta["vocab"], (args.batch, args.prompt), device=device)
