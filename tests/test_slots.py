@@ -110,6 +110,8 @@ def test_slot_guards(slot_llm):
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(aotc.UsageError, match="not a slot"):
         m.prefill_slot(ids, 4)
+    with pytest.raises(aotc.UsageError, match="not a slot"):    # a bool is no slot's index
+        m.prefill_slot(ids, True)
     with pytest.raises(aotc.GuardError, match="does not fit"):
         m.prefill_slot(torch.zeros(1, 47, dtype=torch.int64), 0, 2)
     with pytest.raises(aotc.GuardError, match="cannot take a token"):

@@ -47,10 +47,7 @@ class SlotMethods:
         self._need_slots("prefill_slot")
         t = input_ids.shape[1] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 \
             else 1
-        if not (isinstance(slot, int) and 0 <= slot < self.slots):
-            raise UsageError(f"slot {slot!r} is not a slot of this generator", where="slot",
-                             expected=f"an int in 0..{self.slots - 1}", found=repr(slot),
-                             fix="pass a free slot's index")
+        self._check_slot("slot", slot, "pass a free slot's index")
         if not (isinstance(start, int) and 0 <= start <= self.slot_positions[slot]
                 and start + t <= self.max_cache_len):
             raise GuardError(f"a prompt chunk of {t} tokens at {start!r} does not fit slot "
@@ -96,11 +93,7 @@ class SlotMethods:
         one row per slot (its first dimension); the whole row is copied, on the device."""
         self._need_slots("copy_slot")
         for name, value in (("source", source), ("dest", dest)):
-            if not (isinstance(value, int) and not isinstance(value, bool)
-                    and 0 <= value < self.slots):
-                raise UsageError(f"{name} {value!r} is not a slot of this generator", where=name,
-                                 expected=f"an int in 0..{self.slots - 1}", found=repr(value),
-                                 fix="pass a slot's index")
+            self._check_slot(name, value, "pass a slot's index")
         rowless = [n for n, t in self.state.items() if t.dim() == 0 or t.shape[0] != self.slots]
         if rowless:
             raise UsageError("a state tensor without a row per slot", where="copy_slot",
@@ -111,6 +104,14 @@ class SlotMethods:
                 for t in self.state.values():
                     t[dest].copy_(t[source])
             self.slot_positions[dest] = self.slot_positions[source]
+
+    def _check_slot(self, name: str, value, fix: str) -> None:
+        """`value` (the argument `name`) is a slot's index: an int (not a bool) in range."""
+        if not (isinstance(value, int) and not isinstance(value, bool)
+                and 0 <= value < self.slots):
+            raise UsageError(f"{name} {value!r} is not a slot of this generator", where=name,
+                             expected=f"an int in 0..{self.slots - 1}", found=repr(value),
+                             fix=fix)
 
     def _index(self, value: int) -> torch.Tensor:
         """The int64 tensor [value] on the device, made once (a copy to a GPU waits for the
