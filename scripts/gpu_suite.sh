@@ -17,10 +17,13 @@
 # (parallel exports), INFER_S, TRAIN_S, DECODE_S (seconds for each part; 0 skips it),
 # TRAIN_MODELS, DECODE (MODEL:BATCHES words). Run from the repository root. The defaults fit
 # one 10-minute call, cutting what does not fit (points past a budget are recorded as
-# skipped); for every point, two calls whose folders are merged afterwards:
+# skipped); for every point, three calls whose folders are merged afterwards (a decode point
+# printed nothing within 95 s on an H100 at 5925895, its export and torch.compile's warm-up
+# included: give each 240):
 #   TRAIN_S=0 DECODE_S=0 INFER_S=540 scripts/gpu_suite.sh OUT
-#   INFER_S=0 TRAIN_S=300 DECODE_S=120 scripts/gpu_suite.sh OUT2
-#   cp -r OUT2/training OUT2/decode-* OUT/ && python -m benchmarks.gpu_set OUT
+#   INFER_S=0 TRAIN_S=300 DECODE_S=0 scripts/gpu_suite.sh OUT2
+#   INFER_S=0 TRAIN_S=0 DECODE_S=240 scripts/gpu_suite.sh OUT3
+#   cp -r OUT2/training OUT3/decode-* OUT/ && python -m benchmarks.gpu_set OUT
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_suite.sh OUT [--tiny]}
 mkdir -p "$OUT"
