@@ -74,21 +74,24 @@ def test_products_match_a_float64_reference_at_every_level(tmp_path, scheme, gro
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_tiny_llama_generator_tokens_are_the_eager_quantized_models(tmp_path, scheme):
-    """samples/llama.py for decoding, every projection and the LM head quantized: prefill
-    (8 rows) and decode (1 row) run the C++ kernel, and the greedy tokens equal the eager
-    model's computing with the same dequantized weights."""
+    """samples/llama.py for decoding, every projection and the LM head quantized: prefill (a
+    prompt's length is a size symbol: 8 rows take the rows path, 50 the panels) and decode
+    (1 row) run the C++ kernel, and the greedy tokens equal the eager model's computing with
+    the same dequantized weights."""
     from aotc.exporter.generate import Generator, adapt, eager_generate
     from aotc.exporter.quantize import quantized, select
     from aotc.options import ExportOptions
     model = llama_sample()
     ids = torch.randint(0, 500, (1, 8), generator=torch.Generator().manual_seed(2))
     group = 32 if scheme == "int4" else None
-    opts = dict(decode=True, max_cache_len=24, quantize=scheme, quantize_lm_head=True,
+    opts = dict(decode=True, max_cache_len=64, quantize=scheme, quantize_lm_head=True,
                 **({"group_size": group} if group else {}))
     path = aotc.export(model, (ids,), tmp_path / "g.aotc", **opts)
     assert "aotc_dot_columns" in (path / "kernels/kernels.cpp").read_text()
     art = aotc.load(path)
     assert any(k.startswith("output") for k in art.manifest.quantization.layers)
+    long = torch.randint(0, 500, (1, 50), generator=torch.Generator().manual_seed(3))
     with quantized(model, select(model, ExportOptions(**opts)), scheme, group):
-        want = eager_generate(Generator(adapt(model, 1, 24), 24), ids, 12)
-    assert torch.equal(art.generate(ids, 12), want)
+        want = [eager_generate(Generator(adapt(model, 1, 64), 64), p, 12) for p in (ids, long)]
+    assert torch.equal(art.generate(ids, 12), want[0])
+    assert torch.equal(art.generate(long, 12), want[1])

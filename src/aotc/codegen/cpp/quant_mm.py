@@ -25,11 +25,13 @@ products keep x in float, and at a decode step the bytes, not the arithmetic, se
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from aotc.codegen.cpp.printer import cexpr
 from aotc.codegen.cpp.room import ROOM_PARAM, room_check
 from aotc.codegen.cpp.work import PARALLEL_MIN_ELEMENTS
 from aotc.codegen.scheduler import Kernel
@@ -63,8 +65,11 @@ class CppHandKernel(Kernel):
         return {b.name for b in self.ins}
 
     def cpp_source(self) -> tuple[str, list[str], list[str], list[str]]:
-        """(C++ source, buffers read, buffers written, size symbols: none, sizes are static)."""
-        return self.make(self.name), [b.name for b in self.ins], [b.name for b in self.outs], []
+        """(C++ source, buffers read, buffers written, the size symbols it takes as its last
+        arguments: the `s_` names it uses, as generated kernels take them)."""
+        text = self.make(self.name)
+        sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
+        return text, [b.name for b in self.ins], [b.name for b in self.outs], sizes
 
 
 def column_block(k: int, scheme: str) -> int:
@@ -73,41 +78,53 @@ def column_block(k: int, scheme: str) -> int:
     return max(1, BLOCK_BYTES // max(row, 1))
 
 
-def scratch_shape(m: int, k: int, scheme: str, group: int | None) -> tuple | None:
-    """The float32 scratch slot the kernel needs, or None: the panel (K x PANEL_SLOT_COLS)
-    from PANEL_MIN_ROWS rows, int4's prepared x (M x (K + K / G)) below."""
+def scratch_shapes(m, k: int, scheme: str, group: int | None) -> list[tuple]:
+    """The float32 scratch slots the kernel needs: the panel (K x PANEL_SLOT_COLS) from
+    PANEL_MIN_ROWS rows, int4's prepared x (M x (K + K / G)) below; both where M is a size
+    symbol (a prompt's length: the kernel chooses when it runs)."""
+    panel, prepared = (k, PANEL_SLOT_COLS), (m, k + k // group) if scheme == "int4" else None
+    if not isinstance(m, int):
+        return [panel] + ([prepared] if prepared else [])
     if m >= PANEL_MIN_ROWS:
-        return (k, PANEL_SLOT_COLS)
-    return (m, k + k // group) if scheme == "int4" else None
+        return [panel]
+    return [prepared] if prepared else []
 
 
-def quant_mm_source(name: str, x, w, s, bias, out, scratch, *, m: int, k: int, n: int,
+def quant_mm_source(name: str, x, w, s, bias, out, scratch: list, *, m, k: int, n: int,
                     scheme: str, group: int | None) -> str:
     """The kernel's C++ source: out [m, n] = x [m, k] @ dequantized w^T (+ bias), `scratch`
-    the buffer of scratch_shape (or None)."""
+    the buffers of scratch_shapes. m is an int, or a size expression the kernel reads as its
+    argument (then both paths are compiled and the rows choose one when it runs)."""
     ins = [b for b in (x, w, s, bias) if b is not None]
-    outs = [b for b in (out, scratch) if b is not None]
+    outs = [out, *scratch]
     params = [f"const {_ctype(b.dtype)}* __restrict__ {b.name}" for b in ins]
     params += [f"float* __restrict__ {b.name}" for b in outs] + [ROOM_PARAM]
+    rows = cexpr(m)
     v = {"x": x.name, "w": w.name, "s": s.name if s is not None else "nullptr",
          "b": bias.name if bias is not None else "nullptr", "o": out.name,
-         "t": scratch.name if scratch is not None else "nullptr",
-         "m": m, "k": k, "n": n, "g": group or 0}
+         "m": rows, "k": k, "n": n, "g": group or 0}
     weight_bytes = n * (k // 2 if scheme == "int4" else k)
     threads = weight_bytes >= PARALLEL_MIN_ELEMENTS
-    if m >= PANEL_MIN_ROWS:
-        loop = [*(["#pragma omp parallel"] if threads else []),
-                "aotc_panels<%(g)s>(%(x)s, %(w)s, %(s)s, %(m)s, %(k)s, %(n)s, %(b)s, %(o)s, "
-                "%(t)s);" % v]
+    by_panels = [*(["#pragma omp parallel"] if threads else []),
+                 "aotc_panels<%(g)s>(%(x)s, %(w)s, %(s)s, %(m)s, %(k)s, %(n)s, %(b)s, %(o)s, "
+                 "%(t)s);" % {**v, "t": scratch[0].name if scratch else "nullptr"}]
+    prepared = scratch[-1].name if scheme == "int4" and scratch else "nullptr"
+    by_rows = _dot_loop({**v, "t": prepared}, scheme, threads and n > column_block(k, scheme),
+                        column_block(k, scheme))
+    if isinstance(m, int):
+        loop = by_panels if m >= PANEL_MIN_ROWS else by_rows
+        how = "panels dequantized once" if m >= PANEL_MIN_ROWS else "dequantized in registers"
     else:
-        loop = _dot_loop(v, scheme, threads and n > column_block(k, scheme),
-                         column_block(k, scheme))
+        loop = [f"if ({rows} >= {PANEL_MIN_ROWS}) {{", *["    " + ln for ln in by_panels],
+                "} else {", *["    " + ln for ln in by_rows], "}"]
+        how = f"panels dequantized once from {PANEL_MIN_ROWS} rows, else in registers"
+    body = [*room_check([*ins, *outs]), *loop]
     what = f"{scheme}" + (f" per group of {group}" if group else "")
-    how = "panels dequantized once" if m >= PANEL_MIN_ROWS else "dequantized in registers"
-    lines = [f"// {name}: {what} product of {m} rows by [{n}, {k}], {how}",
+    sizes = sorted(set(re.findall(r"\bs_(\w+)", "\n".join(body))))
+    params += [f"int64_t s_{z}" for z in sizes]
+    lines = [f"// {name}: {what} product of {rows} rows by [{n}, {k}], {how}",
              f'extern "C" int {name}({", ".join(params)}) {{',
-             *["    " + ln for ln in (*room_check([*ins, *outs]), *loop)],
-             "    return 0;", "}"]
+             *["    " + ln for ln in body], "    return 0;", "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -126,21 +143,24 @@ def _ctype(dtype) -> str:
     return {torch.float32: "float", torch.int8: "int8_t", torch.uint8: "uint8_t"}[dtype]
 
 
-def quant_mm_kernel(x, w, s, bias, out, scratch, scheme: str,
+def quant_mm_kernel(x, w, s, bias, out, scratch: list, scheme: str,
                     group: int | None) -> CppHandKernel:
     """The kernel of x [M, K] times a quantized weight for Buffers x (dense float32), w (the
     stored values), s (int4: the scales; None for int8), bias [N] or None, out [M, N] and
-    the scratch buffer of scratch_shape (or None)."""
-    m, k = (int(d) for d in x.shape)
-    n = int(w.shape[0])
+    the scratch buffers of scratch_shapes; M an int or a size expression."""
+    m = x.shape[0]
+    m = int(m) if getattr(m, "is_Integer", isinstance(m, int)) else m
+    k, n = int(x.shape[1]), int(w.shape[0])
     ins = tuple(b for b in (x, w, s, bias) if b is not None)
 
     def make(name):
         return quant_mm_source(name, x, w, s, bias, out, scratch, m=m, k=k, n=n,
                                scheme=scheme, group=group)
-    outs = tuple(b for b in (out, scratch) if b is not None)
+    outs = (out, *scratch)
     kernel = CppHandKernel(name="kernel_qmm", prefix=(), ins=ins, outs=outs, make=make)
-    how = "panels of weight rows dequantized once" if m >= PANEL_MIN_ROWS else \
-        f"blocks of {column_block(k, scheme)} weight rows, {ROW_BLOCK} rows of x a pass"
+    rows = f"blocks of {column_block(k, scheme)} weight rows, {ROW_BLOCK} rows of x a pass"
+    how = "panels of weight rows dequantized once" if isinstance(m, int) and \
+        m >= PANEL_MIN_ROWS else rows if isinstance(m, int) else \
+        f"panels from {PANEL_MIN_ROWS} rows, else {rows}"
     kernel.reasons.append(f"{scheme} product of {m} rows ({how})")
     return kernel

@@ -249,27 +249,37 @@ def quant_product(g, x, w, bias, dtype):
 
 def cpu_quant_product(g, x, w, bias, dtype):
     """x [M, K] @ w [K, N] (+ bias [N]) on CPUs by the C++ kernel of codegen/cpp/quant_mm.py,
-    for float32 products of up to CPU_MAX_ROWS rows over an int8 or int4 weight; None where
-    it does not apply."""
-    from aotc.codegen.cpp.quant_mm import quant_mm_kernel, scratch_shape
+    for float32 products over an int8 or int4 weight of up to CPU_MAX_ROWS rows, or of M rows
+    a size symbol gives (a prefill's prompt length: the kernel picks its path when it runs);
+    None where it does not apply."""
+    from aotc.codegen.cpp.quant_mm import quant_mm_kernel, scratch_shapes
     from aotc.codegen.lowering.decode import dense
-    from aotc.codegen.lowering.matvec import _static_2d
-    if not g.codegen or dtype != torch.float32 or x.dtype != dtype or not _static_2d(x, w) or \
-            not 1 <= int(x.shape[0]) <= CPU_MAX_ROWS:
+    if not g.codegen or dtype != torch.float32 or x.dtype != dtype or not _rows_by_static(x, w):
+        return None
+    m = int(x.shape[0]) if x.shape[0].is_Integer else x.shape[0]
+    if isinstance(m, int) and not 1 <= m <= CPU_MAX_ROWS:
         return None
     if bias is not None and (len(bias.shape) != 1 or bias.dtype != dtype):
         return None
     q = quant_weight(g, w)
     if q is None or q.scheme not in ("int8", "int4"):
         return None
-    m, k, n = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
-    shape = scratch_shape(m, k, q.scheme, q.group)
-    out, scratch = (g.buffer(g.new_slot(tuple(sym(d) for d in s), dtype)) if s else None
-                    for s in ((m, n), shape))
-    for b in (out, scratch):
-        if b is not None:
-            g.plan.update(b.slot, producer=StepKind.KERNEL)
+    k, n = int(x.shape[1]), int(w.shape[1])
+    out = g.buffer(g.new_slot((sym(m), sym(n)), dtype))
+    scratch = [g.buffer(g.new_slot(tuple(sym(d) for d in shape), dtype))
+               for shape in scratch_shapes(m, k, q.scheme, q.group)]
+    for b in (out, *scratch):
+        g.plan.update(b.slot, producer=StepKind.KERNEL)
     bb = dense(g, bias) if bias is not None else None
     g.out.steps.append(quant_mm_kernel(dense(g, x), q.values, q.scales, bb, out, scratch,
                                        q.scheme, q.group))
     return g.realized(out.slot)
+
+
+def _rows_by_static(x, w) -> bool:
+    """x [M, K] and w [K, N] with K and N static; M static or a positive size expression."""
+    if len(x.shape) != 2 or len(w.shape) != 2:
+        return False
+    static = all(getattr(d, "is_Integer", isinstance(d, int)) for d in (x.shape[1], *w.shape))
+    m = sympy.sympify(x.shape[0])
+    return static and (m.is_Integer or bool(m.is_positive))
