@@ -95,3 +95,24 @@ def test_tiny_llama_generator_tokens_are_the_eager_quantized_models(tmp_path, sc
         want = [eager_generate(Generator(adapt(model, 1, 64), 64), p, 12) for p in (ids, long)]
     assert torch.equal(art.generate(ids, 12), want[0])
     assert torch.equal(art.generate(long, 12), want[1])
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_a_quantized_slot_decodes_bitwise_alike_in_every_bucket(tmp_path, scheme):
+    """A generator with slots, every projection and the LM head quantized: slot 0's logits
+    from the 1-slot bucket (one row through the kernel's four-weight-rows path) equal those
+    of the 4-slot decode (four rows, one weight row at a time) exactly, so a request's tokens
+    do not depend on how many others a step decodes."""
+    model = llama_sample()
+    ids = torch.randint(0, 500, (1, 6), generator=torch.Generator().manual_seed(0))
+    opts = {"group_size": 32} if scheme == "int4" else {}
+    path = aotc.export(model, (ids,), tmp_path / "s.aotc", decode=True, max_cache_len=32,
+                       max_batch=4, slot_buckets="1", quantize=scheme, quantize_lm_head=True,
+                       **opts)
+    got = []
+    for live in ([0], [0, 1, 2, 3]):
+        m = aotc.load(path)
+        for s, p in enumerate(([4, 5, 6], [7, 8], [9], [1, 2, 3, 4])):
+            m.prefill_slot(torch.tensor([p]), s)
+        got.append(m.decode_slots(torch.tensor([[11], [12], [13], [14]]), live=live)[0][0])
+    assert torch.equal(got[0], got[1])
