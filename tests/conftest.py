@@ -359,3 +359,16 @@ def slot_llm(tmp_path_factory) -> Path:
     ids = torch.randint(0, 96, (1, 6), generator=torch.Generator().manual_seed(0))
     return Path(aotc.export(model, (ids,), dest, decode=True, max_cache_len=48, max_batch=4,
                             slot_buckets="2"))
+
+
+def slot0_logits_by_bucket(path) -> list:
+    """Slot 0's decode logits with only slot 0 live, then with all 4 of the generator at
+    `path` live (4 slots; each slot prefilled with its own prompt first): the same slot's
+    step through two decode buckets, for tests that they agree bitwise."""
+    got = []
+    for live in ([0], [0, 1, 2, 3]):
+        m = aotc.load(path)
+        for s, p in enumerate(([4, 5, 6], [7, 8], [9], [1, 2, 3, 4])):
+            m.prefill_slot(torch.tensor([p]), s)
+        got.append(m.decode_slots(torch.tensor([[11], [12], [13], [14]]), live=live)[0][0])
+    return got
