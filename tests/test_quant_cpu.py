@@ -95,6 +95,8 @@ def test_tiny_llama_generator_tokens_are_the_eager_quantized_models(tmp_path, sc
         want = [eager_generate(Generator(adapt(model, 1, 64), 64), p, 12) for p in (ids, long)]
     assert torch.equal(art.generate(ids, 12), want[0])
     assert torch.equal(art.generate(long, 12), want[1])
+    python = aotc.load(path, runner="python")    # the other front end, the same kernels
+    assert torch.equal(python.generate(long, 12), want[1])
 
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])

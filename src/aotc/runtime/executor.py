@@ -430,7 +430,7 @@ class _Emitter:
             lines.append(f"    ROOM = {make}")
             return "ROOM"
         sizes = sorted(set(re.findall(r"\bS_\w+", " ".join(map(str, rooms)))))
-        key, cache = f"({', '.join(sizes)},)", self.fn.bind({}, "roomcache")
+        key, cache = f"({''.join(f'{z}, ' for z in sizes)})", self.fn.bind({}, "roomcache")
         lines += [f"    ROOM = {cache}.get({key})",
                   f"    if ROOM is None: ROOM = keep_room({cache}, {key}, {make})"]
         return "ROOM"
