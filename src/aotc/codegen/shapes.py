@@ -23,6 +23,12 @@ def numbered(text: str, names: list[str], comment: str) -> str:
                   lambda m: where[m.group(1)], code)
 
 
+def size_names(text: str) -> list[str]:
+    """The size symbols a kernel's text uses (`s_<name>`, as the printers write a dim size),
+    sorted: the kernel takes them as its last arguments, in this order."""
+    return sorted(set(re.findall(r"\bs_(\w+)", text)))
+
+
 def first_use_order(names, text: str) -> list[str]:
     """`names` in the order `text` first names them (names it never mentions last, sorted)."""
     found = {n: i for i, n in enumerate(dict.fromkeys(re.findall(r"\bbuf\d+\b", text)))}

@@ -7,13 +7,12 @@ subexpressions shared within a loop body). Loop nest: outer loops over the kerne
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import sympy
 import torch
 
-from aotc.codegen.shapes import first_use_order
+from aotc.codegen.shapes import first_use_order, size_names
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Buffer, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product, simplify_index)
 from aotc.codegen.cpp.loopshape import column_nodes, merge_reduced_dims
@@ -448,7 +447,7 @@ class KernelWriter:
         room = room_check([self.buffers[n] for n in (*ins, *outs)])
         params += [ROOM_PARAM] if room else []
         text = "\n".join(body + room) + " ".join(cexpr(p) for p in self.k.prefix)
-        sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
+        sizes = size_names(text)
         params += [f"int64_t s_{n}" for n in sizes]
         lines = [f"// {self.k.name}: " + "; ".join(self.k.reasons),
                  f'extern "C" int {self.k.name}({", ".join(params)}) {{',

@@ -86,11 +86,13 @@ static inline void aotc_q4_prepare(const float* x, int64_t M, int64_t K, float* 
                 p[k + i] = xr[k + 2 * i];
                 p[k + 16 + i] = xr[k + 2 * i + 1];
             }
+#if !defined(__AVX512F__)     // the group sums only aotc_q4_dot reads (not the table path)
         for (int64_t g = 0; g < K / G; ++g) {
             float sum = 0.0f;
             for (int64_t k = g * G; k < (g + 1) * G; ++k) sum += xr[k];
             p[K + g] = sum;
         }
+#endif
     }
 }
 // rows of prepared x (aotc_q4_prepare) against int4 row c: packed [N, K/2], scales [N, K/G]

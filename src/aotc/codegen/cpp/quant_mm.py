@@ -25,7 +25,6 @@ products keep x in float, and at a decode step the bytes, not the arithmetic, se
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from aotc.codegen.cpp.printer import cexpr
 from aotc.codegen.cpp.room import ROOM_PARAM, room_check
 from aotc.codegen.cpp.work import PARALLEL_MIN_ELEMENTS
 from aotc.codegen.scheduler import Kernel
+from aotc.codegen.shapes import size_names
 
 PANEL_MIN_ROWS = 48    # from this many rows of x, panels (quant_mm.h's aotc_panels)
 PANEL_SLOT_COLS = 64   # columns of the panel slot (quant_mm.h's AOTC_PANEL_COLS at most)
@@ -49,8 +49,9 @@ HELPERS = (Path(__file__).parent / "quant_mm.h").read_text()
 @dataclass
 class CppHandKernel(Kernel):
     """A C++ kernel written by hand rather than from loop IR: it reads and writes whole
-    buffers (`ins`, `outs`: Buffers) and brings its own source (`make(name)`), which the
-    backend puts after `header` (codegen/cpp/__init__.py)."""
+    buffers (`ins`, `outs`: Buffers) and brings its own source and the size symbols it takes
+    (`make(name)` -> (source, sizes)), which the backend puts after `header`
+    (codegen/cpp/__init__.py)."""
     ins: tuple = ()
     outs: tuple = ()
     make: object = None
@@ -66,9 +67,8 @@ class CppHandKernel(Kernel):
 
     def cpp_source(self) -> tuple[str, list[str], list[str], list[str]]:
         """(C++ source, buffers read, buffers written, the size symbols it takes as its last
-        arguments: the `s_` names it uses, as generated kernels take them)."""
-        text = self.make(self.name)
-        sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
+        arguments)."""
+        text, sizes = self.make(self.name)
         return text, [b.name for b in self.ins], [b.name for b in self.outs], sizes
 
 
@@ -76,6 +76,12 @@ def column_block(k: int, scheme: str) -> int:
     """Output columns a thread takes at a time: BLOCK_BYTES of weight rows."""
     row = k // 2 if scheme == "int4" else k
     return max(1, BLOCK_BYTES // max(row, 1))
+
+
+def rows_of(x):
+    """x's rows: an int where static, else the size expression (a prompt's length)."""
+    m = x.shape[0]
+    return int(m) if getattr(m, "is_Integer", isinstance(m, int)) else m
 
 
 def scratch_shapes(m, k: int, scheme: str, group: int | None) -> list[tuple]:
@@ -91,10 +97,11 @@ def scratch_shapes(m, k: int, scheme: str, group: int | None) -> list[tuple]:
 
 
 def quant_mm_source(name: str, x, w, s, bias, out, scratch: list, *, m, k: int, n: int,
-                    scheme: str, group: int | None) -> str:
-    """The kernel's C++ source: out [m, n] = x [m, k] @ dequantized w^T (+ bias), `scratch`
-    the buffers of scratch_shapes. m is an int, or a size expression the kernel reads as its
-    argument (then both paths are compiled and the rows choose one when it runs)."""
+                    scheme: str, group: int | None) -> tuple[str, list[str]]:
+    """The kernel's C++ source and the size symbols it takes: out [m, n] = x [m, k] @
+    dequantized w^T (+ bias), `scratch` the buffers of scratch_shapes. m is an int, or a size
+    expression the kernel reads as its argument (then both paths are compiled and the rows
+    choose one when it runs)."""
     ins = [b for b in (x, w, s, bias) if b is not None]
     outs = [out, *scratch]
     params = [f"const {_ctype(b.dtype)}* __restrict__ {b.name}" for b in ins]
@@ -120,12 +127,12 @@ def quant_mm_source(name: str, x, w, s, bias, out, scratch: list, *, m, k: int, 
         how = f"panels dequantized once from {PANEL_MIN_ROWS} rows, else in registers"
     body = [*room_check([*ins, *outs]), *loop]
     what = f"{scheme}" + (f" per group of {group}" if group else "")
-    sizes = sorted(set(re.findall(r"\bs_(\w+)", "\n".join(body))))
+    sizes = size_names("\n".join(body))
     params += [f"int64_t s_{z}" for z in sizes]
     lines = [f"// {name}: {what} product of {rows} rows by [{n}, {k}], {how}",
              f'extern "C" int {name}({", ".join(params)}) {{',
              *["    " + ln for ln in body], "    return 0;", "}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", sizes
 
 
 def _dot_loop(v: dict, scheme: str, threads: bool, cb: int) -> list[str]:
@@ -148,9 +155,7 @@ def quant_mm_kernel(x, w, s, bias, out, scratch: list, scheme: str,
     """The kernel of x [M, K] times a quantized weight for Buffers x (dense float32), w (the
     stored values), s (int4: the scales; None for int8), bias [N] or None, out [M, N] and
     the scratch buffers of scratch_shapes; M an int or a size expression."""
-    m = x.shape[0]
-    m = int(m) if getattr(m, "is_Integer", isinstance(m, int)) else m
-    k, n = int(x.shape[1]), int(w.shape[0])
+    m, k, n = rows_of(x), int(x.shape[1]), int(w.shape[0])
     ins = tuple(b for b in (x, w, s, bias) if b is not None)
 
     def make(name):
@@ -159,8 +164,9 @@ def quant_mm_kernel(x, w, s, bias, out, scratch: list, scheme: str,
     outs = (out, *scratch)
     kernel = CppHandKernel(name="kernel_qmm", prefix=(), ins=ins, outs=outs, make=make)
     rows = f"blocks of {column_block(k, scheme)} weight rows, {ROW_BLOCK} rows of x a pass"
-    how = "panels of weight rows dequantized once" if isinstance(m, int) and \
-        m >= PANEL_MIN_ROWS else rows if isinstance(m, int) else \
-        f"panels from {PANEL_MIN_ROWS} rows, else {rows}"
+    if not isinstance(m, int):
+        how = f"panels from {PANEL_MIN_ROWS} rows, else {rows}"
+    else:
+        how = "panels of weight rows dequantized once" if m >= PANEL_MIN_ROWS else rows
     kernel.reasons.append(f"{scheme} product of {m} rows ({how})")
     return kernel

@@ -252,11 +252,11 @@ def cpu_quant_product(g, x, w, bias, dtype):
     for float32 products over an int8 or int4 weight of up to CPU_MAX_ROWS rows, or of M rows
     a size symbol gives (a prefill's prompt length: the kernel picks its path when it runs);
     None where it does not apply."""
-    from aotc.codegen.cpp.quant_mm import quant_mm_kernel, scratch_shapes
+    from aotc.codegen.cpp.quant_mm import quant_mm_kernel, rows_of, scratch_shapes
     from aotc.codegen.lowering.decode import dense
     if not g.codegen or dtype != torch.float32 or x.dtype != dtype or not _rows_by_static(x, w):
         return None
-    m = int(x.shape[0]) if x.shape[0].is_Integer else x.shape[0]
+    m = rows_of(x)
     if isinstance(m, int) and not 1 <= m <= CPU_MAX_ROWS:
         return None
     if bias is not None and (len(bias.shape) != 1 or bias.dtype != dtype):

@@ -93,15 +93,14 @@ def pdl_body(body: list[str], buffers: dict, grid=None, statistics_first: bool =
     groups = _statements(body)
     at = next((i for i, g in enumerate(groups)
                if any(_depends(ln, constants) for ln in g)), len(groups))
+    end = None
     if few_programs(grid):     # up to its first loop: nothing is held in registers across one
         end = next((i for i in range(at, len(groups)) if len(groups[i]) > 1), len(groups))
+    elif statistics_first:     # through the end of the first product's statements
+        end = (_node_starts(groups, at)[1:2] or [len(groups)])[0]
+    if end is not None:
         early, late = hoist_early(groups[at:end], constants)
         groups = [*groups[:at], *early, *late, *groups[end:]]
-        at += len(early)
-    elif statistics_first:     # through the end of the first product's statements
-        end = _node_starts(groups, at)[1:2] or [len(groups)]
-        early, late = hoist_early(groups[at:end[0]], constants)
-        groups = [*groups[:at], *early, *late, *groups[end[0]:]]
         at += len(early)
     # Only what precedes the first dependent statement runs before the wait: moving later
     # independent loads above it too (the up projection's weights beside the gate's, 7922397)

@@ -26,7 +26,6 @@ and broadcast by exactly the axes their index uses.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 
 import sympy
@@ -36,7 +35,7 @@ from aotc.codegen.lowering.row_statistics import statistics_first
 from aotc.codegen.ir import (ARG_REDUCTIONS, PREDICATES, Op, Reduction, ReductionType as R,
                              index_vars, linear_index, product)
 from aotc.codegen.scheduler import Kernel
-from aotc.codegen.shapes import first_use_order
+from aotc.codegen.shapes import first_use_order, size_names
 from aotc.codegen.triton.blocks import (BlockConfig, KernelBlocks, NodeBlock, SizeHints,
                                         plan_blocks)
 from aotc.codegen.triton.build import PDL_PARAM, KernelSource, pdl_body
@@ -472,7 +471,7 @@ class KernelWriter:
         ins = first_use_order(self.reads - set(written), "\n".join(body))   # codegen/shapes.py
         text = "\n".join(body + self._rows()) + " ".join(
             texpr(n.numel) for n in self.blocks.nodes)
-        sizes = sorted(set(re.findall(r"\bs_(\w+)", text)))
+        sizes = size_names(text)
         signature = {n: POINTER[self.buffers[n].dtype] for n in ins + outs}
         if self.uses_err:
             signature["aotc_err"] = "*i32"
